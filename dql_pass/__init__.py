@@ -1,0 +1,64 @@
+"""dql_pass: expand, check and fuse ONNX DynamicQuantizeLinear, bit-exact with ONNX Runtime.
+
+The public API:
+
+- :func:`expand` rewrites every DynamicQuantizeLinear of a model into primitive ops.
+- :func:`dynamic_quantize_linear` is the NumPy reference.
+- :func:`function_proto` gives the decomposition itself as a FunctionProto.
+- :class:`ExpandDynamicQuantizeLinearPass` is the onnx_ir pass behind :func:`expand`.
+- :func:`load_model` and :func:`save_model` read checked models and write them atomically.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ExpandDynamicQuantizeLinearPass",
+    "ExpandResult",
+    "InputError",
+    "MODES",
+    "VARIANTS",
+    "ZERO_RANGE_POLICIES",
+    "dynamic_quantize_linear",
+    "expand",
+    "find_sites",
+    "function_proto",
+    "load_model",
+    "save_model",
+]
+
+import os
+from typing import overload
+
+import onnx
+import onnx_ir as ir
+
+from dql_pass.errors import InputError
+from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult, find_sites
+from dql_pass.files import load_model, save_model
+from dql_pass.functions import VARIANTS, function_proto
+from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
+
+
+@overload
+def expand(model: onnx.ModelProto, *, variant: str = ..., mode: str = ..., zero_range: str = ...) -> onnx.ModelProto: ...
+@overload
+def expand(model: ir.Model | str | os.PathLike, *, variant: str = ..., mode: str = ..., zero_range: str = ...) -> ir.Model: ...
+def expand(
+    model: onnx.ModelProto | ir.Model | str | os.PathLike,
+    *,
+    variant: str = "quantizelinear",
+    mode: str = "inline",
+    zero_range: str = "onnxruntime",
+) -> onnx.ModelProto | ir.Model:
+    """Expand every DynamicQuantizeLinear of ``model`` into primitive ONNX ops.
+
+    A ModelProto comes back as a new ModelProto and is left as it was. An ``ir.Model`` is
+    rewritten in place and returned. A path is loaded (external weights stay on disk) and the
+    rewritten ``ir.Model`` is returned.
+    """
+    rewrite = ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range)
+    if isinstance(model, onnx.ModelProto):
+        return ir.serde.serialize_model(rewrite(ir.serde.deserialize_model(model)).model)
+    if not isinstance(model, ir.Model):
+        model = load_model(model)
+    return rewrite(model).model

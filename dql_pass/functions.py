@@ -1,0 +1,120 @@
+"""DynamicQuantizeLinear written with primitive ONNX ops, as onnxscript functions.
+
+This module is the single source of the decomposition: the pass, the function mode and the
+conformance suites all stamp what it builds. Two variants exist:
+
+- ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
+  QuantizeLinear; 14 nodes, as cheap as ONNX's own function body (16 nodes).
+- ``arithmetic``: no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack
+  QuantizeLinear too; 19 nodes.
+
+Both carry the guards that ``shared/SEMANTICS.md`` asks for, on scalars only:
+
+- a zero range (all ±0, or empty) gets the policy's scale, never 0/0;
+- a NaN zero point (0/0 when the scale underflows, inf/inf when x holds -inf) saturates to 255,
+  through ``Where(Less(zp, 255), zp, 255)``, which is exact for NaN on every runtime, where
+  ``Clip`` would keep the NaN.
+
+Every op used means the same from opset 11 to the newest (ReduceMin/ReduceMax without axes reduce
+all, Clip takes its bounds as inputs, Round is half to even), so one script serves every opset.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FUNCTION_DOMAIN",
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "VARIANTS",
+    "function_name",
+    "function_proto",
+]
+
+import functools
+
+import numpy as np
+import onnx
+import onnxscript
+from onnxscript import FLOAT
+from onnxscript import opset11 as op
+
+from dql_pass import reference
+
+VARIANTS: tuple[str, ...] = ("quantizelinear", "arithmetic")
+FUNCTION_DOMAIN = "dql_pass"
+MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
+MAX_OPSET = onnx.defs.onnx_opset_version()
+
+
+def _tensor(value: float) -> onnx.TensorProto:
+    return onnx.numpy_helper.from_array(np.array(value, np.float32))
+
+
+def _scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
+    zero, qmax, one = _tensor(0.0), _tensor(255.0), _tensor(1.0)
+    zero_range_value = _tensor(reference.zero_range_scale(zero_range))
+
+    @onnxscript.script(default_opset=op)
+    def quantizelinear(x: FLOAT[...]):
+        q_min = op.Constant(value=zero)
+        q_max = op.Constant(value=qmax)
+        x_min = op.Min(op.ReduceMin(x, keepdims=0), q_min)
+        x_max = op.Max(op.ReduceMax(x, keepdims=0), q_min)
+        x_range = op.Sub(x_max, x_min)
+        zero_range_scale = op.Constant(value=zero_range_value)
+        y_scale = op.Where(op.Equal(x_range, q_min), zero_range_scale, op.Div(x_range, q_max))
+        zero_point_fp = op.Sub(q_min, op.Div(x_min, y_scale))
+        zero_point_sat = op.Where(op.Less(zero_point_fp, q_max), zero_point_fp, q_max)
+        # QuantizeLinear with scale 1 rounds half to even, saturates and casts in one node.
+        unit_scale = op.Constant(value=one)
+        y_zero_point = op.QuantizeLinear(zero_point_sat, unit_scale)
+        y = op.QuantizeLinear(x, y_scale, y_zero_point)
+        return y, y_scale, y_zero_point
+
+    @onnxscript.script(default_opset=op)
+    def arithmetic(x: FLOAT[...]):
+        q_min = op.Constant(value=zero)
+        q_max = op.Constant(value=qmax)
+        x_min = op.Min(op.ReduceMin(x, keepdims=0), q_min)
+        x_max = op.Max(op.ReduceMax(x, keepdims=0), q_min)
+        x_range = op.Sub(x_max, x_min)
+        zero_range_scale = op.Constant(value=zero_range_value)
+        y_scale = op.Where(op.Equal(x_range, q_min), zero_range_scale, op.Div(x_range, q_max))
+        zero_point_fp = op.Sub(q_min, op.Div(x_min, y_scale))
+        zero_point_sat = op.Where(op.Less(zero_point_fp, q_max), zero_point_fp, q_max)
+        zero_point_rounded = op.Round(zero_point_sat)
+        y_zero_point = op.Cast(zero_point_rounded, to=onnx.TensorProto.UINT8)
+        # Division, not a reciprocal; round before the zero point is added; saturate last.
+        y_fp = op.Add(op.Round(op.Div(x, y_scale)), zero_point_rounded)
+        y = op.Cast(op.Clip(y_fp, q_min, q_max), to=onnx.TensorProto.UINT8)
+        return y, y_scale, y_zero_point
+
+    return {"quantizelinear": quantizelinear, "arithmetic": arithmetic}
+
+
+def function_name(variant: str, zero_range: str) -> str:
+    """The name of the model-local function for a variant and zero-range policy."""
+    return f"DynamicQuantizeLinear_{variant}_{zero_range.replace('-', '_')}"
+
+
+@functools.cache
+def _function_proto(variant: str, opset: int, zero_range: str) -> bytes:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"ai.onnx opset {opset} is outside {MIN_OPSET}..{MAX_OPSET}")
+    proto = _scripts(zero_range)[variant].to_function_proto()
+    proto.name = function_name(variant, zero_range)
+    proto.domain = FUNCTION_DOMAIN
+    del proto.opset_import[:]
+    proto.opset_import.append(onnx.helper.make_opsetid("", opset))
+    return proto.SerializeToString()
+
+
+def function_proto(
+    variant: str = "quantizelinear", opset: int = MAX_OPSET, zero_range: str = "onnxruntime"
+) -> onnx.FunctionProto:
+    """DynamicQuantizeLinear as a FunctionProto at ai.onnx ``opset``: inputs x, outputs y, y_scale, y_zero_point."""
+    proto = onnx.FunctionProto()
+    proto.ParseFromString(_function_proto(variant, opset, zero_range))
+    return proto
