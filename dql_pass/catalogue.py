@@ -1,0 +1,187 @@
+"""The catalogue of DynamicQuantizeLinear inputs that the evaluator, the property tests and the
+conformance suites all draw from.
+
+Random inputs almost never hit the cases where implementations go wrong (a zero range, ±inf, an
+underflowing scale, an exact .5 tie), so those are constructed here, deterministically:
+
+- the ONNX conformance inputs and every row of ``shared/SEMANTICS.md``;
+- exact ties of x/scale (even and odd), zero-point ties, and odd zero points combined with ties,
+  which catch a zero point added before rounding;
+- reciprocal traps: values whose quotient by the scale rounds differently from their product
+  with the reciprocal of the scale;
+- signs (all positive, all negative, mixed, constant), ranks 0 to 5, empty tensors;
+- magnitudes from 1e-30 to 1e30, subnormal and underflowing scales, ±inf and overflowing ranges;
+- seeded random inputs; on request one large tensor and NaN inputs (outside the contract).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Case", "cases"]
+
+import dataclasses
+
+import numpy as np
+
+_F = np.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One input ``x`` with a stable name, a category and a sentence on what it tests."""
+
+    name: str
+    category: str
+    x: np.ndarray
+    description: str
+
+    @property
+    def zero_range(self) -> bool:
+        """True when the expected outputs depend on the zero-range policy."""
+        with np.errstate(invalid="ignore"):
+            return not self.x.size or bool(np.all(self.x == 0))
+
+    @property
+    def comparable(self) -> bool:
+        """False for NaN inputs, whose outputs the contract leaves unspecified."""
+        return not np.isnan(self.x).any()
+
+
+def _array(values, shape=None) -> np.ndarray:
+    x = np.array(values, dtype=_F)
+    return x.reshape(shape) if shape is not None else x
+
+
+def _scale(lo: float, hi: float) -> np.float32:
+    return _F(_F(hi) - _F(lo)) / _F(255)
+
+
+def _reciprocal_traps(lo: float, hi: float, count: int = 16) -> np.ndarray:
+    """Values in [lo, hi] whose x/scale rounds differently from x*(1/scale), plus lo and hi."""
+    scale = _scale(lo, hi)
+    inverse = _F(1) / scale
+    found = []
+    for k in range(int(np.floor(lo / scale)), int(np.ceil(hi / scale))):
+        centre = _F((k + 0.5) * scale)
+        for x in (np.nextafter(centre, _F(-np.inf)), centre, np.nextafter(centre, _F(np.inf))):
+            if lo <= x <= hi and np.round(x / scale) != np.round(x * inverse):
+                found.append(x)
+        if len(found) >= count:
+            break
+    return _array([lo, hi, *found])
+
+
+def _exact_ties(lo: float, hi: float) -> np.ndarray:
+    """Values whose quotient by the scale is exactly k + 0.5, for even and odd k."""
+    scale = _scale(lo, hi)
+    ties = []
+    for k in range(int(np.floor(lo / scale)), int(np.ceil(hi / scale))):
+        x = _F(_F(k + 0.5) * scale)
+        if lo <= x <= hi and _F(x / scale) == _F(k + 0.5):
+            ties.append(x)
+    return _array([lo, hi, *ties])
+
+
+def _constructed() -> list[Case]:
+    inf = np.inf
+    c = Case
+    return [
+        # The three ONNX conformance inputs.
+        c("spec_example", "conformance", _array([0, 2, -3, -2.5, 1.34, 0.5]), "the operator page's first example"),
+        c("spec_max_adjusted", "conformance", _array([-1, -2.1, -1.3, -2.5, -3.34, -4]),
+          "all negative: the range is stretched up to 0"),
+        c("spec_min_adjusted", "conformance",
+          _array([[1, 2.1, 1.3, 2.5], [3.34, 4, 1.5, 2.6], [3.9, 4, 3, 2.345]]),
+          "all positive, rank 2: the range is stretched down to 0"),
+        # Exact ties, rounded half to even; scale 1 makes every x + 0.5 a tie.
+        c("tie_unit_scale", "tie", _array([0, 255, 0.5, 1.5, 2.5, 3.5, 100.5, 101.5, 253.5, 254.5]),
+          "x/scale is exactly k + 0.5 for even and odd k: ties go to even"),
+        c("tie_exact_fractional_scale", "tie", _exact_ties(-0.7, 1.3),
+          "exact ties of x/scale under a scale that is not a power of two"),
+        c("tie_reciprocal_trap", "tie", _reciprocal_traps(-1.0, 1.0),
+          "values near ties where x * (1/scale) rounds differently from x / scale"),
+        c("tie_reciprocal_trap_positive", "tie", _reciprocal_traps(0.0, 3.7),
+          "reciprocal traps with zero point 0"),
+        c("tie_zero_point_even", "zero point", _array([-2.5, 252.5, 0, 1]),
+          "the zero point is exactly 2.5 and rounds to 2"),
+        c("tie_zero_point_odd", "zero point", _array([-3.5, 251.5, 0, 1]),
+          "the zero point is exactly 3.5 and rounds to 4"),
+        c("odd_zero_point_with_ties", "zero point", _array([-3, 252, 0.5, 1.5, 2.5, -0.5, -1.5, 100.5]),
+          "zero point 3 with ties: adding it before rounding changes y"),
+        c("odd_zero_point_random", "zero point", _array([-0.3, 0.11, 0.7, 0.42, -0.07, 0.0]),
+          "an odd zero point under a fractional scale"),
+        # Signs and constants.
+        c("all_positive", "sign", _array([0.1, 0.2, 7.5, 3.25, 1e-3]), "all positive: zero point 0"),
+        c("all_negative", "sign", _array([-0.1, -0.2, -7.5, -3.25, -1e-3]), "all negative: zero point 255"),
+        c("mixed_signs", "sign", _array([-5.5, 4.25, 0.0, -0.0, 3.0, -1.0]), "mixed signs and both zeros"),
+        c("constant_positive", "sign", _array([2.5, 2.5, 2.5]), "a constant positive input"),
+        c("constant_negative", "sign", _array([-2.5, -2.5]), "a constant negative input"),
+        c("single_element", "sign", _array([3.0]), "a single element"),
+        # Zero range: the ORT kernel says scale 1, ONNX's function body computes 0/0.
+        c("zeros", "zero range", _array([0, 0, 0]), "an all-zero input: a zero range"),
+        c("negative_zero", "zero range", _array([-0.0]), "only -0.0: a zero range"),
+        c("signed_zeros", "zero range", _array([0.0, -0.0, 0.0, -0.0], (2, 2)), "±0 only, rank 2"),
+        c("empty", "empty", _array([]), "an empty tensor: a zero range with no elements"),
+        c("empty_rank_3", "empty", np.zeros((2, 0, 3), _F), "an empty tensor of rank 3"),
+        # Ranks.
+        c("rank_0", "rank", _array(3.0), "a rank-0 tensor"),
+        c("rank_0_negative", "rank", _array(-0.75), "a rank-0 negative tensor"),
+        c("rank_3", "rank", _array(np.linspace(-2, 5, 24), (2, 3, 4)), "a rank-3 tensor"),
+        c("rank_4", "rank", _array(np.linspace(-1, 1, 48), (1, 2, 4, 6)), "a rank-4 tensor, NCHW-like"),
+        c("rank_5", "rank", _array(np.linspace(-3, 1, 32), (2, 2, 2, 2, 2)), "a rank-5 tensor"),
+        # Magnitudes.
+        c("magnitude_1e-30", "magnitude", _array([1e-30, -3e-30, 2.5e-30]), "tiny but normal values"),
+        c("magnitude_1e-10", "magnitude", _array([1e-10, -7e-11, 3.3e-10]), "small values"),
+        c("magnitude_1e10", "magnitude", _array([1e10, -7e9, 3.3e10]), "large values"),
+        c("magnitude_1e30", "magnitude", _array([1e30, -3e30, 2.5e30]), "huge but finite values"),
+        c("magnitude_mixed", "magnitude", _array([1e30, 1e-30, -1e-30, 1.0]), "tiny values next to huge ones"),
+        # Scales at the bottom of float32.
+        c("subnormal_scale", "subnormal scale", _array([1e-38, 2e-38]), "the scale is subnormal (7.8e-41)"),
+        c("underflow_scale", "underflow", _array([1e-45]), "range/255 underflows to 0: zero point 255"),
+        c("underflow_scale_signed", "underflow", _array([-1e-45, 1e-45]), "an underflowing scale with both signs"),
+        c("tiny_next_to_normal", "underflow", _array([0.5, 1e-45]), "a subnormal x next to a normal range"),
+        c("subnormal_inputs", "subnormal scale", _array([-2e-39, 3e-39, 1e-40]), "subnormal inputs"),
+        # Infinities and overflow.
+        c("positive_inf", "inf", _array([5, inf]), "+inf: the scale is inf and inf/inf gives y 0"),
+        c("negative_inf", "inf", _array([-inf, -5]), "-inf: the zero point is NaN and saturates to 255"),
+        c("both_inf", "inf", _array([inf, -inf, 1]), "both infinities"),
+        c("negative_inf_mixed", "inf", _array([0, 1, -inf, -1]), "-inf among finite values"),
+        c("range_overflow", "overflow", _array([3e38, -3e38]), "a finite input whose range overflows to inf"),
+        c("range_overflow_mixed", "overflow", _array([3.4e38, -1e38, 1.0, -0.5]), "an overflowing range with small values"),
+        c("semantics_saturation", "semantics", _array([-127, 128, 0.5]), "scale 1, zero point 127, both ends saturate"),
+    ]
+
+
+def _random(rng: np.random.Generator, count: int) -> list[Case]:
+    shapes = [(7,), (3, 5), (2, 3, 4), (1, 2, 3, 4), (64,), (16, 16)]
+    out = []
+    for i in range(count):
+        shape = shapes[i % len(shapes)]
+        magnitude = 10.0 ** rng.integers(-6, 7)
+        x = (rng.standard_normal(shape) * magnitude).astype(_F)
+        if i % 3 == 1:
+            x = np.abs(x)
+        elif i % 3 == 2:
+            x = -np.abs(x)
+        out.append(Case(f"random_{i}", "random", x, f"seeded random input of shape {shape}, magnitude {magnitude:g}"))
+    return out
+
+
+def cases(
+    *, seed: int = 0, random_count: int = 12, include_large: bool = False, include_nan: bool = False
+) -> list[Case]:
+    """The catalogue: constructed cases, then ``random_count`` seeded random ones.
+
+    ``include_large`` adds one tensor of about a million elements; ``include_nan`` adds NaN inputs,
+    whose outputs are outside the contract (``Case.comparable`` is False for them).
+    """
+    rng = np.random.default_rng(seed)
+    out = _constructed() + _random(rng, random_count)
+    if include_large:
+        out.append(Case("large_1m", "large", rng.standard_normal((1024, 1024)).astype(_F) * _F(3),
+                        "about a million elements, to exercise vectorized kernels"))
+    if include_nan:
+        out += [
+            Case("nan_only", "nan", _array([np.nan]), "NaN only: outside the contract"),
+            Case("nan_mixed", "nan", _array([1.0, np.nan, -2.0]), "NaN among finite values: outside the contract"),
+        ]
+    return out
