@@ -1,0 +1,134 @@
+"""The onnxscript decomposition: it builds at every opset and matches ORT's kernel bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.reference
+import pytest
+from conftest import assert_bits_equal, dql_model, newest_ort_opset, onnx_node_tests, run_cached, session
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import dql_pass
+from dql_pass.catalogue import cases
+from dql_pass.functions import MAX_OPSET, MIN_OPSET, VARIANTS, function_proto
+from dql_pass.reference import dynamic_quantize_linear
+
+F = np.float32
+OPSETS = sorted({11, 13, 18, 21, newest_ort_opset()})
+NODES_PER_SITE = {"quantizelinear": 14, "arithmetic": 19}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("zero_range", dql_pass.ZERO_RANGE_POLICIES)
+def test_builds_a_valid_function_at_every_opset(variant, zero_range):
+    for opset in range(MIN_OPSET, MAX_OPSET + 1):
+        proto = function_proto(variant, opset, zero_range)
+        assert isinstance(proto, onnx.FunctionProto)
+        assert [(o.domain, o.version) for o in proto.opset_import] == [("", opset)]
+        assert list(proto.input) == ["x"] and list(proto.output) == ["y", "y_scale", "y_zero_point"]
+        computing = [n.op_type for n in proto.node if n.op_type != "Constant"]
+        assert len(computing) == NODES_PER_SITE[variant]
+        assert "Identity" not in computing
+        if variant == "arithmetic":
+            assert not {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"} & set(computing)
+        # The checker validates each node against the opset's schema.
+        onnx.checker.check_function(proto, onnx.checker.C.CheckerContext())
+
+
+def test_rejects_opsets_without_the_operator():
+    with pytest.raises(ValueError):
+        function_proto("quantizelinear", 10)
+    with pytest.raises(ValueError):
+        function_proto("quantizelinear", MAX_OPSET + 1)
+
+
+def _check_against_kernel(x: np.ndarray, opset: int, variant: str, mode: str = "inline") -> None:
+    want = run_cached(x)  # ORT's own kernel
+    got = run_cached(x, opset, variant, mode)
+    for g, w in zip(got, want):
+        assert_bits_equal(g, w)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("mode", dql_pass.MODES)
+def test_catalogue_matches_ort_kernel(opset, variant, mode):
+    for case in cases():
+        if variant == "arithmetic" and case.category in ("inf", "overflow"):
+            continue  # documented limit: see test_arithmetic_infinities
+        _check_against_kernel(case.x, opset, variant, mode)
+
+
+def test_arithmetic_infinities():
+    # A NaN quotient (±inf / inf) goes through Clip and Cast, whose NaN handling ONNX leaves open;
+    # on ORT's CPU it lands on 0 like the kernel's. The scale and zero point are exact anyway.
+    for case in cases():
+        if case.category in ("inf", "overflow"):
+            got = run_cached(case.x, 13, "arithmetic")
+            want = run_cached(case.x)
+            assert_bits_equal(got[1], want[1])
+            assert_bits_equal(got[2], want[2])
+            assert_bits_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("test", onnx_node_tests(), ids=lambda t: t.name)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_onnx_conformance_on_ort_and_onnx_reference(test, variant):
+    (x,), expected = test.data_sets[0]
+    expanded = dql_pass.expand(test.model, variant=variant)
+    assert not [n for n in expanded.graph.node if n.op_type == "DynamicQuantizeLinear"]
+    for got, want in zip(session(expanded).run(None, {"x": x}), expected):
+        assert_bits_equal(got, np.asarray(want))
+    for got, want in zip(onnx.reference.ReferenceEvaluator(expanded).run(None, {"x": x}), expected):
+        assert_bits_equal(got, np.asarray(want))
+
+
+def _finite_inputs():
+    """Random shapes (rank 0 to 4) and magnitudes, with exact ties mixed in half of the time."""
+    shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)
+    exponent = st.integers(-30, 30)
+    mantissa = st.floats(-1, 1, width=32)
+
+    @st.composite
+    def build(draw):
+        shape = draw(shapes)
+        scale = F(10.0) ** F(draw(exponent)) if draw(st.booleans()) else F(1)
+        x = draw(hnp.arrays(F, shape, elements=mantissa)) * scale
+        if x.size and draw(st.booleans()):
+            # Put exact .5 ties of x/scale in: k + 0.5 under the scale the input will get.
+            lo, hi = min(F(0), x.min()), max(F(0), x.max())
+            s = F(hi - lo) / F(255)
+            if s > 0 and np.isfinite(s):
+                k = draw(hnp.arrays(np.int32, x.shape, elements=st.integers(-255, 255)))
+                ties = (k.astype(F) + F(0.5)) * s
+                x = np.where((ties >= lo) & (ties <= hi) & draw(hnp.arrays(np.bool_, x.shape)), ties, x)
+        return np.asarray(x, F)
+
+    return build()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("opset", OPSETS)
+@settings(max_examples=60, deadline=None)
+@given(x=_finite_inputs())
+def test_property_expanded_equals_kernel(variant, opset, x):
+    _check_against_kernel(x, opset, variant)
+
+
+@pytest.mark.skipif(MAX_OPSET <= newest_ort_opset(), reason="ORT runs every opset onnx knows")
+@pytest.mark.parametrize("variant", VARIANTS)
+@settings(max_examples=40, deadline=None)
+@given(x=_finite_inputs())
+def test_property_newer_opsets_on_onnx_reference(variant, x):
+    # ORT cannot run these opsets yet; onnx.reference can, and agrees on every finite non-zero range.
+    expected = dynamic_quantize_linear(x)
+    if not x.size or not np.any(x) or not 0 < expected[1] < np.inf:
+        return  # onnx.reference differs by design on a zero range, and sends x/0 = +inf to 0
+    for opset in range(newest_ort_opset() + 1, MAX_OPSET + 1):
+        model = dql_pass.expand(dql_model(opset, x.ndim), variant=variant)
+        got = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})
+        for g, w in zip(got, expected):
+            assert_bits_equal(g, w)

@@ -1,0 +1,80 @@
+"""The NumPy reference against SEMANTICS.md, ONNX's conformance tests and ORT's kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_bits_equal, onnx_node_tests, run_cached
+
+from dql_pass.catalogue import cases
+from dql_pass.reference import dynamic_quantize_linear
+
+F = np.float32
+INF = np.inf
+
+# SEMANTICS.md's table of known values (ORT kernel): x, y, y_scale as an exact float32 expression, zp.
+SEMANTICS_ROWS = [
+    ([0, 2, -3, -2.5, 1.34, 0.5], [153, 255, 0, 26, 221, 179], F(5) / F(255), 153),
+    ([-1, -2.1, -1.3, -2.5, -3.34, -4], [191, 121, 172, 96, 42, 0], F(4) / F(255), 255),
+    ([0, 0, 0], [0, 0, 0], F(1), 0),
+    ([-0.0], [0], F(1), 0),
+    ([], [], F(1), 0),
+    ([-127, 128, 0.5], [0, 255, 127], F(1), 127),
+    ([5, INF], [0, 0], F(INF), 0),
+    ([-INF, -5], [0, 255], F(INF), 255),
+    ([INF, -INF, 1], [0, 0, 255], F(INF), 255),
+    ([0, 1, -INF, -1], [255, 255, 0, 255], F(INF), 255),
+    ([3e38, -3e38], [0, 0], F(INF), 0),
+    ([1e-45], [255], F(0), 255),
+    ([-1e-45, 1e-45], [0, 255], F(0), 255),
+    ([1e-38, 2e-38], [128, 255], F(2e-38) / F(255), 0),
+    ([0.5, 1e-45], [255, 0], F(0.5) / F(255), 0),
+    (3.0, 255, F(3) / F(255), 0),
+]
+
+
+@pytest.mark.parametrize("x, y, scale, zp", SEMANTICS_ROWS, ids=range(len(SEMANTICS_ROWS)))
+def test_semantics_table(x, y, scale, zp):
+    got = dynamic_quantize_linear(np.array(x, F))
+    assert_bits_equal(got[0], np.array(y, np.uint8))
+    assert_bits_equal(got[1], np.array(scale, F))
+    assert_bits_equal(got[2], np.array(zp, np.uint8))
+
+
+def test_semantics_table_subnormal_scale_is_subnormal():
+    scale = dynamic_quantize_linear(np.array([1e-38, 2e-38], F))[1]
+    assert 0 < scale < np.finfo(F).tiny
+
+
+@pytest.mark.parametrize("x", [[0, 0], [-0.0, 0.0], []])
+def test_onnx_reference_policy_gives_one_over_255(x):
+    y, scale, zp = dynamic_quantize_linear(np.array(x, F), zero_range="onnx-reference")
+    assert_bits_equal(scale, np.array(F(1) / F(255)))
+    assert zp == 0 and not y.any()
+
+
+def test_rejects_other_dtypes_and_policies():
+    with pytest.raises(TypeError):
+        dynamic_quantize_linear(np.zeros(3, np.float64))
+    with pytest.raises(ValueError):
+        dynamic_quantize_linear(np.zeros(3, F), zero_range="zero")
+
+
+def test_nan_runs_without_crashing():
+    y, scale, zp = dynamic_quantize_linear(np.array([1.0, np.nan, -2.0], F))
+    assert y.shape == (3,) and y.dtype == np.uint8 and zp.dtype == np.uint8 and scale.dtype == F
+
+
+@pytest.mark.parametrize("test", onnx_node_tests(), ids=lambda t: t.name)
+def test_onnx_conformance_cases(test):
+    x, expected = test.data_sets[0]
+    for got, want in zip(dynamic_quantize_linear(x[0]), expected):
+        assert_bits_equal(got, np.asarray(want))
+
+
+def test_matches_ort_kernel_on_the_whole_catalogue():
+    for case in cases(random_count=40):
+        got = dynamic_quantize_linear(case.x)
+        want = run_cached(case.x)
+        for g, w in zip(got, want):
+            assert_bits_equal(g, w)
