@@ -184,7 +184,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
             logger.info("no DynamicQuantizeLinear in the model")
             return ExpandResult(model, modified=False)
 
-        opset = model.opset_imports.get("", None)
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
         if opset is None:
             raise InputError("the model imports no ai.onnx opset but holds DynamicQuantizeLinear")
         proto = functions.function_proto(self.variant, opset, self.zero_range)
@@ -216,8 +216,9 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         ir.convenience.replace_nodes_and_values(node.graph, node, [node], new_nodes, node.outputs, outputs)
 
     def _call(self, node: ir.Node, function: ir.Function, root: ir.Graph | ir.Function, names: _Names) -> None:
-        base = node.name or "DynamicQuantizeLinear"
-        call = ir.Node(function.domain, function.name, node.inputs[:1], num_outputs=3, name=names(base))
+        # The call takes over the DQL's node name: the DQL goes away with it.
+        name = node.name or names("DynamicQuantizeLinear")
+        call = ir.Node(function.domain, function.name, node.inputs[:1], num_outputs=3, name=name)
         if isinstance(root, ir.Function):
             root.opset_imports[functions.FUNCTION_DOMAIN] = 1
         ir.convenience.replace_nodes_and_values(node.graph, node, [node], [call], node.outputs, call.outputs[: len(node.outputs)])

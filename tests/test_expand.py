@@ -1,0 +1,262 @@
+"""The expansion pass on whole models: every site, every scope, names, constants, opsets, external data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from conftest import assert_bits_equal, dql_model, session
+from onnx import TensorProto, helper
+
+import dql_pass
+from dql_pass.functions import FUNCTION_DOMAIN
+
+MODELS = Path(__file__).parent.parent / "models"
+SAMPLES = sorted(MODELS.glob("*.onnx"))
+COMBINATIONS = [(v, m) for v in dql_pass.VARIANTS for m in dql_pass.MODES]
+
+
+def _all_nodes(model: ir.Model):
+    for root in (model.graph, *model.functions.values()):
+        yield from ir.traversal.RecursiveGraphIterator(root)
+
+
+def _count(model: ir.Model, op_type: str, domains=("", "ai.onnx")) -> int:
+    return sum(1 for n in _all_nodes(model) if n.op_type == op_type and n.domain in domains)
+
+
+def _with_dql_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """Expose main-graph values as extra graph outputs, so DQL outputs are compared too."""
+    irm = ir.serde.deserialize_model(model)
+    values = {v.name: v for n in irm.graph for v in n.outputs}
+    for name in names:
+        if name in values and values[name] not in irm.graph.outputs:
+            irm.graph.outputs.append(values[name])
+    return ir.serde.serialize_model(irm)
+
+
+def _feeds(model: onnx.ModelProto, seed: int) -> list[dict[str, np.ndarray]]:
+    """Random, all-zero and all-negative float inputs; boolean inputs both ways."""
+    rng = np.random.default_rng(seed)
+    shapes = {
+        i.name: ([d.dim_value or 2 for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type)
+        for i in model.graph.input
+    }
+    out = []
+    for kind, flag in [("random", True), ("zeros", False), ("negative", True), ("random", False)]:
+        feed = {}
+        for name, (shape, elem) in shapes.items():
+            if elem == TensorProto.BOOL:
+                feed[name] = np.array(flag).reshape(shape)
+            elif kind == "random":
+                feed[name] = rng.standard_normal(shape).astype(np.float32) * np.float32(3)
+            elif kind == "zeros":
+                feed[name] = np.zeros(shape, np.float32)
+            else:
+                feed[name] = -np.abs(rng.standard_normal(shape).astype(np.float32)) - np.float32(0.5)
+        out.append(feed)
+    return out
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("variant, mode", COMBINATIONS)
+def test_sample_models_expand_bit_exactly(path, variant, mode):
+    original = onnx.load(path)
+    before = ir.serde.deserialize_model(original)
+    dql_outputs = [v.name for n in before.graph if n.op_type == "DynamicQuantizeLinear" for v in n.outputs]
+    expanded_ir = dql_pass.expand(path, variant=variant, mode=mode)
+    assert _count(expanded_ir, "DynamicQuantizeLinear") == 0
+    assert _count(expanded_ir, "Identity") == _count(before, "Identity")
+    expanded = ir.serde.serialize_model(expanded_ir)
+    onnx.checker.check_model(expanded, full_check=True)
+    onnx.shape_inference.infer_shapes(expanded, check_type=True, strict_mode=True)
+    ai_onnx = {o.version for o in original.opset_import if o.domain in ("", "ai.onnx")}
+    assert {o.version for o in expanded.opset_import if o.domain in ("", "ai.onnx")} == ai_onnx
+
+    reference = session(_with_dql_outputs(original, dql_outputs))
+    candidate = session(_with_dql_outputs(expanded, dql_outputs))
+    assert [o.name for o in candidate.get_outputs()] == [o.name for o in reference.get_outputs()]
+    for feed in _feeds(original, seed=len(path.stem)):
+        for want, got in zip(reference.run(None, feed), candidate.run(None, feed)):
+            assert_bits_equal(got, want)
+
+
+def _site_model(opset: int = 13, sites: int = 3) -> onnx.ModelProto:
+    nodes, outputs = [], []
+    for i in range(sites):
+        nodes.append(helper.make_node("Relu" if i % 2 else "Neg", ["x"], [f"a{i}"]))
+        nodes.append(helper.make_node("DynamicQuantizeLinear", [f"a{i}"], [f"y{i}", f"s{i}", f"z{i}"], name=f"dql{i}"))
+        outputs += [
+            helper.make_tensor_value_info(f"y{i}", TensorProto.UINT8, ["n"]),
+            helper.make_tensor_value_info(f"s{i}", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info(f"z{i}", TensorProto.UINT8, []),
+        ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("variant, per_site", [("quantizelinear", 14), ("arithmetic", 19)])
+def test_inline_sites_share_constants_and_use_few_nodes(variant, per_site):
+    model = _site_model(sites=3)
+    expanded = dql_pass.expand(model, variant=variant)
+    assert len(expanded.graph.node) == 3 + 3 * per_site  # the three Relu/Neg nodes stay
+    shared = [i.name for i in expanded.graph.initializer]
+    assert len(shared) == len(set(shared)) <= 3, shared  # 0, 255 and 1 (the zero-range scale is 1 too)
+    assert all(n.op_type != "Constant" for n in expanded.graph.node)
+
+
+def test_function_mode_adds_one_function_per_variant_and_policy():
+    model = dql_pass.expand(_site_model(opset=18), mode="function")
+    assert [(f.domain, f.name) for f in model.functions] == [(FUNCTION_DOMAIN, "DynamicQuantizeLinear_quantizelinear_onnxruntime")]
+    assert {(o.domain, o.version) for o in model.opset_import} == {("", 18), (FUNCTION_DOMAIN, 1)}
+    assert [(o.domain, o.version) for o in model.functions[0].opset_import] == [("", 18)]
+    calls = [n for n in model.graph.node if n.domain == FUNCTION_DOMAIN]
+    assert [n.name for n in calls] == ["dql0", "dql1", "dql2"]
+    again = dql_pass.expand(model, mode="function", variant="arithmetic")
+    assert len(again.functions) == 1  # nothing left to expand, nothing added
+
+
+def test_outputs_keep_their_names_and_consumers():
+    model = _site_model(sites=1)
+    model.graph.node.append(helper.make_node("Cast", ["y0"], ["y0_float"], to=TensorProto.FLOAT))
+    model.graph.output.append(helper.make_tensor_value_info("y0_float", TensorProto.FLOAT, ["n"]))
+    model.graph.value_info.append(helper.make_tensor_value_info("s0", TensorProto.FLOAT, []))
+    expanded = dql_pass.expand(model)
+    produced = {o for n in expanded.graph.node for o in n.output}
+    assert {"y0", "s0", "z0"} <= produced
+    cast = next(n for n in expanded.graph.node if n.op_type == "Cast" and n.output == ["y0_float"])
+    assert list(cast.input) == ["y0"]
+    assert [o.name for o in expanded.graph.output] == [o.name for o in model.graph.output]
+
+
+def _clashing_model() -> onnx.ModelProto:
+    """A DQL inside an If branch, with outer names equal to those the pass would pick first."""
+    inner = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "Scale", "val_0"], name="dql")],
+        "then",
+        [],
+        [
+            helper.make_tensor_value_info("y", TensorProto.UINT8, ["n"]),
+            helper.make_tensor_value_info("Scale", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("val_0", TensorProto.UINT8, []),
+        ],
+    )
+    other = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["y_else"], to=TensorProto.UINT8),
+            helper.make_node("Constant", [], ["s_else"], value_float=1.0),
+            helper.make_node("Constant", [], ["z_else"], value=helper.make_tensor("z", TensorProto.UINT8, [], [0])),
+        ],
+        "else",
+        [],
+        [
+            helper.make_tensor_value_info("y_else", TensorProto.UINT8, ["n"]),
+            helper.make_tensor_value_info("s_else", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("z_else", TensorProto.UINT8, []),
+        ],
+    )
+    # Outer values named like the pass's candidates: dql/x_min, dql/ReduceMin, dql_pass_q_min, x_scale ...
+    clashing = ["dql/x_min", "dql/tmp", "dql/y_scale", "dql_pass_q_min", "dql_pass_q_max", "X_Min", "x_scale"]
+    nodes = [helper.make_node("Identity", ["x"], [name], name=name.replace("x_min", "ReduceMin")) for name in clashing]
+    nodes.append(helper.make_node("If", ["cond"], ["oy", "os", "oz"], then_branch=inner, else_branch=other, name="if"))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in [("oy", TensorProto.UINT8, ["n"]), ("os", TensorProto.FLOAT, []), ("oz", TensorProto.UINT8, [])]]
+        + [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"]) for name in clashing],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("variant, mode", COMBINATIONS)
+def test_new_names_never_clash_across_scopes(variant, mode):
+    model = _clashing_model()
+    onnx.checker.check_model(model, full_check=True)
+    expanded = dql_pass.expand(model, variant=variant, mode=mode)
+    names = [o for n in expanded.graph.node for o in n.output] + [i.name for i in expanded.graph.initializer]
+    for node in expanded.graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                names += [o for n in attr.g.node for o in n.output]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    x = np.array([0.5, -2.0, 7.25], np.float32)
+    want = session(model).run(None, {"x": x, "cond": np.array(True)})
+    got = session(expanded).run(None, {"x": x, "cond": np.array(True)})
+    for g, w in zip(got, want):
+        assert_bits_equal(g, w)
+
+
+def test_ai_onnx_domain_spelling():
+    model = dql_model(13, domain="ai.onnx")
+    expanded = dql_pass.expand(model)
+    assert _count(ir.serde.deserialize_model(expanded), "DynamicQuantizeLinear") == 0
+    assert {o.version for o in expanded.opset_import if o.domain in ("", "ai.onnx")} == {13}
+    onnx.checker.check_model(expanded, full_check=True)
+    x = np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32)
+    assert_bits_equal(session(expanded).run(None, {"x": x})[0], np.array([153, 255, 0, 26, 221, 179], np.uint8))
+
+
+def test_idempotent_and_no_dql_is_unchanged():
+    once = dql_pass.expand(ir.serde.deserialize_model(_site_model()))
+    twice = dql_pass.ExpandDynamicQuantizeLinearPass()(once)
+    assert not twice.modified and twice.sites == {}
+    plain = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    assert dql_pass.expand(plain).SerializeToString() == ir.serde.serialize_model(ir.serde.deserialize_model(plain)).SerializeToString()
+
+
+def test_non_float_input_is_rejected():
+    model = dql_model(13)
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    with pytest.raises(dql_pass.InputError, match="float32"):
+        dql_pass.expand(model)
+
+
+def _external_model(folder: Path) -> Path:
+    weight = np.arange(64 * 8, dtype=np.uint8).reshape(64, 8)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        helper.make_node("MatMulInteger", ["xq", "w", "xz"], ["acc"]),
+        helper.make_node("Cast", ["acc"], ["out"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])],
+        initializer=[onnx.numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    path = folder / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    return path
+
+
+def test_external_data_is_referenced_next_to_the_input(tmp_path):
+    source = _external_model(tmp_path)
+    expanded = dql_pass.expand(source)
+    assert isinstance(expanded.graph.initializers["w"].const_value, ir.ExternalTensor)
+    dql_pass.save_model(expanded, tmp_path / "expanded.onnx", source=source)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["expanded.onnx", "model.onnx", "weights.bin"]
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    want = session(onnx.load(source)).run(None, {"x": x})[0]
+    got = session(onnx.load(tmp_path / "expanded.onnx")).run(None, {"x": x})[0]
+    assert_bits_equal(got, want)
+
+
+def test_external_data_follows_an_output_elsewhere(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    source = _external_model(tmp_path / "in")
+    dql_pass.save_model(dql_pass.expand(source), tmp_path / "out" / "expanded.onnx", source=source)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["expanded.onnx", "expanded.onnx.data"]
+    x = np.ones((2, 64), np.float32)
+    want = session(onnx.load(source)).run(None, {"x": x})[0]
+    got = session(onnx.load(tmp_path / "out" / "expanded.onnx")).run(None, {"x": x})[0]
+    assert_bits_equal(got, want)
