@@ -6,7 +6,9 @@ The public API:
 - :func:`dynamic_quantize_linear` is the NumPy reference.
 - :func:`function_proto` gives the decomposition itself as a FunctionProto.
 - :class:`ExpandDynamicQuantizeLinearPass` is the onnx_ir pass behind :func:`expand`.
+- :func:`generate_suite` writes a conformance suite in ONNX's backend-test layout; :func:`run_suite` runs one.
 - :func:`load_model` and :func:`save_model` read checked models and write them atomically.
+- :func:`verify` checks a rewritten model against the original, bit for bit, on ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ __all__ = [
     "InputError",
     "MODES",
     "VARIANTS",
+    "VerifyReport",
     "ZERO_RANGE_POLICIES",
     "dynamic_quantize_linear",
     "expand",
     "find_sites",
     "function_proto",
+    "generate_suite",
     "load_model",
+    "run_suite",
     "save_model",
+    "verify",
 ]
 
 import os
@@ -32,11 +38,13 @@ from typing import overload
 import onnx
 import onnx_ir as ir
 
+from dql_pass.conformance import generate_suite, run_suite
 from dql_pass.errors import InputError
 from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult, find_sites
 from dql_pass.files import load_model, save_model
 from dql_pass.functions import VARIANTS, function_proto
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
+from dql_pass.verify import VerifyReport, verify
 
 
 @overload

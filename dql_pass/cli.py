@@ -1,6 +1,6 @@
 """The ``dql-pass`` command line: a thin shell over the public API.
 
-Exit codes: 0 on success, 2 on bad input (one line on stderr, no traceback).
+Exit codes: 0 on success, 1 when verify finds a mismatch, 2 on bad input (one line on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ __all__ = ["main"]
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
+
+import numpy as np
 
 import dql_pass
 
@@ -27,7 +30,7 @@ def _expand(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     if not result.sites:
         print(f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
-        return 0
+        return _verified(args)
     total = sum(result.sites.values())
     print(
         f"expanded {total} DynamicQuantizeLinear (variant {args.variant}, mode {args.mode}, "
@@ -35,7 +38,54 @@ def _expand(args: argparse.Namespace) -> int:
     )
     for label, count in result.sites.items():
         print(f"  {count:6d}  {label}")
-    return 0
+    return _verified(args)
+
+
+def _verified(args: argparse.Namespace) -> int:
+    """The exit code of ``expand``: 0, or with --verify the verdict of verify on what it wrote."""
+    if not args.verify:
+        return 0
+    return _show(dql_pass.verify(args.input, args.output, zero_range=args.zero_range))
+
+
+def _show(report: dql_pass.VerifyReport, json_path: str | None = None) -> int:
+    if json_path is not None:
+        report.save_json(json_path)
+    print(report.format())
+    return report.exit_code
+
+
+def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise dql_pass.InputError(f"{option} {item!r}: expected NAME=VALUE")
+        pairs[name] = value
+    return pairs
+
+
+def _load_array(name: str, path: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise dql_pass.InputError(f"--input {name}: cannot read {path}: {error}") from None
+
+
+def _verify(args: argparse.Namespace) -> int:
+    dims = {}
+    for name, size in _pairs(args.dim, "--dim").items():
+        if not size.isdigit():
+            raise dql_pass.InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
+        dims[name] = int(size)
+    inputs = {name: _load_array(name, path) for name, path in _pairs(args.input, "--input").items()}
+    if args.json is not None and any(os.path.realpath(args.json) == os.path.realpath(m) for m in (args.original, args.rewritten)):
+        raise dql_pass.InputError(f"{args.json}: the report would overwrite a model; choose another path")
+    report = dql_pass.verify(
+        args.original, args.rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims,
+        zero_range=args.zero_range,
+    )
+    return _show(report, args.json)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,7 +104,24 @@ def _parser() -> argparse.ArgumentParser:
                         help="inline the ops (default) or call one model-local function")
     expand.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
                         help="the scale of an all-zero or empty input: 1.0 (onnxruntime) or 1/255 (onnx-reference)")
+    expand.add_argument("--verify", action="store_true",
+                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     expand.set_defaults(run=_expand)
+
+    verify = commands.add_parser("verify", help="check a rewritten model against the original, bit for bit, on ORT")
+    verify.add_argument("original", help="the model with DynamicQuantizeLinear")
+    verify.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
+    verify.add_argument("--samples", type=int, default=2, help="random input sets for the model level (default 2), "
+                        "besides one with every float input at zero")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the random catalogue cases and model inputs")
+    verify.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="use this array for model input NAME in every input set (repeatable)")
+    verify.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                        help="size of symbolic dimension NAME (default 1 for batch-like names, else 8; repeatable)")
+    verify.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
+                        help="the policy the reference follows on all-zero and empty inputs (default onnxruntime)")
+    verify.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
+    verify.set_defaults(run=_verify)
     return parser
 
 

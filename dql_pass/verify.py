@@ -1,0 +1,687 @@
+"""Check a rewritten model against the original, bit for bit, on ONNX Runtime.
+
+:func:`verify` compares REWRITTEN with ORIGINAL at two levels and returns a :class:`VerifyReport`.
+
+Site level, for every DynamicQuantizeLinear of ORIGINAL (main graph, If/Loop/Scan bodies at any
+depth, model-local functions):
+
+- the values that hold the site's three outputs are looked up by name in the same graph of
+  REWRITTEN (rewrites keep the names); a missing name is a mismatch ("lost output");
+- the computation of those outputs is walked back to the value named like the DQL's input, taking
+  in constants, initializers and Constant nodes of outer scopes, subgraphs of the nodes on the way,
+  and the model-local functions it calls; a native DQL is fine too. A computation that needs any
+  other value cannot run alone: the site is reported "not reachable" and not counted as checked;
+- the extracted computation gets canonical names, so identical sites share one ORT session and one
+  run of the catalogue (:func:`dql_pass.catalogue.cases`, the comparable cases), compared with
+  :func:`dql_pass.reference.dynamic_quantize_linear` under the chosen zero-range policy.
+
+Model level: both models run on ORT (graph optimisation "basic", which keeps every kernel as
+written) on synthesized inputs, ``samples`` seeded random sets plus one with every float input at
+zero. Every main-graph DQL input and output becomes a graph output of both models; each site's
+outputs in REWRITTEN must equal the reference applied to the site's input in ORIGINAL. Values
+inside subgraphs and functions cannot be graph outputs, the report says so. The final outputs of
+both models must be bit-identical (NaN equals NaN); when not, the report gives the largest absolute
+and relative differences.
+
+Synthesized inputs: a symbolic dimension takes its ``dims`` size, else 1 when its name says batch,
+else 8 (so does an unnamed one); float inputs are standard normal; integer inputs named like a
+mask are ones, like token types or segments zeros, like positions ``0, 1, ...`` along the last
+axis, other integers (token ids) uniform in ``[0, 16)``; booleans are True. ``inputs`` replaces any
+of them, with the same array in every set.
+
+Failures to read the models or the options raise :class:`~dql_pass.errors.InputError`; so does an
+ORIGINAL that ORT cannot run. A REWRITTEN that ORT cannot run is a mismatch.
+"""
+
+from __future__ import annotations
+
+__all__ = ["OutputResult", "SiteResult", "VerifyReport", "verify"]
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+
+from dql_pass.catalogue import Case, cases
+from dql_pass.errors import InputError
+from dql_pass.expand import _graph_paths, find_sites
+from dql_pass.files import _external_base_dirs, _one_line, load_model
+from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
+
+logger = logging.getLogger(__name__)
+
+_OUTPUTS = ("y", "y_scale", "y_zero_point")
+_OUTPUT_TYPES = (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)
+_INT_HIGH = 16  # token ids stay below every realistic vocabulary size
+_BATCH_SIZE, _OTHER_SIZE = 1, 8
+_WORST = (9, 0)  # the severity of a site that cannot run at all
+
+
+@dataclasses.dataclass
+class SiteResult:
+    """One DQL site of ORIGINAL: how many inputs it ran and what went wrong."""
+
+    name: str
+    graph: str
+    cases: int = 0
+    mismatches: int = 0
+    worst_case: str | None = None
+    worst_class: str | None = None
+    detail: str | None = None
+    classes: dict[str, int] = dataclasses.field(default_factory=dict)
+    model_level: str = ""
+    not_reachable: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0 and self.not_reachable is None
+
+
+@dataclasses.dataclass
+class OutputResult:
+    """One final output of ORIGINAL compared with REWRITTEN over all input sets."""
+
+    name: str
+    identical: bool
+    differing: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str | None = None
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """Everything :func:`verify` found; :meth:`format` prints it, :meth:`to_dict` is the JSON form."""
+
+    original: str
+    rewritten: str
+    zero_range: str
+    sites: list[SiteResult]
+    outputs: list[OutputResult]
+    input_sets: list[str]
+    model_error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def mismatches(self) -> int:
+        return sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def summary(self) -> str:
+        checked = [s for s in self.sites if s.not_reachable is None]
+        unreachable = len(self.sites) - len(checked)
+        identical = sum(o.identical for o in self.outputs)
+        text = (
+            f"{'PASS' if self.passed else 'FAIL'}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
+            f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
+            f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets; "
+            f"zero range {self.zero_range}; {self.seconds:.2f} s"
+        )
+        if unreachable:
+            text += f"; {unreachable} sites not reachable, not checked"
+        if self.model_error:
+            text += f"; {self.model_error}"
+        return text
+
+    def format(self) -> str:
+        rows = [("site", "graph", "cases", "mismatches", "worst case (input class)")]
+        for s in self.sites:
+            worst = "-" if s.worst_case is None else f"{s.worst_case} ({s.worst_class})"
+            rows.append((s.name, s.graph, str(s.cases), "not reachable" if s.not_reachable else str(s.mismatches), worst))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        for s in self.sites:
+            if s.not_reachable:
+                lines.append(f"not reachable: {s.name} in {s.graph}: {s.not_reachable}")
+            elif s.mismatches:
+                classes = ", ".join(f"{name} {count}" for name, count in s.classes.items())
+                lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
+        inside = [s.name for s in self.sites if s.graph != "main"]
+        if inside:
+            lines.append(
+                f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
+                "the catalogue only; their values cannot be graph outputs"
+            )
+        for o in self.outputs:
+            if not o.identical:
+                lines.append(f"final output {o.name!r} differs: {o.detail}")
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            **dataclasses.asdict(self),
+            "passed": self.passed,
+            "mismatches": self.mismatches,
+            "summary": self.summary(),
+        }
+
+    def save_json(self, path: str | os.PathLike) -> None:
+        """Write :meth:`to_dict` as JSON to ``path`` atomically."""
+        path = Path(path)
+        if not path.parent.resolve().is_dir():
+            raise InputError(f"{path}: the output folder does not exist")
+        try:
+            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(handle, "w") as stream:
+                json.dump(self.to_dict(), stream, indent=2)
+                stream.write("\n")
+            os.replace(temporary, path)
+        except OSError as error:
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(temporary)
+            raise InputError(f"{path}: cannot write the report: {error.strerror}") from None
+
+
+# -- comparison ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Diff:
+    """What differs between actual and expected outputs for one input; larger ``severity`` is worse."""
+
+    severity: tuple[int, int]
+    detail: str
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
+
+
+def _same(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Element-wise bit equality; NaN equals NaN whatever its payload."""
+    same = _bits(actual) == _bits(expected)
+    if actual.dtype.kind == "f":
+        same |= np.isnan(actual) & np.isnan(expected)
+    return same
+
+
+def _compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> _Diff | None:
+    """Compare a site's three outputs with the reference's; None when every bit agrees."""
+    problems, scalars, elements = [], 0, 0
+    for name, a, e in zip(_OUTPUTS, actual, expected):
+        a = np.asarray(a)
+        if a.dtype != e.dtype or a.shape != e.shape:
+            problems.append(f"{name} is {a.dtype}{list(a.shape)}, expected {e.dtype}{list(e.shape)}")
+            scalars += 1
+            continue
+        bad = ~_same(a, e)
+        if not bad.any():
+            continue
+        if name == "y":
+            elements = int(bad.sum())
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            problems.append(f"y differs at {elements} of {a.size} elements (first at {list(where)}: {a[where]}, expected {e[where]})")
+        else:
+            scalars += 1
+            problems.append(f"{name} is {a[()]}, expected {e[()]}")
+    return _Diff((scalars, elements), "; ".join(problems)) if problems else None
+
+
+class _Tally:
+    """Counts mismatches of one site and keeps the worst."""
+
+    def __init__(self, result: SiteResult):
+        self.result = result
+        self.worst: _Diff | None = None
+        self.classes: Counter[str] = Counter()
+
+    def add(self, case: str, category: str, diff: _Diff | None, *, run: bool = True) -> None:
+        self.result.cases += run
+        if diff is None:
+            return
+        self.result.mismatches += 1
+        self.classes[category] += 1
+        self.result.classes = dict(self.classes.most_common())
+        if self.worst is None or diff.severity > self.worst.severity:
+            self.worst = diff
+            self.result.worst_case, self.result.worst_class, self.result.detail = case, category, diff.detail
+
+
+# -- ORT -------------------------------------------------------------------------------------------
+
+
+def _session(model: ir.Model, *, threads: int = 0) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = threads
+    # "basic" folds constants and drops no-ops but fuses nothing: each kernel runs as written.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    folders = _external_base_dirs(model)
+    if folders:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(min(folders)))
+    proto = ir.serde.serialize_model(model)
+    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+# -- site extraction -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Site:
+    name: str
+    graph: str
+    input: str
+    outputs: tuple[str, ...]
+
+
+class _NotReachable(Exception):
+    """The site's computation needs more than its input and constants."""
+
+
+class _LostOutput(Exception):
+    """REWRITTEN has no value under one of the site's output names."""
+
+
+def _values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
+    values = {v.name: v for v in graph.inputs if v.name}
+    values.update(graph.initializers)
+    values.update((v.name, v) for node in graph for v in node.outputs if v.name)
+    return values
+
+
+def _graphs_in(node: ir.Node) -> list[ir.Graph]:
+    found = []
+    for attr in node.attributes.values():
+        if attr.is_ref():
+            raise _NotReachable(f"node {node.name or node.op_type!r} takes attribute {attr.name!r} from its function")
+        if attr.type == ir.AttributeType.GRAPH:
+            found.append(attr.as_graph())
+        elif attr.type == ir.AttributeType.GRAPHS:
+            found.extend(attr.as_graphs())
+    return found
+
+
+def _captured(node: ir.Node) -> list[ir.Value]:
+    """Values of enclosing scopes that the subgraphs of ``node`` read."""
+    inner: set[ir.Graph] = set()
+    pending = _graphs_in(node)
+    nodes = []
+    while pending:
+        graph = pending.pop()
+        inner.add(graph)
+        for n in graph:
+            nodes.append(n)
+            pending.extend(_graphs_in(n))
+    return [v for n in nodes for v in n.inputs if v is not None and v.graph not in inner]
+
+
+def _walk(outputs: Sequence[ir.Value], input_name: str) -> tuple[ir.Value | None, list[ir.Node], list[ir.Value]]:
+    """Nodes computing ``outputs`` from the value named ``input_name``, in topological order, and the constants they read."""
+    found_input, order, constants, foreign = None, [], [], []
+    seen_values: set[ir.Value] = set()
+    seen_nodes: set[ir.Node] = set()
+    stack: list[ir.Value | tuple[ir.Node]] = list(reversed(outputs))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):  # every input of this node is placed: emit it
+            order.append(item[0])
+            continue
+        if item in seen_values:
+            continue
+        seen_values.add(item)
+        producer = item.producer()
+        if item.name == input_name:
+            found_input = item
+        elif producer is None and item.const_value is not None:
+            constants.append(item)
+        elif producer is None:
+            foreign.append(item.name)
+        elif producer not in seen_nodes:
+            seen_nodes.add(producer)
+            stack.append((producer,))
+            stack.extend(v for v in reversed([*producer.inputs, *_captured(producer)]) if v is not None)
+    if foreign:
+        raise _NotReachable(f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its input {input_name!r}")
+    return found_input, order, constants
+
+
+def _called_functions(model: ir.Model, nodes: Sequence[ir.Node]) -> list[ir.Function]:
+    called: dict[tuple[str, str, str], ir.Function] = {}
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        for graph in _graphs_in(node):
+            pending.extend(graph)
+        function = model.functions.get(node.op_identifier())
+        if function is not None and node.op_identifier() not in called:
+            called[node.op_identifier()] = function
+            pending.extend(function)
+    return [called[key] for key in sorted(called)]
+
+
+def _canonical(graph: ir.Graph) -> None:
+    """Name everything by position, so that identical computations serialize to identical bytes."""
+    values = [*graph.initializers.values()]
+    values += [v for node in graph for v in node.outputs]
+    for i, value in enumerate(values):
+        value.name = f"\x00{i}"  # first out of the way, for initializer names may collide
+    for i, value in enumerate(values):
+        value.name = f"v{i}"
+        value.shape = None  # the shapes of the original model do not hold for catalogue inputs
+        value.doc_string = None
+        value.metadata_props.clear()
+    for i, node in enumerate(graph):
+        node.name = f"n{i}"
+        node.doc_string = None
+        node.metadata_props.clear()
+    graph.inputs[0].name = "x"
+    graph.inputs[0].type, graph.inputs[0].shape = ir.TensorType(ir.DataType.FLOAT), None
+    for value, name, dtype in zip(graph.outputs, _OUTPUTS, _OUTPUT_TYPES):
+        value.name = name
+        if value.type is None:
+            value.type = ir.TensorType(dtype)
+
+
+def _extract(model: ir.Model, graph: ir.Graph, site: _Site) -> ir.Model:
+    """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing the site in ``model``."""
+    values = _values_by_name(graph)
+    lost = [name for name in site.outputs if name not in values]
+    if lost:
+        raise _LostOutput(f"REWRITTEN has no value named {', '.join(map(repr, lost))} in {site.graph}")
+    outputs = [values[name] for name in site.outputs]
+    x, nodes, constants = _walk(outputs, site.input)
+    if len(set(outputs)) != len(outputs) or (x is not None and x in outputs):
+        raise _NotReachable("two of its outputs, or an output and its input, are the same value")
+    x = x if x is not None else ir.Value(name=site.input)  # outputs that ignore x still get compared
+    functions = [f.clone() for f in _called_functions(model, nodes)]
+    opsets = {**graph.opset_imports, **model.opset_imports}
+    for function in functions:
+        opsets = {**function.opset_imports, **opsets}
+    body = ir.GraphView([x], outputs, nodes=nodes, initializers=constants, opset_imports=opsets).clone()
+    _canonical(body)
+    return ir.Model(body, ir_version=model.ir_version, functions=functions)
+
+
+# -- model level -----------------------------------------------------------------------------------
+
+
+def _dim_size(dim: int | ir.SymbolicDim, dims: Mapping[str, int]) -> int:
+    if isinstance(dim, int):
+        return dim
+    name = dim.value
+    if name is not None and name in dims:
+        return dims[name]
+    return _BATCH_SIZE if name is not None and "batch" in name.lower() else _OTHER_SIZE
+
+
+def _synthesize(value: ir.Value, dims: Mapping[str, int], rng: np.random.Generator, zeros: bool) -> np.ndarray:
+    if not isinstance(value.type, ir.TensorType) or value.shape is None:
+        raise InputError(f"cannot synthesize model input {value.name!r} (no tensor type or no shape); give it with --input")
+    dtype = value.dtype
+    shape = tuple(_dim_size(d, dims) for d in value.shape)
+    name = value.name.lower()
+    if dtype.is_floating_point():
+        data = np.zeros(shape) if zeros else rng.standard_normal(shape)
+        return data.astype(dtype.numpy())
+    if dtype == ir.DataType.BOOL:
+        return np.ones(shape, bool)
+    if not dtype.is_integer():
+        raise InputError(f"cannot synthesize model input {value.name!r} of type {dtype.name.lower()}; give it with --input")
+    if "mask" in name:
+        data = np.ones(shape)
+    elif "type" in name or "segment" in name:
+        data = np.zeros(shape)
+    elif "position" in name and shape:
+        data = np.broadcast_to(np.arange(shape[-1]), shape)
+    else:
+        data = rng.integers(0, _INT_HIGH, shape)
+    return np.ascontiguousarray(data).astype(dtype.numpy())
+
+
+def _input_sets(
+    model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]
+) -> dict[str, dict[str, np.ndarray]]:
+    graph_inputs = [v for v in model.graph.inputs if not v.is_initializer()]
+    by_name = {v.name: v for v in graph_inputs}
+    for name, array in inputs.items():
+        if name not in by_name:
+            raise InputError(f"--input {name}: ORIGINAL has no input {name!r}; its inputs: {', '.join(by_name)}")
+        expected = by_name[name].dtype
+        if expected is not None and np.asarray(array).dtype != expected.numpy():
+            raise InputError(f"--input {name}: the array is {np.asarray(array).dtype}, the input takes {expected.numpy()}")
+    symbols = {d.value for v in graph_inputs if v.shape is not None for d in v.shape if isinstance(d, ir.SymbolicDim)}
+    for name in dims:
+        if name not in symbols:
+            raise InputError(f"--dim {name}: no input of ORIGINAL has a dimension named {name!r}")
+    rng = np.random.default_rng(seed)
+    sets = {}
+    labels = [f"sample {i}" for i in range(samples)]
+    if any(v.dtype is not None and v.dtype.is_floating_point() for v in graph_inputs if v.name not in inputs):
+        labels.append("zeros")
+    for label in labels:
+        sets[label] = {
+            v.name: np.asarray(inputs[v.name]) if v.name in inputs else _synthesize(v, dims, rng, label == "zeros")
+            for v in graph_inputs
+        }
+    return sets
+
+
+@contextlib.contextmanager
+def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]):
+    """Temporarily make the main-graph values called ``names`` graph outputs, with a type if they lack one."""
+    graph = model.graph
+    values = _values_by_name(graph)
+    added = [
+        values[name] for name in names
+        if name in values and not (values[name].is_graph_output() or values[name].is_graph_input() or values[name].is_initializer())
+    ]
+    untyped = [value for value in added if value.type is None]
+    for value in untyped:
+        value.type = ir.TensorType(names[value.name])
+    graph.outputs.extend(added)
+    try:
+        yield
+    finally:
+        for value in added:
+            graph.outputs.remove(value)
+        for value in untyped:
+            value.type = None
+
+
+def _run_all(
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Mapping[str, Mapping[str, np.ndarray]]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
+    with _exposed(model, names):
+        session = _session(model)
+    fetched = [o.name for o in session.get_outputs()]
+    fed = {i.name for i in session.get_inputs()}
+    values = _values_by_name(model.graph)
+    constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
+    results = {}
+    for label, feeds in sets.items():
+        out = {**constants, **feeds}
+        out.update(zip(fetched, session.run(fetched, {n: a for n, a in feeds.items() if n in fed})))
+        results[label] = out
+    return results
+
+
+def _compare_output(name: str, original: Sequence[np.ndarray], rewritten: Sequence[np.ndarray | None]) -> OutputResult:
+    differing, max_abs, max_rel, problems = 0, 0.0, 0.0, []
+    for a, b in zip(original, rewritten):
+        if b is None:
+            problems.append("REWRITTEN has no such output")
+            break
+        if a.dtype != b.dtype or a.shape != b.shape:
+            problems.append(f"{b.dtype}{list(b.shape)} instead of {a.dtype}{list(a.shape)}")
+            break
+        bad = ~_same(a, b)
+        differing += int(bad.sum())
+        if bad.any() and a.dtype.kind in "fiub":
+            with np.errstate(all="ignore"):
+                x, y = a[bad].astype(np.float64), b[bad].astype(np.float64)
+                delta = np.abs(x - y)
+                max_abs = max(max_abs, float(np.nanmax(delta)))
+                max_rel = max(max_rel, float(np.nanmax(delta / np.maximum(np.abs(x), np.finfo(np.float64).tiny))))
+    if problems:
+        return OutputResult(name, False, detail=problems[0])
+    if differing:
+        total = sum(a.size for a in original)
+        detail = f"{differing} of {total} elements differ; max abs {max_abs:.6g}, max rel {max_rel:.6g}"
+        return OutputResult(name, False, differing, max_abs, max_rel, detail)
+    return OutputResult(name, True)
+
+
+# -- the evaluator ---------------------------------------------------------------------------------
+
+
+def _as_ir(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[ir.Model, str]:
+    if isinstance(model, ir.Model):
+        return model, model.graph.name or "<ir.Model>"
+    if isinstance(model, onnx.ModelProto):
+        return ir.serde.deserialize_model(model), model.graph.name or "<ModelProto>"
+    return load_model(model), os.fspath(model)
+
+
+def _original_sites(model: ir.Model) -> list[_Site]:
+    sites = []
+    for label, nodes in find_sites(model).items():
+        for node in nodes:
+            if not node.inputs or node.inputs[0] is None or len(node.outputs) != 3:
+                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} lacks its input or an output")
+            outputs = tuple(v.name for v in node.outputs)
+            sites.append(_Site(node.name or outputs[0], label, node.inputs[0].name, outputs))
+    return sites
+
+
+class _SiteRunner:
+    """Runs extracted site models over the catalogue, once per distinct computation."""
+
+    def __init__(self, catalogue: Sequence[Case], zero_range: str):
+        self.catalogue = catalogue
+        self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
+        self._results: dict[bytes, list[_Diff | None]] = {}
+
+    def run(self, model: ir.Model) -> list[_Diff | None]:
+        key = ir.serde.serialize_model(model).SerializeToString(deterministic=True)
+        if key not in self._results:
+            self._results[key] = self._run(model)
+        return self._results[key]
+
+    def _run(self, model: ir.Model) -> list[_Diff | None]:
+        try:
+            session = _session(model, threads=1)
+        except Exception as error:  # noqa: BLE001 - whatever ORT refuses, the rewrite is at fault
+            return [_Diff(_WORST, f"ORT cannot load the site: {_one_line(error)}")] * len(self.catalogue)
+        diffs = []
+        for case, expected in zip(self.catalogue, self.expected):
+            try:
+                diffs.append(_compare(session.run(list(_OUTPUTS), {"x": case.x}), expected))
+            except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
+                diffs.append(_Diff(_WORST, f"ORT failed: {_one_line(error)}"))
+        return diffs
+
+
+def verify(
+    original: onnx.ModelProto | ir.Model | str | os.PathLike,
+    rewritten: onnx.ModelProto | ir.Model | str | os.PathLike,
+    *,
+    samples: int = 2,
+    seed: int = 0,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    dims: Mapping[str, int] | None = None,
+    zero_range: str = "onnxruntime",
+) -> VerifyReport:
+    """Check ``rewritten`` against ``original`` at site and model level (see the module docstring).
+
+    Models are paths (checked and loaded with :func:`dql_pass.load_model`), ModelProtos or
+    ``ir.Model`` objects, which are read and left as they were.
+    """
+    if zero_range not in ZERO_RANGE_POLICIES:
+        raise InputError(f"unknown zero-range policy {zero_range!r}; choose from {', '.join(ZERO_RANGE_POLICIES)}")
+    if samples < 0:
+        raise InputError(f"--samples must be 0 or more, not {samples}")
+    if any(size < 0 for size in (dims or {}).values()):
+        raise InputError("--dim sizes must be 0 or more")
+    start = time.perf_counter()
+    original_model, original_label = _as_ir(original)
+    rewritten_model, rewritten_label = _as_ir(rewritten)
+    sets = _input_sets(original_model, samples, seed, inputs or {}, dims or {})
+    tallies = _check_sites(rewritten_model, _original_sites(original_model), seed, zero_range)
+    outputs, model_error = _check_model(original_model, rewritten_model, tallies, sets, zero_range)
+    report = VerifyReport(
+        original_label, rewritten_label, zero_range, [t.result for t in tallies.values()], outputs, list(sets), model_error,
+        time.perf_counter() - start,
+    )
+    logger.info("%s", report.summary())
+    return report
+
+
+def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range: str) -> dict[_Site, _Tally]:
+    catalogue = [c for c in cases(seed=seed) if c.comparable]
+    runner = _SiteRunner(catalogue, zero_range)
+    graphs = {label: graph for graph, (label, _) in _graph_paths(model).items()}
+    tallies = {}
+    for site in sites:
+        tally = tallies[site] = _Tally(SiteResult(site.name, site.graph))
+        try:
+            if site.graph not in graphs:
+                raise _LostOutput(f"REWRITTEN has no graph {site.graph!r}")
+            extracted = _extract(model, graphs[site.graph], site)
+        except _LostOutput as lost:
+            tally.add("-", "lost output", _Diff(_WORST, str(lost)), run=False)
+            continue
+        except _NotReachable as reason:
+            tally.result.not_reachable = str(reason)
+            continue
+        for case, diff in zip(catalogue, runner.run(extracted)):
+            tally.add(case.name, case.category, diff)
+    return tallies
+
+
+def _check_model(
+    original: ir.Model,
+    rewritten: ir.Model,
+    tallies: Mapping[_Site, _Tally],
+    sets: Mapping[str, Mapping[str, np.ndarray]],
+    zero_range: str,
+) -> tuple[list[OutputResult], str | None]:
+    """Run both models; check main-graph sites on their actual inputs and compare the final outputs."""
+    exposed = [s for s, t in tallies.items() if s.graph == "main" and t.result.classes.get("lost output") is None]
+    for site, tally in tallies.items():
+        tally.result.model_level = (
+            f"checked on {len(sets)} input sets" if site in exposed
+            else "not checked in the models: lost output" if site.graph == "main"
+            else "not checked in the models: its values live in a subgraph or function, they cannot be graph outputs"
+        )
+    names = {name: dtype for s in exposed for name, dtype in zip((s.input, *s.outputs), (ir.DataType.FLOAT, *_OUTPUT_TYPES))}
+    final = [v.name for v in original.graph.outputs]
+    try:
+        expected_runs = _run_all(original, names, sets)
+    except Exception as error:  # noqa: BLE001 - ORT's message is the clearest one-liner available
+        raise InputError(f"ORT cannot run ORIGINAL: {_one_line(error)}") from None
+    try:
+        actual_runs = _run_all(rewritten, names, sets)
+    except Exception as error:  # noqa: BLE001 - a rewrite that ORT refuses is a failed rewrite
+        error_text = f"ORT cannot run REWRITTEN: {_one_line(error)}"
+        return [OutputResult(name, False, detail="REWRITTEN did not run") for name in final], error_text
+    for site in exposed:
+        for label in sets:
+            expected = dynamic_quantize_linear(expected_runs[label][site.input], zero_range)
+            actual = [actual_runs[label].get(name) for name in site.outputs]
+            diff = _compare(actual, expected) if all(a is not None for a in actual) else _Diff(_WORST, "REWRITTEN lacks the outputs")
+            tallies[site].add(label, "model input", diff)
+    outputs = [
+        _compare_output(name, [expected_runs[label][name] for label in sets], [actual_runs[label].get(name) for label in sets])
+        for name in final
+    ]
+    return outputs, None
