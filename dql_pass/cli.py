@@ -88,6 +88,29 @@ def _verify(args: argparse.Namespace) -> int:
     return _show(report, args.json)
 
 
+def _opsets(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected opsets like 11,13,21, not {text!r}") from None
+
+
+def _gen_tests(args: argparse.Namespace) -> int:
+    suite = dql_pass.generate_suite(
+        args.outdir, opsets=args.opsets, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
+        zero_range=args.zero_range, include_unspecified=args.include_unspecified, include_large=not args.no_large,
+    )
+    size = f"{suite.size_bytes / 1e6:.1f} MB" if suite.size_bytes >= 1e6 else f"{suite.size_bytes / 1e3:.0f} kB"
+    print(f"wrote {len(suite.entries)} test folders from {suite.inputs} inputs to {suite.path}: {size} in {suite.seconds:.1f} s")
+    return 0
+
+
+def _run_tests(args: argparse.Namespace) -> int:
+    report = dql_pass.run_suite(args.outdir, args.backend, progress=lambda outcome: print(outcome.line(), flush=True))
+    print(report.summary())
+    return 1 if report.failed else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dql-pass", description="Expand ONNX DynamicQuantizeLinear into primitive ops, bit-exact with ONNX Runtime."
@@ -122,6 +145,31 @@ def _parser() -> argparse.ArgumentParser:
                         help="the policy the reference follows on all-zero and empty inputs (default onnxruntime)")
     verify.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
     verify.set_defaults(run=_verify)
+
+    suites = dql_pass.conformance
+    gen_tests = commands.add_parser("gen-tests", help="write a conformance suite in ONNX's backend-test layout")
+    gen_tests.add_argument("outdir", nargs="?", default="conformance/dql",
+                           help="the suite folder (default conformance/dql); onnx's loader reads it with "
+                                "data_dir=its parent, kind=its name")
+    gen_tests.add_argument("--opsets", type=_opsets, default=",".join(map(str, suites.DEFAULT_OPSETS)),
+                           help="ai.onnx opsets, comma-separated (default %(default)s)")
+    gen_tests.add_argument("--variants", default=",".join(suites.FORMS),
+                           help="native (the DQL node) and the expansion variants to write, comma-separated "
+                                "(default %(default)s)")
+    gen_tests.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
+                           help="the policy of the expected outputs and of the expansion (default onnxruntime)")
+    gen_tests.add_argument("--include-unspecified", action="store_true",
+                           help="also write NaN inputs; their outputs are unspecified, so they are not compared")
+    gen_tests.add_argument("--no-large", action="store_true",
+                           help="leave out the input of about a million elements (5 MB per folder)")
+    gen_tests.set_defaults(run=_gen_tests)
+
+    run_tests = commands.add_parser("run-tests", help="run a conformance suite and compare every output bit for bit")
+    run_tests.add_argument("outdir", nargs="?", default="conformance/dql",
+                           help="the suite folder (default conformance/dql); manifest.json is optional")
+    run_tests.add_argument("--backend", choices=suites.BACKENDS, default="onnxruntime",
+                           help="onnxruntime (CPU) or reference (onnx.reference); default onnxruntime")
+    run_tests.set_defaults(run=_run_tests)
     return parser
 
 
