@@ -1,7 +1,5 @@
 """``python -m dql_pass`` runs the CLI."""
 
-import sys
+from dql_pass.cli import run
 
-from dql_pass.cli import main
-
-sys.exit(main())
+run()

@@ -55,7 +55,7 @@ import onnxruntime as ort
 
 from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
-from dql_pass.expand import _graph_paths, find_sites
+from dql_pass.expand import find_sites, graph_scopes
 from dql_pass.files import _external_base_dirs, _one_line, load_model
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
 
@@ -629,7 +629,7 @@ def verify(
 def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range: str) -> dict[_Site, _Tally]:
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     runner = _SiteRunner(catalogue, zero_range)
-    graphs = {label: graph for graph, (label, _) in _graph_paths(model).items()}
+    graphs = {label: graph for graph, (label, _) in graph_scopes(model).items()}
     tallies = {}
     for site in sites:
         tally = tallies[site] = _Tally(SiteResult(site.name, site.graph))
