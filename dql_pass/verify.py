@@ -10,7 +10,8 @@ depth, model-local functions):
 - the computation of those outputs is walked back to the value named like the DQL's input, taking
   in constants, initializers and Constant nodes of outer scopes, subgraphs of the nodes on the way,
   and the model-local functions it calls; a native DQL is fine too. A computation that needs any
-  other value cannot run alone: the site is reported "not reachable" and not counted as checked;
+  other value cannot run alone: the site is reported "not reachable", and the verdict is
+  INCOMPLETE (exit code 1), never PASS;
 - the extracted computation gets canonical names, so identical sites share one ORT session and one
   run of the catalogue (:func:`dql_pass.catalogue.cases`, the comparable cases), compared with
   :func:`dql_pass.reference.dynamic_quantize_linear` under the chosen zero-range policy.
@@ -65,6 +66,7 @@ _OUTPUTS = ("y", "y_scale", "y_zero_point")
 _OUTPUT_TYPES = (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)
 _INT_HIGH = 16  # token ids stay below every realistic vocabulary size
 _BATCH_SIZE, _OTHER_SIZE = 1, 8
+_IN_MEMORY_BYTES = 1 << 20
 _WORST = (9, 0)  # the severity of a site that cannot run at all
 
 
@@ -119,7 +121,12 @@ class VerifyReport:
 
     @property
     def passed(self) -> bool:
-        return self.mismatches == 0
+        """No mismatch and every site checked."""
+        return all(s.passed for s in self.sites) and self.mismatches == 0
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL" if self.mismatches else "INCOMPLETE"
 
     @property
     def exit_code(self) -> int:
@@ -130,7 +137,7 @@ class VerifyReport:
         unreachable = len(self.sites) - len(checked)
         identical = sum(o.identical for o in self.outputs)
         text = (
-            f"{'PASS' if self.passed else 'FAIL'}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
+            f"{self.verdict}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
             f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
             f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets; "
             f"zero range {self.zero_range}; {self.seconds:.2f} s"
@@ -170,6 +177,7 @@ class VerifyReport:
         return {
             **dataclasses.asdict(self),
             "passed": self.passed,
+            "verdict": self.verdict,
             "mismatches": self.mismatches,
             "summary": self.summary(),
         }
@@ -259,6 +267,22 @@ class _Tally:
 # -- ORT -------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _small_tensors_in_memory(model: ir.Model):
+    """Temporarily read small external initializers: ORT's shape inference needs their values (axes, shapes)."""
+    swapped = [
+        (value, value.const_value) for value in model.graph.initializers.values()
+        if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.nbytes <= _IN_MEMORY_BYTES
+    ]
+    for value, tensor in swapped:
+        value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
+    try:
+        yield
+    finally:
+        for value, tensor in swapped:
+            value.const_value = tensor
+
+
 def _session(model: ir.Model, *, threads: int = 0) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -267,8 +291,10 @@ def _session(model: ir.Model, *, threads: int = 0) -> ort.InferenceSession:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     folders = _external_base_dirs(model)
     if folders:
+        # Large weights stay on disk; ORT reads them from their folder.
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(min(folders)))
-    proto = ir.serde.serialize_model(model)
+    with _small_tensors_in_memory(model):
+        proto = ir.serde.serialize_model(model)
     return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -391,9 +417,27 @@ def _canonical(graph: ir.Graph) -> None:
             value.type = ir.TensorType(dtype)
 
 
-def _extract(model: ir.Model, graph: ir.Graph, site: _Site) -> ir.Model:
+class _Scopes:
+    """The graphs of REWRITTEN by path, with their values by name."""
+
+    def __init__(self, model: ir.Model):
+        self.by_path = {label: graph for graph, (label, _) in graph_scopes(model).items()}
+        self.values = {graph: _values_by_name(graph) for graph in self.by_path.values()}
+
+    def holder(self, site: _Site) -> ir.Graph:
+        """The graph at the site's path, else the one graph holding its outputs (a rewrite may rename an If node)."""
+        if site.graph in self.by_path:
+            return self.by_path[site.graph]
+        holders = [g for g, values in self.values.items() if all(name in values for name in site.outputs)]
+        if len(holders) != 1:
+            raise _LostOutput(f"REWRITTEN has no graph {site.graph!r}, and {len(holders)} others hold its outputs")
+        return holders[0]
+
+
+def _extract(model: ir.Model, scopes: _Scopes, site: _Site) -> ir.Model:
     """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing the site in ``model``."""
-    values = _values_by_name(graph)
+    graph = scopes.holder(site)
+    values = scopes.values[graph]
     lost = [name for name in site.outputs if name not in values]
     if lost:
         raise _LostOutput(f"REWRITTEN has no value named {', '.join(map(repr, lost))} in {site.graph}")
@@ -629,14 +673,12 @@ def verify(
 def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range: str) -> dict[_Site, _Tally]:
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     runner = _SiteRunner(catalogue, zero_range)
-    graphs = {label: graph for graph, (label, _) in graph_scopes(model).items()}
+    scopes = _Scopes(model)
     tallies = {}
     for site in sites:
         tally = tallies[site] = _Tally(SiteResult(site.name, site.graph))
         try:
-            if site.graph not in graphs:
-                raise _LostOutput(f"REWRITTEN has no graph {site.graph!r}")
-            extracted = _extract(model, graphs[site.graph], site)
+            extracted = _extract(model, scopes, site)
         except _LostOutput as lost:
             tally.add("-", "lost output", _Diff(_WORST, str(lost)), run=False)
             continue
@@ -656,7 +698,7 @@ def _check_model(
     zero_range: str,
 ) -> tuple[list[OutputResult], str | None]:
     """Run both models; check main-graph sites on their actual inputs and compare the final outputs."""
-    exposed = [s for s, t in tallies.items() if s.graph == "main" and t.result.classes.get("lost output") is None]
+    exposed = [s for s, t in tallies.items() if s.graph == "main" and "lost output" not in t.result.classes]
     for site, tally in tallies.items():
         tally.result.model_level = (
             f"checked on {len(sets)} input sets" if site in exposed
@@ -673,6 +715,8 @@ def _check_model(
         actual_runs = _run_all(rewritten, names, sets)
     except Exception as error:  # noqa: BLE001 - a rewrite that ORT refuses is a failed rewrite
         error_text = f"ORT cannot run REWRITTEN: {_one_line(error)}"
+        for site in exposed:
+            tallies[site].result.model_level = "not checked in the models: REWRITTEN did not run"
         return [OutputResult(name, False, detail="REWRITTEN did not run") for name in final], error_text
     for site in exposed:
         for label in sets:

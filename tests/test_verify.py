@@ -1,0 +1,363 @@
+"""dql_pass.verify and ``dql-pass verify``: accepts correct rewrites, rejects the known wrong ones.
+
+The broken rewrites are built here from dql_pass's own arithmetic expansion, each with one defect
+that real runtimes shipped: a reciprocal instead of a division, the zero point added before
+rounding, ONNX's unguarded function body, a renamed output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dql_pass
+from dql_pass.catalogue import cases
+from dql_pass.cli import main
+from dql_pass.verify import SiteResult
+
+from conftest import dql_model
+
+MODELS = sorted((Path(__file__).parent.parent / "models").glob("*.onnx"))
+MLP = Path(__file__).parent.parent / "models" / "mlp_dynamic.onnx"
+CONTROL_FLOW = Path(__file__).parent.parent / "models" / "control_flow.onnx"
+
+
+def _site_pairs(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    """(input name, y_scale name) of every DQL: the operands of the Div that quantizes x."""
+    sites = dql_pass.find_sites(ir.from_proto(model))
+    return {(n.inputs[0].name, n.outputs[1].name) for nodes in sites.values() for n in nodes}
+
+
+def _quotients(model: ir.Model, pairs: set[tuple[str, str]]) -> list[ir.Node]:
+    return [
+        node for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        if node.op_type == "Div" and (node.inputs[0].name, node.inputs[1].name) in pairs
+    ]
+
+
+def reciprocal_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The arithmetic expansion with x * Reciprocal(scale) in place of x / scale."""
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    for div in _quotients(rewritten, _site_pairs(model)):
+        inverse = ir.node("Reciprocal", [div.inputs[1]])
+        product = ir.node("Mul", [div.inputs[0], inverse.outputs[0]])
+        div.graph.insert_before(div, [inverse, product])
+        div.outputs[0].replace_all_uses_with(product.outputs[0])
+        div.graph.remove(div, safe=True)
+    return ir.to_proto(rewritten)
+
+
+def zero_point_first_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The arithmetic expansion computing Round(x / scale + zp) instead of Round(x / scale) + zp."""
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    for div in _quotients(rewritten, _site_pairs(model)):
+        (rounding,) = div.outputs[0].consumers()
+        (adding,) = rounding.outputs[0].consumers()
+        shifted = ir.node("Add", [div.outputs[0], adding.inputs[1]])
+        rounded = ir.node("Round", [shifted.outputs[0]])
+        div.graph.insert_before(adding, [shifted, rounded])
+        adding.outputs[0].replace_all_uses_with(rounded.outputs[0])
+        div.graph.remove([adding, rounding], safe=True)
+    return ir.to_proto(rewritten)
+
+
+def onnx_body_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's own function body, inlined by onnx: no guard for a zero range or ±inf."""
+    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
+
+
+def renamed_output_rewrite(model: onnx.ModelProto, site_output: str) -> onnx.ModelProto:
+    """dql_pass's expansion with one DQL output renamed (its consumers follow the new name)."""
+    rewritten = ir.from_proto(dql_pass.expand(model))
+    values = {v.name: v for node in rewritten.graph for v in node.outputs}
+    values[site_output].name = f"{site_output}_renamed"
+    return ir.to_proto(rewritten)
+
+
+def _row(report: dql_pass.VerifyReport, name: str) -> SiteResult:
+    (row,) = [s for s in report.sites if s.name == name]
+    return row
+
+
+def _assert_rejected(report: dql_pass.VerifyReport, site: str, input_class: str) -> None:
+    assert not report.passed and report.exit_code == 1 and report.verdict == "FAIL"
+    row = _row(report, site)
+    assert row.mismatches > 0 and input_class in row.classes, (row.classes, row.detail)
+    assert site in report.format() and input_class in report.format()
+
+
+# -- rejections ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp() -> onnx.ModelProto:
+    return onnx.load(MLP)
+
+
+def test_rejects_reciprocal_of_the_scale(mlp):
+    report = dql_pass.verify(mlp, reciprocal_rewrite(mlp))
+    for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
+        _assert_rejected(report, site, "tie")
+        assert _row(report, site).worst_class == "tie"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reciprocal_is_caught_by_constructed_ties_whatever_the_seed(seed):
+    """No sampling luck: the failing cases are constructed ties, present for every seed."""
+    model = dql_model(13)
+    report = dql_pass.verify(model, reciprocal_rewrite(model), seed=seed, samples=0)
+    _assert_rejected(report, "y", "tie")
+    assert any(c.category == "tie" and "reciprocal" in c.name for c in cases(seed=seed))
+
+
+def test_rejects_zero_point_added_before_rounding(mlp):
+    report = dql_pass.verify(mlp, zero_point_first_rewrite(mlp))
+    _assert_rejected(report, "input_QuantizeLinear", "zero point")
+    assert "tie" in _row(report, "input_QuantizeLinear").classes
+
+
+def test_rejects_onnx_unguarded_function_body(mlp):
+    report = dql_pass.verify(mlp, onnx_body_rewrite(mlp))
+    for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
+        _assert_rejected(report, site, "zero range")
+        assert "inf" in _row(report, site).classes
+
+
+def test_rejects_onnx_body_in_subgraphs_and_functions():
+    model = onnx.load(CONTROL_FLOW)
+    report = dql_pass.verify(model, onnx_body_rewrite(model))
+    assert {s.graph for s in report.sites} == {
+        "main", "main/If.else_branch", "main/If.then_branch", "main/Loop.body",
+        "main/Loop.body/If.then_branch", "main/Scan.body", "function local::FakeQuant",
+    }
+    for row in report.sites:
+        assert "zero range" in row.classes, (row.graph, row.classes)
+
+
+def test_rejects_a_renamed_output(mlp):
+    report = dql_pass.verify(mlp, renamed_output_rewrite(mlp, "relu1_scale"))
+    row = _row(report, "relu1_QuantizeLinear")
+    assert report.exit_code == 1 and row.worst_class == "lost output" and "relu1_scale" in row.detail
+    assert "relu1_QuantizeLinear" in report.format()
+    assert _row(report, "input_QuantizeLinear").passed and _row(report, "relu2_QuantizeLinear").passed
+
+
+def test_rejects_a_rewrite_that_lost_an_output_in_a_function():
+    model = onnx.load(CONTROL_FLOW)
+    rewritten = ir.from_proto(dql_pass.expand(model, mode="function"))
+    function = rewritten.functions[("local", "FakeQuant", "")]
+    (zero_point,) = [v for node in function for v in node.outputs if v.name == "zero_point"]
+    zero_point.name = "zp"
+    report = dql_pass.verify(model, ir.to_proto(rewritten))
+    row = _row(report, "q")
+    assert row.worst_class == "lost output" and report.exit_code == 1
+    assert all(s.passed for s in report.sites if s.name != "q")
+
+
+# -- acceptance ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", dql_pass.MODES)
+@pytest.mark.parametrize("variant", dql_pass.VARIANTS)
+@pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
+def test_accepts_own_expansions_of_the_sample_models(path, variant, mode):
+    model = onnx.load(path)
+    report = dql_pass.verify(model, dql_pass.expand(model, variant=variant, mode=mode))
+    assert report.passed and report.exit_code == 0, report.format()
+    assert len(report.sites) == sum(len(n) for n in dql_pass.find_sites(ir.from_proto(model)).values())
+    assert all(s.cases > 0 for s in report.sites)
+    assert report.outputs and all(o.identical for o in report.outputs)
+
+
+@pytest.mark.parametrize("mode", dql_pass.MODES)
+@pytest.mark.parametrize("variant", dql_pass.VARIANTS)
+def test_accepts_own_expansion_of_a_built_model(variant, mode):
+    """Independent of models/: a one-node DQL model of rank 2."""
+    model = dql_model(13, rank=2)
+    report = dql_pass.verify(model, dql_pass.expand(model, variant=variant, mode=mode))
+    assert report.passed, report.format()
+    (row,) = report.sites
+    comparable = sum(c.comparable for c in cases())
+    assert row.cases == comparable + len(report.input_sets) and report.input_sets[-1] == "zeros"
+
+
+def test_accepts_the_native_node_and_follows_the_zero_range_policy(mlp):
+    assert dql_pass.verify(mlp, mlp).passed
+    report = dql_pass.verify(mlp, mlp, zero_range="onnx-reference")
+    _assert_rejected(report, "input_QuantizeLinear", "zero range")
+    expanded = dql_pass.expand(mlp, zero_range="onnx-reference")
+    assert dql_pass.verify(mlp, expanded, zero_range="onnx-reference").passed
+    _assert_rejected(dql_pass.verify(mlp, expanded), "input_QuantizeLinear", "zero range")
+
+
+def test_subgraph_sites_are_checked_and_the_report_says_what_the_models_could_not_show():
+    model = onnx.load(CONTROL_FLOW)
+    report = dql_pass.verify(model, dql_pass.expand(model))
+    inside = [s for s in report.sites if s.graph != "main"]
+    assert len(inside) == 6 and all(s.cases > 0 and s.not_reachable is None for s in inside)
+    assert all(s.model_level.startswith("not checked in the models") for s in inside)
+    assert "checked on the catalogue only" in report.format()
+
+
+def test_sites_are_found_when_a_rewrite_renames_the_control_flow_nodes():
+    model = onnx.load(CONTROL_FLOW)
+    rewritten = ir.from_proto(dql_pass.expand(model))
+    for node in ir.traversal.RecursiveGraphIterator(rewritten.graph):
+        if node.op_type in ("If", "Loop", "Scan"):
+            node.name = f"renamed_{node.op_type}"
+    report = dql_pass.verify(model, ir.to_proto(rewritten))
+    assert report.passed and all(s.cases > 0 for s in report.sites), report.format()
+
+
+def test_a_site_that_depends_on_another_value_is_not_reachable_and_not_a_pass():
+    model = dql_model(13)
+    model.graph.input.append(helper.make_tensor_value_info("other", TensorProto.FLOAT, []))
+    rewritten = ir.from_proto(dql_pass.expand(model))
+    other = rewritten.graph.inputs[1]
+    (scale,) = [v for node in rewritten.graph for v in node.outputs if v.name == "y_scale"]
+    scale.name = "y_scale_computed"
+    product = ir.node("Mul", [scale, other])
+    product.outputs[0].name = "y_scale"
+    rewritten.graph.append(product)
+    rewritten.graph.outputs[1] = product.outputs[0]
+    report = dql_pass.verify(model, ir.to_proto(rewritten), inputs={"other": np.array(1, np.float32)})
+    (row,) = report.sites
+    assert row.not_reachable and "'other'" in row.not_reachable
+    assert report.verdict == "INCOMPLETE" and report.exit_code == 1
+    assert "not reachable" in report.format()
+
+
+# -- model level -----------------------------------------------------------------------------------
+
+
+def test_final_output_difference_is_reported_with_its_size(mlp):
+    rewritten = ir.from_proto(dql_pass.expand(mlp))
+    bias = rewritten.graph.initializers["B3"]  # the last layer's: every site stays right
+    bias.const_value = ir.tensor(bias.const_value.numpy() + np.float32(0.25))
+    report = dql_pass.verify(mlp, ir.to_proto(rewritten))
+    (output,) = report.outputs
+    assert not output.identical and output.max_abs == pytest.approx(0.25, rel=1e-5) and output.max_rel > 0
+    assert all(s.passed for s in report.sites)
+    assert report.exit_code == 1 and "max abs" in report.format()
+
+
+def test_model_level_checks_each_site_on_its_actual_input():
+    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model."""
+    model = dql_model(13, rank=2)
+    rewritten = ir.from_proto(dql_pass.expand(model))
+    x = rewritten.graph.inputs[0]
+    quantize = next(n for n in rewritten.graph if n.op_type == "QuantizeLinear" and n.inputs[0] is x)
+    # Scale x by 1.01 when it has over 1000 elements: no catalogue case is that large.
+    assert max(c.x.size for c in cases()) < 1000
+    size = ir.node("Size", [x])
+    big = ir.node("Greater", [size.outputs[0], ir.node("Constant", [], attributes={"value": ir.tensor(np.array(1000, np.int64))}).outputs[0]])
+    nudged = ir.node("Mul", [x, ir.node("Constant", [], attributes={"value": ir.tensor(np.float32(1.01))}).outputs[0]])
+    chosen = ir.node("Where", [big.outputs[0], nudged.outputs[0], x])
+    extra = [size.outputs[0].producer(), big.inputs[1].producer(), big, nudged.inputs[1].producer(), nudged, chosen]
+    rewritten.graph.insert_before(quantize, extra)
+    quantize.replace_input_with(0, chosen.outputs[0])
+    report = dql_pass.verify(model, ir.to_proto(rewritten), dims={"d0": 64, "d1": 64}, samples=3)
+    (row,) = report.sites
+    assert row.classes == {"model input": len(report.input_sets) - 1}, row.classes  # all-zero x is unchanged
+
+
+def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path):
+    """int64 ids and a mask of symbolic shape, a com.microsoft op, weights in external data."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["embedding", "input_ids"], ["embedded"]),
+        helper.make_node("Gelu", ["embedded"], ["activated"], domain="com.microsoft"),
+        helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask", "last_axis"], ["mask3"]),
+        helper.make_node("Mul", ["activated", "mask3"], ["masked"]),
+        helper.make_node("DynamicQuantizeLinear", ["masked"], ["q", "q_scale", "q_zero_point"], name="dql"),
+        helper.make_node("MatMulInteger", ["q", "weight", "q_zero_point", "weight_zero_point"], ["product"]),
+        helper.make_node("Cast", ["product"], ["product_float"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["product_float", "q_scale"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny_encoder",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"]) for n in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "sequence", 8])],
+        [
+            numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "embedding"),
+            numpy_helper.from_array(rng.integers(0, 256, (32, 8)).astype(np.uint8), "weight"),
+            numpy_helper.from_array(np.array(128, np.uint8), "weight_zero_point"),
+            numpy_helper.from_array(np.array([-1], np.int64), "last_axis"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    original = tmp_path / "tiny.onnx"
+    onnx.save(model, original, save_as_external_data=True, location="tiny.data", size_threshold=0)
+    rewritten = tmp_path / "tiny_expanded.onnx"
+    dql_pass.save_model(dql_pass.expand(original), rewritten)
+    report = dql_pass.verify(original, rewritten, dims={"sequence": 5})
+    assert report.passed, report.format()
+    assert report.input_sets == ["sample 0", "sample 1"]  # no float input: no all-zero set
+    ids = np.full((1, 5), 99, np.int64)  # outside the 16-row embedding: ORT refuses ORIGINAL
+    with pytest.raises(dql_pass.InputError, match="ORT cannot run ORIGINAL"):
+        dql_pass.verify(original, rewritten, inputs={"input_ids": ids})
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+
+
+def test_cli_exit_codes_and_json(tmp_path, capsys, mlp):
+    good, bad = tmp_path / "good.onnx", tmp_path / "bad.onnx"
+    onnx.save(dql_pass.expand(mlp), good)
+    onnx.save(reciprocal_rewrite(mlp), bad)
+    report_path = tmp_path / "report.json"
+    assert main(["verify", str(MLP), str(good), "--json", str(report_path), "--samples", "1", "--dim", "batch=3"]) == 0
+    saved = json.loads(report_path.read_text())
+    assert saved["passed"] and len(saved["sites"]) == 3 and saved["input_sets"] == ["sample 0", "zeros"]
+    assert "PASS" in capsys.readouterr().out
+
+    assert main(["verify", str(MLP), str(bad), "--json", str(report_path)]) == 1
+    saved = json.loads(report_path.read_text())
+    assert saved["verdict"] == "FAIL" and saved["sites"][0]["worst_class"] == "tie"
+    assert "input_QuantizeLinear" in capsys.readouterr().out
+
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 64), np.float32))
+    assert main(["verify", str(MLP), str(good), "--input", f"input={x}", "--samples", "0"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--dim", "nothing=3"],
+        ["--dim", "batch=two"],
+        ["--input", "input"],
+        ["--input", "input=missing.npy"],
+        ["--input", "nothing=x.npy"],
+        ["--samples", "-1"],
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
+    assert main(["verify", str(MLP), str(MLP), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dql-pass: error: ") and err.count("\n") == 1
+
+
+def test_cli_missing_model_and_json_over_a_model(tmp_path, capsys):
+    assert main(["verify", str(MLP), str(tmp_path / "none.onnx")]) == 2
+    assert main(["verify", str(MLP), str(MLP), "--json", str(MLP)]) == 2
+    assert capsys.readouterr().err.count("dql-pass: error: ") == 2
+
+
+@pytest.mark.parametrize("variant", dql_pass.VARIANTS)
+def test_cli_expand_verify(tmp_path, capsys, variant):
+    output = tmp_path / "out.onnx"
+    assert main(["expand", str(CONTROL_FLOW), "-o", str(output), "--variant", variant, "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "expanded 7" in out and "PASS: 7 sites" in out
