@@ -25,10 +25,10 @@ both models must be bit-identical (NaN equals NaN); when not, the report gives t
 and relative differences.
 
 Synthesized inputs: a symbolic dimension takes its ``dims`` size, else 1 when its name says batch,
-else 8 (so does an unnamed one); float inputs are standard normal; integer inputs named like a
-mask are ones, like token types or segments zeros, like positions ``0, 1, ...`` along the last
-axis, other integers (token ids) uniform in ``[0, 16)``; booleans are True. ``inputs`` replaces any
-of them, with the same array in every set.
+else 8 (so does an unnamed one). Inputs named like a mask, and booleans, are ones; other float
+inputs are standard normal (zero in the all-zero set); integer inputs named like token types or
+segments are zeros, like positions ``0, 1, ...`` along the last axis, other integers (token ids)
+uniform in ``[0, 16)``. ``inputs`` replaces any of them, with the same array in every set.
 
 Failures to read the models or the options raise :class:`~dql_pass.errors.InputError`; so does an
 ORIGINAL that ORT cannot run. A REWRITTEN that ORT cannot run is a mismatch.
@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -174,8 +175,13 @@ class VerifyReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        for output in data["outputs"]:
+            for key in ("max_abs", "max_rel"):
+                if output[key] is not None and not math.isfinite(output[key]):
+                    output[key] = str(output[key])  # JSON has no inf
         return {
-            **dataclasses.asdict(self),
+            **data,
             "passed": self.passed,
             "verdict": self.verdict,
             "mismatches": self.mismatches,
@@ -467,21 +473,23 @@ def _dim_size(dim: int | ir.SymbolicDim, dims: Mapping[str, int]) -> int:
     return _BATCH_SIZE if name is not None and "batch" in name.lower() else _OTHER_SIZE
 
 
+def _is_mask(value: ir.Value) -> bool:
+    return "mask" in value.name.lower()
+
+
 def _synthesize(value: ir.Value, dims: Mapping[str, int], rng: np.random.Generator, zeros: bool) -> np.ndarray:
-    if not isinstance(value.type, ir.TensorType) or value.shape is None:
-        raise InputError(f"cannot synthesize model input {value.name!r} (no tensor type or no shape); give it with --input")
     dtype = value.dtype
+    if not isinstance(value.type, ir.TensorType) or value.shape is None or not (
+        dtype.is_floating_point() or dtype.is_integer() or dtype == ir.DataType.BOOL
+    ):
+        raise InputError(f"cannot synthesize model input {value.name!r} of type {value.type}, shape {value.shape}; "
+                         "give it with --input")
     shape = tuple(_dim_size(d, dims) for d in value.shape)
     name = value.name.lower()
-    if dtype.is_floating_point():
-        data = np.zeros(shape) if zeros else rng.standard_normal(shape)
-        return data.astype(dtype.numpy())
-    if dtype == ir.DataType.BOOL:
-        return np.ones(shape, bool)
-    if not dtype.is_integer():
-        raise InputError(f"cannot synthesize model input {value.name!r} of type {dtype.name.lower()}; give it with --input")
-    if "mask" in name:
+    if _is_mask(value) or dtype == ir.DataType.BOOL:
         data = np.ones(shape)
+    elif dtype.is_floating_point():
+        data = np.zeros(shape) if zeros else rng.standard_normal(shape)
     elif "type" in name or "segment" in name:
         data = np.zeros(shape)
     elif "position" in name and shape:
@@ -509,7 +517,7 @@ def _input_sets(
     rng = np.random.default_rng(seed)
     sets = {}
     labels = [f"sample {i}" for i in range(samples)]
-    if any(v.dtype is not None and v.dtype.is_floating_point() for v in graph_inputs if v.name not in inputs):
+    if any(v.dtype is not None and v.dtype.is_floating_point() and not _is_mask(v) for v in graph_inputs if v.name not in inputs):
         labels.append("zeros")
     for label in labels:
         sets[label] = {
@@ -573,9 +581,10 @@ def _compare_output(name: str, original: Sequence[np.ndarray], rewritten: Sequen
         if bad.any() and a.dtype.kind in "fiub":
             with np.errstate(all="ignore"):
                 x, y = a[bad].astype(np.float64), b[bad].astype(np.float64)
-                delta = np.abs(x - y)
-                max_abs = max(max_abs, float(np.nanmax(delta)))
-                max_rel = max(max_rel, float(np.nanmax(delta / np.maximum(np.abs(x), np.finfo(np.float64).tiny))))
+                delta = np.nan_to_num(np.abs(x - y), nan=np.inf)  # NaN against a number: infinitely far
+                max_abs = max(max_abs, float(delta.max()))
+                relative = np.nan_to_num(delta / np.maximum(np.abs(x), np.finfo(np.float64).tiny), nan=np.inf)
+                max_rel = max(max_rel, float(relative.max()))
     if problems:
         return OutputResult(name, False, detail=problems[0])
     if differing:
