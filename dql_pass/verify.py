@@ -193,14 +193,17 @@ class VerifyReport:
         path = Path(path)
         if not path.parent.resolve().is_dir():
             raise InputError(f"{path}: the output folder does not exist")
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
         try:
             handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        except OSError as error:
+            raise InputError(f"{path}: cannot write the report: {error.strerror}") from None
+        try:
             with os.fdopen(handle, "w") as stream:
-                json.dump(self.to_dict(), stream, indent=2)
-                stream.write("\n")
+                stream.write(text)
             os.replace(temporary, path)
         except OSError as error:
-            with contextlib.suppress(OSError, UnboundLocalError):
+            with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise InputError(f"{path}: cannot write the report: {error.strerror}") from None
 
