@@ -118,22 +118,19 @@ class _Names:
         return cls(taken)
 
     def unique(self, preferred: str) -> str:
-        name = preferred
-        for i in itertools.count(1):
-            if name not in self._taken:
-                break
-            name = f"{preferred}_{i}"
+        name = _first_free(preferred, self._taken)
         self._taken.add(name)
         return name
 
     def prefix(self, preferred: str) -> str:
-        prefix = preferred
-        for i in itertools.count(1):
-            if prefix not in self._prefixes:
-                break
-            prefix = f"{preferred}_{i}"
+        prefix = _first_free(preferred, self._prefixes)
         self._prefixes.add(prefix)
         return prefix + "/"
+
+
+def _first_free(preferred: str, used: set[str]) -> str:
+    candidates = itertools.chain([preferred], (f"{preferred}_{i}" for i in itertools.count(1)))
+    return next(name for name in candidates if name not in used)
 
 
 class _Template:
