@@ -1,0 +1,921 @@
+"""Benchmarks of issue 6: one command reproduces every figure of ``BENCHMARKS.md``.
+
+Run from the repository root::
+
+    python tools/bench.py [--quick] [--out BENCHMARKS.md]
+
+What it measures, each part in its own section with its targets:
+
+1. Op level: a one-node DynamicQuantizeLinear model on ORT CPU (one intra-op thread and ORT's default)
+   against dql_pass's two variants and ONNX's own function body (the node inlined by
+   ``onnx.inliner``), at 1K, 64K, 1M and 16M random normal floats; plus the nodes each puts per site.
+2. Pass throughput: the whole ``dql-pass expand`` process against the whole
+   ``onnx.load`` + ``onnx.inliner`` + ``onnx.save`` process on chains of 100, 1,000 and 10,000 sites,
+   and a cProfile of the in-process expansion of the largest chain (written to ``--profile``).
+3. Memory: ``dql-pass expand`` on a model with over 2 GiB of uint8 weights in external data (a sparse
+   file, so it is built in no time) and about 100 sites, the output written next to the input: wall
+   time, peak RSS, bytes read, no weights copied, and the output loads and runs on ORT.
+4. Whole models: ORT latency of the sample ``quantize_dynamic`` models in ``models/`` and of a
+   MiniLM-sized synthetic transformer (quantized into a temp dir): original, expanded, fused.
+
+Rules it applies:
+
+- Every comparison runs side by side in one process run, interleaved round robin (the start rotates
+  each round so no contender always runs first), and is reported as a median and a ratio to the
+  baseline. Each timed sample repeats a call often enough to last about 2 ms, so microsecond
+  latencies are not lost in timer noise.
+- Every contender's outputs are compared bit for bit with the baseline's, so a fast wrong answer shows.
+- Targets are checked in code; BENCHMARKS.md states met or not met from the measured values only.
+- Scratch models live in a temp dir and are deleted; nothing but BENCHMARKS.md and its plot is written.
+- matplotlib is an optional extra (``pip install '.[bench]'``), imported lazily; without it the plot
+  is skipped with a note.
+- ``--quick`` is a smoke run (small sizes, few repetitions) that finishes in well under a minute.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CONFIGS",
+    "Config",
+    "Section",
+    "Target",
+    "big_external_model",
+    "chain_model",
+    "dql_model",
+    "interleaved",
+    "main",
+    "minilm_model",
+    "quantize",
+    "run",
+]
+
+import argparse
+import cProfile
+import dataclasses
+import datetime
+import importlib.metadata
+import io
+import json
+import logging
+import os
+import platform
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnx_ir as ir
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import dql_pass
+
+logger = logging.getLogger("bench")
+
+REPO = Path(__file__).resolve().parent.parent
+DQL = "DynamicQuantizeLinear"
+FLOAT, UINT8 = TensorProto.FLOAT, TensorProto.UINT8
+THREADS: dict[str, int] = {"1 thread": 1, "default threads": 0}  # 0 lets ORT choose
+TARGET_THREADS = "1 thread"  # the issue's anchors are measured with one intra-op thread
+SAMPLE_SECONDS = 2e-3
+MAX_ROUNDS = 2000
+SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx")
+# Benchmarks of other commands; listed in BENCHMARKS.md when present, never run from here.
+OTHER_TOOLS = {
+    "tools/bench_fuse.py": "the fusion pass",
+    "tools/bench_verify.py": "the whole `dql-pass verify` process on a 24-site quantized transformer",
+}
+INLINER_SCRIPT = (
+    "import sys, onnx, onnx.inliner; m = onnx.load(sys.argv[1]); "
+    "m = onnx.inliner.inline_selected_functions(m, [('', 'DynamicQuantizeLinear')], inline_schema_functions=True); "
+    "onnx.save(m, sys.argv[2])"
+)
+# Runs the CLI in a fresh process that reports its own peak RSS and bytes read. VmHWM, not
+# getrusage: ru_maxrss survives exec, so a child of a big parent would report the parent's peak.
+MEASURED_CLI_SCRIPT = (
+    "import json, sys; from dql_pass.cli import main; code = main(sys.argv[1:]); "
+    "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines()); "
+    "io = dict(l.split(':', 1) for l in open('/proc/self/io').read().splitlines()); "
+    "print(json.dumps({'code': code, 'peak_kib': int(status['VmHWM'].split()[0]), 'rchar': int(io['rchar'])}))"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and results
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerShape:
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    seq: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Sizes and time budgets of one run; ``budget`` is seconds per interleaved comparison."""
+
+    op_sizes: tuple[int, ...]
+    op_budget: float
+    op_min_rounds: int
+    chain_sites: tuple[int, ...]
+    pass_budget: float
+    pass_min_rounds: int
+    memory_sites: int
+    memory_side: int  # each weight is side x side uint8
+    model_budget: float
+    model_min_rounds: int
+    transformer: TransformerShape
+
+
+MINILM = TransformerShape(layers=6, hidden=384, heads=12, intermediate=1536, seq=128)
+CONFIGS: dict[str, Config] = {
+    "full": Config(
+        op_sizes=(1 << 10, 1 << 16, 1 << 20, 1 << 24), op_budget=8.0, op_min_rounds=20,
+        chain_sites=(100, 1_000, 10_000), pass_budget=20.0, pass_min_rounds=5,
+        # 100 x 4672^2 bytes = 2.03 GiB; 4672^2 is a multiple of 4096, so every weight is page aligned.
+        memory_sites=100, memory_side=4672,
+        model_budget=6.0, model_min_rounds=30, transformer=MINILM,
+    ),
+    "quick": Config(
+        op_sizes=(1 << 10, 1 << 16), op_budget=0.3, op_min_rounds=5,
+        chain_sites=(10, 100), pass_budget=0.0, pass_min_rounds=1,
+        memory_sites=10, memory_side=1024,
+        model_budget=0.2, model_min_rounds=5,
+        transformer=TransformerShape(layers=1, hidden=64, heads=4, intermediate=256, seq=16),
+    ),
+}
+
+
+@dataclasses.dataclass
+class Target:
+    """A goal, what was measured, and whether the goal is met (None when not measured in this run)."""
+
+    goal: str
+    measured: str
+    met: bool | None
+
+    @property
+    def verdict(self) -> str:
+        return {True: "met", False: "**not met**", None: "not measured"}[self.met]
+
+
+@dataclasses.dataclass
+class Section:
+    """One part of BENCHMARKS.md: prose, tables (header + rows), targets and notes."""
+
+    title: str
+    intro: str
+    tables: list[tuple[str, list[str], list[list[str]]]] = dataclasses.field(default_factory=list)
+    targets: list[Target] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def _ratio_target(goal: str, ratio: float | None, limit: float) -> Target:
+    if ratio is None:
+        return Target(goal, "-", None)
+    return Target(goal, f"{ratio:.2f}x", ratio <= limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def interleaved(
+    contenders: Mapping[str, Callable[[], object]], *, budget: float, min_rounds: int, inner: int = 1
+) -> dict[str, list[float]]:
+    """Seconds per call of each contender, sampled round robin until ``budget`` seconds and ``min_rounds``.
+
+    Each sample times ``inner`` calls. The first contender of a round rotates, so none is always
+    first (or always right after the slowest one). One untimed call each warms up first.
+    """
+    for call in contenders.values():
+        call()
+    names = list(contenders)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < min_rounds or (time.perf_counter() - start < budget and rounds < MAX_ROUNDS):
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            call = contenders[name]
+            began = time.perf_counter()
+            for _ in range(inner):
+                call()
+            samples[name].append((time.perf_counter() - began) / inner)
+        rounds += 1
+    return samples
+
+
+def _inner(call: Callable[[], object]) -> int:
+    """How many calls make a sample of about SAMPLE_SECONDS."""
+    call()
+    began = time.perf_counter()
+    call()
+    once = max(time.perf_counter() - began, 1e-7)
+    return max(1, round(SAMPLE_SECONDS / once))
+
+
+def _median(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def _time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _floats(count: int) -> str:
+    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale}{unit}"
+    return str(count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model builders
+
+
+def dql_model(opset: int = 21) -> onnx.ModelProto:
+    """One DynamicQuantizeLinear node, x of any length."""
+    graph = helper.make_graph(
+        [helper.make_node(DQL, ["x"], ["y", "y_scale", "y_zero_point"], name="dql")],
+        "dql",
+        [helper.make_tensor_value_info("x", FLOAT, ["n"])],
+        [
+            helper.make_tensor_value_info("y", UINT8, ["n"]),
+            helper.make_tensor_value_info("y_scale", FLOAT, []),
+            helper.make_tensor_value_info("y_zero_point", UINT8, []),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _inline_onnx_function(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's own function body of DynamicQuantizeLinear, inlined at every site."""
+    return onnx.inliner.inline_selected_functions(model, [("", DQL)], inline_schema_functions=True)
+
+
+def chain_model(sites: int, width: int = 16, opset: int = 13) -> onnx.ModelProto:
+    """``sites`` DQLs in a chain: each site's y is dequantized back to float and fed to the next."""
+    nodes = []
+    for i in range(sites):
+        q = [f"q{i}", f"scale{i}", f"zero_point{i}"]
+        nodes.append(helper.make_node(DQL, [f"x{i}"], q, name=f"dql{i}"))
+        nodes.append(helper.make_node("DequantizeLinear", q, [f"x{i + 1}"], name=f"dequantize{i}"))
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x0", FLOAT, [width])],
+        [helper.make_tensor_value_info(f"x{sites}", FLOAT, [width])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def big_external_model(folder: Path, sites: int, side: int, opset: int = 13) -> Path:
+    """A chain of ``sites`` DQL -> MatMulInteger(y, W_i) -> Cast -> Mul(scale) in ``folder/big.onnx``.
+
+    Each W_i is a ``side`` x ``side`` uint8 initializer in external data, all in one
+    ``weights.bin``. The file is made by truncation: sparse, all zeros, written in no time.
+    """
+    weight_bytes = side * side
+    (folder / "weights.bin").open("wb").truncate(sites * weight_bytes)
+    weights, nodes = [], []
+    for i in range(sites):
+        weight = TensorProto(name=f"W{i}", data_type=UINT8, dims=[side, side], data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", "weights.bin"), ("offset", i * weight_bytes), ("length", weight_bytes)):
+            weight.external_data.add(key=key, value=str(value))
+        weights.append(weight)
+        nodes += [
+            helper.make_node(DQL, [f"h{i}"], [f"q{i}", f"scale{i}", f"zp{i}"], name=f"dql{i}"),
+            helper.make_node("MatMulInteger", [f"q{i}", f"W{i}", f"zp{i}", "W_zp"], [f"acc{i}"], name=f"mmi{i}"),
+            helper.make_node("Cast", [f"acc{i}"], [f"accf{i}"], to=FLOAT, name=f"cast{i}"),
+            helper.make_node("Mul", [f"accf{i}", f"scale{i}"], [f"h{i + 1}"], name=f"mul{i}"),
+        ]
+    graph = helper.make_graph(
+        nodes,
+        "big",
+        [helper.make_tensor_value_info("h0", FLOAT, [1, side])],
+        [helper.make_tensor_value_info(f"h{sites}", FLOAT, [1, side])],
+        [*weights, numpy_helper.from_array(np.array(0, np.uint8), "W_zp")],
+    )
+    path = folder / "big.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+def minilm_model(shape: TransformerShape = MINILM, opset: int = 17, seed: int = 0) -> onnx.ModelProto:
+    """A float BERT-style encoder (no embeddings): attention, LayerNormalization, Erf GELU; input [1, seq, hidden]."""
+    rng = np.random.default_rng(seed)
+    hidden, heads, seq = shape.hidden, shape.heads, shape.seq
+    head = hidden // heads
+    inits: list[TensorProto] = [
+        numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "heads_shape"),
+        numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "hidden_shape"),
+        numpy_helper.from_array(np.array(head**-0.5, np.float32), "attention_scale"),
+        numpy_helper.from_array(np.array(2**-0.5, np.float32), "inv_sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+    ]
+    nodes: list[onnx.NodeProto] = []
+
+    def param(name: str, *dims: int, std: float = 0.02, mean: float = 0.0) -> str:
+        inits.append(numpy_helper.from_array(rng.normal(mean, std, dims).astype(np.float32), name))
+        return name
+
+    def op(op_type: str, inputs: list[str], output: str, **attrs: object) -> str:
+        nodes.append(helper.make_node(op_type, inputs, [output], name=output, **attrs))
+        return output
+
+    def dense(x: str, name: str, n_in: int, n_out: int) -> str:
+        y = op("MatMul", [x, param(f"{name}.weight", n_in, n_out)], f"{name}.matmul")
+        return op("Add", [y, param(f"{name}.bias", n_out)], f"{name}.out")
+
+    def norm(x: str, name: str) -> str:
+        scale, bias = param(f"{name}.gamma", hidden, std=0.1, mean=1.0), param(f"{name}.beta", hidden)
+        return op("LayerNormalization", [x, scale, bias], f"{name}.out", axis=-1, epsilon=1e-12)
+
+    x = "hidden_states"
+    for layer in range(shape.layers):
+        p = f"layer{layer}"
+        split = {
+            part: op("Reshape", [dense(x, f"{p}.{part}", hidden, hidden), "heads_shape"], f"{p}.{part}.heads")
+            for part in ("query", "key", "value")
+        }
+        q = op("Transpose", [split["query"]], f"{p}.q", perm=[0, 2, 1, 3])
+        k = op("Transpose", [split["key"]], f"{p}.k", perm=[0, 2, 3, 1])
+        v = op("Transpose", [split["value"]], f"{p}.v", perm=[0, 2, 1, 3])
+        scores = op("Mul", [op("MatMul", [q, k], f"{p}.qk"), "attention_scale"], f"{p}.scores")
+        context = op("MatMul", [op("Softmax", [scores], f"{p}.probs", axis=-1), v], f"{p}.context")
+        context = op("Transpose", [context], f"{p}.context.t", perm=[0, 2, 1, 3])
+        context = op("Reshape", [context, "hidden_shape"], f"{p}.context.merged")
+        attended = norm(op("Add", [x, dense(context, f"{p}.output", hidden, hidden)], f"{p}.residual1"), f"{p}.ln1")
+        up = dense(attended, f"{p}.intermediate", hidden, shape.intermediate)
+        erf = op("Erf", [op("Mul", [up, "inv_sqrt2"], f"{p}.gelu.scaled")], f"{p}.gelu.erf")
+        gate = op("Mul", [op("Add", [erf, "one"], f"{p}.gelu.shift"), "half"], f"{p}.gelu.gate")
+        gelu = op("Mul", [up, gate], f"{p}.gelu")
+        down = dense(gelu, f"{p}.ffn_output", shape.intermediate, hidden)
+        x = norm(op("Add", [attended, down], f"{p}.residual2"), f"{p}.ln2")
+    graph = helper.make_graph(
+        nodes,
+        "minilm",
+        [helper.make_tensor_value_info("hidden_states", FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info(x, FLOAT, [1, seq, hidden])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def quantize(model: onnx.ModelProto, folder: Path, name: str) -> Path:
+    """``quantize_dynamic`` (MatMul, uint8 weights) of ``model``, saved as ``folder/name``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source, target = folder / f"{name}.float.onnx", folder / name
+    onnx.save(model, source)
+    # quantize_dynamic warns on the root logger that pre-processing is advised; the model is already minimal.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], weight_type=QuantType.QUInt8)
+    finally:
+        root.setLevel(level)
+    return target
+
+
+def _dql_count(model: onnx.ModelProto) -> int:
+    return sum(node.op_type == DQL for node in model.graph.node)
+
+
+# ---------------------------------------------------------------------------------------------
+# ORT helpers
+
+
+def _session(model: onnx.ModelProto | Path, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(session: ort.InferenceSession, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random normal float32 for every input; symbolic dimensions become 1."""
+    feeds = {}
+    for arg in session.get_inputs():
+        if arg.type != "tensor(float)":
+            raise ValueError(f"input {arg.name} is {arg.type}; the benchmark feeds float32 only")
+        shape = [d if isinstance(d, int) else 1 for d in arg.shape]
+        feeds[arg.name] = rng.standard_normal(shape, dtype=np.float32)
+    return feeds
+
+
+def _same_bits(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+
+def _race(
+    sessions: Mapping[str, ort.InferenceSession], feeds: dict[str, np.ndarray], budget: float, min_rounds: int
+) -> tuple[dict[str, float], dict[str, bool], int]:
+    """Interleaved medians of ``session.run``, whether each output matches the first session's bits, rounds."""
+    outputs = {name: s.run(None, feeds) for name, s in sessions.items()}
+    baseline = next(iter(outputs.values()))
+    same = {name: _same_bits(baseline, out) for name, out in outputs.items()}
+    calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
+    inner = _inner(next(iter(calls.values())))
+    samples = interleaved(calls, budget=budget, min_rounds=min_rounds, inner=inner)
+    return {name: _median(v) for name, v in samples.items()}, same, len(next(iter(samples.values())))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Op level
+
+OP_BASELINE = "native DQL"
+
+
+def _op_contenders() -> dict[str, onnx.ModelProto]:
+    model = dql_model()
+    contenders = {OP_BASELINE: model}
+    contenders.update({f"dql_pass {v}": dql_pass.expand(model, variant=v) for v in dql_pass.VARIANTS})
+    contenders["ONNX function body"] = _inline_onnx_function(model)
+    return contenders
+
+
+def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[int, float]]]]]:
+    """Section 1 and, per thread setting and contender, the (size, ratio) points of the plot."""
+    contenders = _op_contenders()
+    rng = np.random.default_rng(0)
+    rows, curves = [], {label: {name: [] for name in contenders} for label in THREADS}
+    ratios: dict[tuple[str, str, int], float] = {}
+    for label, threads in THREADS.items():
+        sessions = {name: _session(model, threads) for name, model in contenders.items()}
+        for size in config.op_sizes:
+            feeds = {"x": rng.standard_normal(size, dtype=np.float32)}
+            logger.info("op level: %s floats, %s", _floats(size), label)
+            medians, same, rounds = _race(sessions, feeds, config.op_budget, config.op_min_rounds)
+            for name, median in medians.items():
+                ratio = median / medians[OP_BASELINE]
+                ratios[(label, name, size)] = ratio
+                curves[label][name].append((size, ratio))
+                rows.append([label, _floats(size), name, _time(median), f"{ratio:.2f}x",
+                             "yes" if same[name] else "**no**", str(rounds)])
+    node_rows = [
+        [name, str(len(model.graph.node)), str(len(model.graph.initializer)),
+         ", ".join(sorted({n.op_type for n in model.graph.node}))]
+        for name, model in contenders.items()
+    ]
+    section = Section(
+        "1. Op level",
+        "One DynamicQuantizeLinear on ORT CPU (opset 21) against the same node expanded: by dql_pass "
+        "(both variants) and by `onnx.inliner.inline_selected_functions(..., inline_schema_functions=True)` "
+        "(ONNX's function body). Input: random normal float32. Latency is the median of interleaved "
+        "`session.run` calls; the ratio is to the native node. *Same bits* compares all three outputs with "
+        "the native node's.",
+        tables=[
+            ("Latency", ["threads", "floats", "contender", "median", "ratio", "same bits", "rounds"], rows),
+            ("Nodes per site", ["contender", "nodes", "shared initializers", "op types"], node_rows),
+        ],
+    )
+    one = TARGET_THREADS
+    onnx_nodes = len(contenders["ONNX function body"].graph.node)
+    ql_nodes = len(contenders["dql_pass quantizelinear"].graph.node)
+    section.targets.append(Target(
+        f"quantizelinear: fewer nodes per site than ONNX's function body ({onnx_nodes})",
+        f"{ql_nodes} nodes", ql_nodes < onnx_nodes,
+    ))
+    # Each ratio target also shows ONNX's own function body at the same point: the floor it sets.
+    for variant, size, limit in (("quantizelinear", 1 << 20, 1.5), ("quantizelinear", 1 << 24, 1.5),
+                                 ("quantizelinear", 1 << 10, 1.6), ("arithmetic", 1 << 20, 5.0)):
+        target = _ratio_target(f"{variant} ≤ {limit:g}x native at {_floats(size)} floats, {one}",
+                               ratios.get((one, f"dql_pass {variant}", size)), limit)
+        if target.met is not None:
+            target.measured += f" (ONNX function body: {ratios[(one, 'ONNX function body', size)]:.2f}x)"
+        section.targets.append(target)
+    return section, curves
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Pass throughput
+
+
+def _dql_pass_command() -> list[str]:
+    """The installed ``dql-pass`` script next to this interpreter, else ``python -m dql_pass``."""
+    script = Path(sys.executable).with_name("dql-pass")
+    return [os.fspath(script)] if script.is_file() else [sys.executable, "-m", "dql_pass"]
+
+
+def _process(command: Sequence[str]) -> Callable[[], None]:
+    def call() -> None:
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+    return call
+
+
+def profile_expand(source: Path, target: Path, report: Path, top: int = 25) -> list[str]:
+    """cProfile of load + expand + save in process; the ``top`` cumulative entries go to ``report``."""
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: dql_pass.save_model(dql_pass.expand(source), target, source=source))
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
+    report.write_text(text.getvalue())
+    return text.getvalue().splitlines()
+
+
+def bench_pass(config: Config, scratch: Path, profile: Path) -> Section:
+    rows, times = [], {}
+    for sites in config.chain_sites:
+        source = scratch / f"chain{sites}.onnx"
+        onnx.save(chain_model(sites), source)
+        logger.info("pass throughput: %d sites", sites)
+        samples = interleaved(
+            {
+                "dql-pass expand": _process([*_dql_pass_command(), "expand", os.fspath(source), "-o",
+                                             os.fspath(scratch / f"chain{sites}.dql_pass.onnx")]),
+                "onnx inliner": _process([sys.executable, "-c", INLINER_SCRIPT, os.fspath(source),
+                                          os.fspath(scratch / f"chain{sites}.inlined.onnx")]),
+            },
+            budget=config.pass_budget, min_rounds=config.pass_min_rounds,
+        )
+        ours, theirs = _median(samples["dql-pass expand"]), _median(samples["onnx inliner"])
+        times[sites] = (ours, theirs)
+        rows.append([f"{sites:,}", _time(ours), _time(theirs), f"{ours / theirs:.2f}x",
+                     _time(ours / sites), str(len(samples["onnx inliner"]))])
+    marginal_rows, marginals = [], []
+    for (small, (o1, i1)), (large, (o2, i2)) in zip(list(times.items()), list(times.items())[1:]):
+        ours, theirs = (o2 - o1) / (large - small), (i2 - i1) / (large - small)
+        marginals.append(ours)
+        marginal_rows.append([f"{small:,} → {large:,}", _time(ours), _time(theirs)])
+    startup = interleaved(
+        {
+            "import dql_pass.cli": _process([sys.executable, "-c", "import dql_pass.cli"]),
+            "import onnx, onnx.inliner": _process([sys.executable, "-c", "import onnx, onnx.inliner"]),
+        },
+        budget=config.pass_budget / 4, min_rounds=config.pass_min_rounds,
+    )
+    startup_rows = [[name, _time(_median(v))] for name, v in startup.items()]
+    startup_gap = _median(startup["import dql_pass.cli"]) - _median(startup["import onnx, onnx.inliner"])
+
+    largest = max(config.chain_sites)
+    lines = profile_expand(scratch / f"chain{largest}.onnx", scratch / f"chain{largest}.profiled.onnx", profile)
+    logger.info("profile of the %d-site expansion written to %s", largest, profile)
+    total = next((line.strip() for line in lines if "function calls" in line), "")
+
+    section = Section(
+        "2. Pass throughput",
+        "Chains of DQL → DequantizeLinear → DQL … built with `onnx.helper`. Wall time of the whole "
+        f"`dql-pass expand chain.onnx -o out.onnx` process against the whole process `{INLINER_SCRIPT}` "
+        "(ONNX's function body, no checks), interleaved; median of the rounds. `dql-pass expand` also runs "
+        "`onnx.checker` with `full_check=True` on the input.",
+        tables=[
+            ("Whole process", ["sites", "dql-pass expand", "onnx inliner", "ratio", "dql-pass per site", "rounds"],
+             rows),
+            ("Marginal cost per site (linearity)", ["sites", "dql-pass expand", "onnx inliner"], marginal_rows),
+            ("Start-up floor (a process that only imports)", ["process", "median"], startup_rows),
+        ],
+        notes=[f"Start-up alone (imports) costs dql-pass {_time(startup_gap)} more than the inliner process; at "
+               f"{max(times):,} sites that is {startup_gap / times[max(times)][0]:.0%} of dql-pass's time.",
+               f"A cProfile of the in-process load + expand + save of the {largest:,}-site chain "
+               f"({total}) is written to `{profile}` (not committed)."],
+    )
+    big = 10_000
+    section.targets.append(_ratio_target(
+        f"{big:,} sites: dql-pass expand ≤ 1.5x the inliner process",
+        times[big][0] / times[big][1] if big in times else None, 1.5,
+    ))
+    if len(marginals) >= 2:
+        growth = marginals[-1] / marginals[-2]
+        section.targets.append(Target(
+            "linear cost: marginal cost per site of the last step ≤ 1.5x that of the step before",
+            f"{growth:.2f}x", growth <= 1.5,
+        ))
+    else:
+        section.targets.append(Target("linear cost (needs three chain sizes)", "-", None))
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Memory
+
+
+def _disk(folder: Path) -> dict[str, tuple[int, int]]:
+    """Apparent size and allocated bytes of every file in ``folder``."""
+    return {p.name: (p.stat().st_size, p.stat().st_blocks * 512) for p in folder.iterdir() if p.is_file()}
+
+
+def _external_locations(path: Path) -> set[str]:
+    """The external data files the model's initializers point to (none is read)."""
+    model = ir.load(path)
+    return {
+        value.const_value.location
+        for value in model.graph.initializers.values()
+        if isinstance(value.const_value, ir.ExternalTensor)
+    }
+
+
+def bench_memory(config: Config) -> Section:
+    with tempfile.TemporaryDirectory(prefix="bench_memory.") as tmp:
+        folder = Path(tmp)
+        source = big_external_model(folder, config.memory_sites, config.memory_side)
+        target = folder / "big_expanded.onnx"
+        weight_bytes = config.memory_sites * config.memory_side**2
+        before = _disk(folder)
+        logger.info("memory: %d sites, %.2f GiB of external weights", config.memory_sites, weight_bytes / 2**30)
+        runs = []
+        for _ in range(3):
+            target.unlink(missing_ok=True)
+            began = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-c", MEASURED_CLI_SCRIPT, "expand", os.fspath(source), "-o", os.fspath(target)],
+                check=True, capture_output=True, text=True,
+            )
+            wall = time.perf_counter() - began
+            runs.append((wall, json.loads(done.stdout.strip().splitlines()[-1])))
+        after = _disk(folder)
+        new_files = {name: after[name] for name in after.keys() - before.keys()}
+        locations = _external_locations(target)
+        session = _session(target, 0)
+        feeds = _feeds(session, np.random.default_rng(0))
+        (result,) = session.run(None, feeds)
+        del session
+        runs_ok = result.shape == (1, config.memory_side) and bool(np.isfinite(result).all())
+
+    wall = _median([w for w, _ in runs])
+    peak_mib = max(r["peak_kib"] for _, r in runs) / 1024
+    read_mib = max(r["rchar"] for _, r in runs) / 2**20
+    copied = sum(size for size, _ in new_files.values()) > weight_bytes // 100 or locations != {"weights.bin"}
+    rows = [
+        ["external weights", f"{weight_bytes / 2**30:.2f} GiB in one file, {config.memory_sites} × "
+                             f"{config.memory_side}×{config.memory_side} uint8"],
+        ["DQL sites", str(config.memory_sites)],
+        ["wall time, whole process (median of 3)", _time(wall)],
+        ["peak RSS (max of 3)", f"{peak_mib:.0f} MiB"],
+        ["bytes read through read() by the process", f"{read_mib:.0f} MiB"],
+        ["new files", ", ".join(f"{n} ({s / 1024:.0f} KiB)" for n, (s, _) in sorted(new_files.items()))],
+        ["external data the output references", ", ".join(sorted(locations))],
+        ["output runs on ORT", "yes" if runs_ok else "**no**"],
+    ]
+    section = Section(
+        "3. Memory",
+        "A chain of DQL → MatMulInteger → Cast → Mul whose uint8 weights sit in one external file, "
+        "created sparse by truncation. `dql-pass expand big.onnx -o big_expanded.onnx`, output next to the "
+        "input, runs in a fresh process that reports its own peak RSS (`VmHWM` of `/proc/self/status`) "
+        "and bytes read (`rchar` of `/proc/self/io`; pages read through a memory map count in the RSS "
+        "instead). The wall time is of the whole process. The output is then run on ORT with a random "
+        "input. Everything is in a temp dir, deleted afterwards.",
+        tables=[("Expansion of a model with external weights", ["measure", "value"], rows)],
+    )
+    section.targets += [
+        Target("wall time < 5 s", _time(wall), wall < 5.0),
+        Target("peak RSS < 300 MB", f"{peak_mib * 1.048576:.0f} MB", peak_mib * 1.048576 < 300),
+        Target("weights never copied", "copied" if copied else "not copied", not copied),
+        # Python reads some 30 MiB of modules, so reads only tell when the weights are far larger.
+        Target("weights never read: bytes read < 10% of the weights",
+               f"{read_mib:.0f} MiB", None if weight_bytes < 2**30 else read_mib * 2**20 < weight_bytes / 10),
+        Target("the output loads and runs on ORT", "yes" if runs_ok else "no", runs_ok),
+    ]
+    if weight_bytes < 2**31:
+        section.notes.append(f"This run used {weight_bytes / 2**30:.2f} GiB of weights, under the 2 GiB of the "
+                             "issue (a `--quick` run); the full run uses 2.03 GiB.")
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Whole models
+
+
+# Each transform maps the original model to a contender; None marks one this dql_pass lacks.
+TRANSFORMS: dict[str, Callable[[onnx.ModelProto], onnx.ModelProto] | None] = {
+    "original": lambda model: model,
+    "expanded": dql_pass.expand,
+    "fused": (lambda model: dql_pass.fuse(dql_pass.expand(model))[0]) if hasattr(dql_pass, "fuse") else None,
+}
+
+
+def _model_rows(name: str, model: onnx.ModelProto, config: Config, budget: float) -> tuple[list[list[str]], dict]:
+    available = {label: transform(model) for label, transform in TRANSFORMS.items() if transform is not None}
+    rows, ratios = [], {}
+    rng = np.random.default_rng(0)
+    for label, threads in THREADS.items():
+        logger.info("whole models: %s, %s", name, label)
+        sessions = {c: _session(m, threads) for c, m in available.items()}
+        feeds = _feeds(next(iter(sessions.values())), rng)
+        medians, same, rounds = _race(sessions, feeds, budget, config.model_min_rounds)
+        row = [name, str(_dql_count(model)), label, _time(medians["original"])]
+        for contender in list(TRANSFORMS)[1:]:
+            if contender not in medians:
+                row.append(f"{contender}: not available")
+                continue
+            ratios[(label, contender)] = medians[contender] / medians["original"]
+            row.append(f"{_time(medians[contender])} ({ratios[(label, contender)]:.3f}x)"
+                       + ("" if same[contender] else ", **outputs differ**"))
+        rows.append(row + [str(rounds)])
+    return rows, ratios
+
+
+def bench_models(config: Config, scratch: Path) -> Section:
+    rows, notes = [], []
+    for name in SAMPLE_MODELS:
+        path = REPO / "models" / name
+        if not path.is_file():
+            notes.append(f"`models/{name}` is missing; run `python tools/make_models.py`.")
+            continue
+        rows += _model_rows(name, onnx.load(path), config, config.model_budget)[0]
+    shape = config.transformer
+    label = f"MiniLM-sized ({shape.layers} layers, hidden {shape.hidden}, seq {shape.seq})"
+    logger.info("whole models: building and quantizing %s", label)
+    minilm = onnx.load(quantize(minilm_model(shape), scratch, "minilm_dynamic.onnx"))
+    minilm_rows, ratios = _model_rows(label, minilm, config, 4 * config.model_budget)
+    rows += minilm_rows
+    headers = ["model", "DQL sites", "threads", "original", *list(TRANSFORMS)[1:], "rounds"]
+    section = Section(
+        "4. Whole models",
+        "ORT CPU latency of the sample `quantize_dynamic` models in `models/` and of a synthetic MiniLM-sized "
+        f"encoder ({shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, intermediate "
+        f"{shape.intermediate}, sequence {shape.seq}, batch 1, opset 17, MatMul-based with LayerNormalization, "
+        "Softmax and Erf GELU) passed through `quantize_dynamic` in a temp dir. *expanded* is `dql_pass.expand` "
+        "(quantizelinear, inline), *fused* is that expansion fused back by `dql_pass.fuse`; each cell gives the median and the ratio to the original, interleaved. "
+        "Outputs are compared bit for bit with the original's.",
+        tables=[("Latency", headers, rows)],
+        notes=notes,
+    )
+    section.targets.append(_ratio_target(
+        f"MiniLM-sized model: expanded ≤ 1.05x original, {TARGET_THREADS}",
+        ratios.get((TARGET_THREADS, "expanded")) if shape == MINILM else None, 1.05,
+    ))
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot and report
+
+
+def plot(curves: Mapping[str, Mapping[str, list[tuple[int, float]]]], path: Path) -> str | None:
+    """Ratio to native against size, one panel per thread setting; None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, axes = plt.subplots(1, len(curves), figsize=(9, 3.2), sharey=True, dpi=90)
+    for axis, (label, lines) in zip(np.atleast_1d(axes), curves.items()):
+        for name, points in lines.items():
+            sizes, ratios = zip(*points)
+            axis.plot(sizes, ratios, marker="o", label=name)
+        axis.set_xscale("log", base=2)
+        axis.set_title(f"ORT CPU, {label}")
+        axis.set_xlabel("floats")
+        axis.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("latency / native DQL")
+    np.atleast_1d(axes)[-1].legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+    return matplotlib.__version__
+
+
+def _git_commit() -> str:
+    """The commit of the dql_pass actually imported (which may not be this script's checkout)."""
+    package = Path(dql_pass.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", os.fspath(package), "rev-parse", "--short", "HEAD"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", os.fspath(package), "status", "--porcelain", "--", "."],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + (" (dql_pass/ has uncommitted changes)" if dirty else "")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def render(
+    sections: Sequence[Section], mode: str, plot_name: str, plot_version: str | None, load: Sequence[float]
+) -> str:
+    """BENCHMARKS.md: machine and versions, a summary of the targets, then each section.
+
+    ``load`` is the 1-minute load average before and after the run: other work on the machine
+    shows there, and it slows the default-threads figures most.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `python tools/bench.py{' --quick' if mode == 'quick' else ''}` on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; regenerate it with the same "
+        "command, do not edit it by hand. Every comparison is measured side by side in one run, interleaved "
+        "round robin, and reported as a median and a ratio to its baseline. Targets are checked by the script. "
+        + ("**This is a `--quick` smoke run: small sizes and few repetitions; the figures are not meaningful.**"
+           if mode == "quick" else ""),
+        "",
+        "## Machine and versions",
+        "",
+        *_table(["item", "value"], [
+            ["CPUs (nproc)", str(cpus)],
+            ["CPU model", _cpu_model()],
+            ["memory", _memory()],
+            ["OS", platform.platform()],
+            ["load average (1 min) before / after the run", " / ".join(f"{x:.2f}" for x in load)],
+            ["python", platform.python_version()],
+            *[[d, _version(d)] for d in ("onnx", "onnxruntime", "onnxscript", "onnx_ir", "numpy")],
+            ["matplotlib", plot_version or "not installed"],
+            ["dql_pass commit", _git_commit()],
+        ]),
+        "",
+        "## Targets",
+        "",
+        *_table(["section", "target", "measured", "verdict"],
+                [[s.title, t.goal, t.measured, t.verdict] for s in sections for t in s.targets]),
+        "",
+    ]
+    for section in sections:
+        lines += [f"## {section.title}", "", section.intro, ""]
+        if section.title.startswith("1.") and plot_version:
+            lines += [f"![ratio to the native DQL against size]({plot_name})", ""]
+        elif section.title.startswith("1."):
+            lines += ["The plot is skipped: matplotlib is not installed (`pip install '.[bench]'`).", ""]
+        for caption, headers, rows in section.tables:
+            lines += [f"**{caption}**", "", *_table(headers, rows), ""]
+        lines += ["Targets:", "", *[f"- {t.goal}: {t.measured}, {t.verdict}" for t in section.targets], ""]
+        lines += [f"{note}\n" for note in section.notes]
+    others = [(tool, what) for tool, what in OTHER_TOOLS.items() if (REPO / tool).is_file()]
+    if others:
+        lines += ["## Other benchmarks", "",
+                  "These tools time other commands and report their own figures; this script does not run them:",
+                  "", *[f"- `python {tool}`: {what}." for tool, what in others], ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run(mode: str, out: Path, profile: Path) -> list[Section]:
+    """Run every part and write ``out`` and its plot; returns the sections."""
+    config = CONFIGS[mode]
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="bench.") as tmp:
+        scratch = Path(tmp)
+        ops, curves = bench_ops(config)
+        sections = [ops, bench_pass(config, scratch, profile), bench_memory(config), bench_models(config, scratch)]
+    plot_name = "benchmarks/op_ratio.png"
+    plot_version = plot(curves, out.parent / plot_name)
+    load.append(os.getloadavg()[0])
+    out.write_text(render(sections, mode, plot_name, plot_version, load))
+    logger.info("wrote %s", out)
+    return sections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few repetitions")
+    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the report to write")
+    parser.add_argument("--profile", type=Path, default=Path(tempfile.gettempdir()) / "bench_profile.txt",
+                        help="where to write the cProfile of the largest pass run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(name)s: %(message)s")
+    logger.setLevel(logging.INFO)  # progress of the benchmark only, not every pass run it makes
+    run("quick" if args.quick else "full", args.out, args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
