@@ -100,3 +100,12 @@ def test_quick_run_writes_every_section(tmp_path):
         assert 0 < plot.stat().st_size < 100_000
     else:
         assert not plot.exists() and "matplotlib is not installed" in text
+
+
+def test_write_report_keeps_the_sections_of_other_tools(bench, tmp_path):
+    out = tmp_path / "B.md"
+    out.write_text("# Benchmarks\n\nold intro\n\n## 1. Op level\n\nold figures\n\n## Fusion\n\nfused figures\n")
+    bench.write_report(out, "# Benchmarks\n\nnew intro\n\n## 1. Op level\n\nnew figures\n")
+    assert out.read_text() == "# Benchmarks\n\nnew intro\n\n## 1. Op level\n\nnew figures\n\n## Fusion\n\nfused figures\n"
+    bench.write_report(out, "# Benchmarks\n\n## 1. Op level\n\nnewer\n")
+    assert out.read_text().count("## Fusion") == 1 and "new figures" not in out.read_text()

@@ -60,6 +60,7 @@ import logging
 import os
 import platform
 import pstats
+import re
 import statistics
 import subprocess
 import sys
@@ -89,8 +90,8 @@ MAX_ROUNDS = 2000
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx")
 # Benchmarks of other commands; listed in BENCHMARKS.md when present, never run from here.
 OTHER_TOOLS = {
-    "tools/bench_fuse.py": "the fusion pass",
-    "tools/bench_verify.py": "the whole `dql-pass verify` process on a 24-site quantized transformer",
+    "tools/bench_fuse.py": "the fusion pass and the fused models on ORT; it writes the *Fusion* section of this file",
+    "tools/bench_verify.py": "the whole `dql-pass verify` process on a 24-site quantized transformer; it prints its figures",
 }
 INLINER_SCRIPT = (
     "import sys, onnx, onnx.inliner; m = onnx.load(sys.argv[1]); "
@@ -883,9 +884,21 @@ def render(
     others = [(tool, what) for tool, what in OTHER_TOOLS.items() if (REPO / tool).is_file()]
     if others:
         lines += ["## Other benchmarks", "",
-                  "These tools time other commands and report their own figures; this script does not run them:",
+                  "These tools time other commands; this script does not run them:",
                   "", *[f"- `python {tool}`: {what}." for tool, what in others], ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(out: Path, text: str) -> None:
+    """Write ``text`` to ``out``, keeping verbatim, at the end, the sections other tools wrote there.
+
+    A section runs from a ``## `` heading to the next; it is another tool's when ``text`` has no
+    such heading (tools/bench_fuse.py keeps its ``## Fusion`` section the same way).
+    """
+    own = set(re.findall(r"(?m)^## .*$", text))
+    old = out.read_text() if out.exists() else ""
+    foreign = [part.rstrip("\n") for part in re.split(r"(?m)^(?=## )", old)[1:] if part.splitlines()[0] not in own]
+    out.write_text("\n\n".join([text.rstrip("\n"), *foreign]) + "\n")
 
 
 def run(mode: str, out: Path, profile: Path) -> list[Section]:
@@ -899,7 +912,7 @@ def run(mode: str, out: Path, profile: Path) -> list[Section]:
     plot_name = "benchmarks/op_ratio.png"
     plot_version = plot(curves, out.parent / plot_name)
     load.append(os.getloadavg()[0])
-    out.write_text(render(sections, mode, plot_name, plot_version, load))
+    write_report(out, render(sections, mode, plot_name, plot_version, load))
     logger.info("wrote %s", out)
     return sections
 
