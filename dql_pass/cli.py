@@ -11,6 +11,7 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -112,6 +113,31 @@ def _run_tests(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _fuse(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    result = dql_pass.FuseDynamicQuantizeLinearPass()(dql_pass.load_model(args.input))
+    dql_pass.save_model(result.model, args.output, source=args.input)
+    elapsed = time.perf_counter() - start
+    report = result.report
+    if report.total:
+        print(f"fused {report.total} DynamicQuantizeLinear into {args.output} in {elapsed:.2f} s")
+        for label, by_rule in report.fused.items():
+            for rule, count in by_rule.items():
+                print(f"  {count:6d}  {label}  ({rule})")
+    else:
+        print(f"{args.input}: nothing to fuse; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    for function in report.dropped_functions:
+        print(f"dropped the model-local function {function}: nothing calls it any more")
+    for rule, note in report.notes.items():
+        print(f"behaviour change ({rule}): {note}")
+    if report.left_alone:
+        print(f"left alone {len(report.left_alone)} ReduceMin/ReduceMax pair(s) that look like DynamicQuantizeLinear:")
+        for item in report.left_alone:
+            closest = f"closest rule {item.rule}, {item.matched_nodes} nodes matched: " if item.rule else ""
+            print(f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dql-pass", description="Expand ONNX DynamicQuantizeLinear into primitive ops, bit-exact with ONNX Runtime."
@@ -131,6 +157,11 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("--verify", action="store_true",
                         help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     expand.set_defaults(run=_expand)
+
+    fuse = commands.add_parser("fuse", help="turn decomposed DynamicQuantizeLinear back into single nodes")
+    fuse.add_argument("input", help="the ONNX model to read; it is never modified")
+    fuse.add_argument("-o", "--output", required=True, help="where to write the fused model")
+    fuse.set_defaults(run=_fuse)
 
     verify = commands.add_parser("verify", help="check a rewritten model against the original, bit for bit, on ORT")
     verify.add_argument("original", help="the model with DynamicQuantizeLinear")
@@ -190,6 +221,9 @@ def run() -> None:
     # A short-lived process that builds large graphs: the cyclic GC would only rescan them, and
     # freeing them object by object at exit takes as long as writing them; the OS frees at once.
     gc.disable()
+    if hasattr(signal, "SIGPIPE"):
+        # Die quietly when the reader goes away (`| head`), as command-line tools do.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

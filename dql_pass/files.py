@@ -6,11 +6,12 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["load_model", "save_model"]
+__all__ = ["atomic_path", "external_base_dirs", "load_model", "one_line", "read_external_attributes", "save_model"]
 
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -19,9 +20,57 @@ import onnx_ir as ir
 from dql_pass.errors import InputError
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line, cut to a readable length."""
     text = " ".join(str(error).split())
     return text[:300] + ("..." if len(text) > 300 else "")
+
+
+def _graphs(model: ir.Model) -> Iterator[ir.Graph]:
+    yield from model.graphs()
+    for function in model.functions.values():
+        yield function.graph
+        yield from function.graph.subgraphs()
+
+
+def _external_initializers(model: ir.Model) -> Iterator[ir.ExternalTensor]:
+    for graph in _graphs(model):
+        for value in graph.initializers.values():
+            if isinstance(value.const_value, ir.ExternalTensor):
+                yield value.const_value
+
+
+def _external_attributes(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
+    for graph in _graphs(model):
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
+                    yield node, attr
+
+
+def external_base_dirs(model: ir.Model) -> set[Path]:
+    """The folders that the model's external tensors are read from, attributes included."""
+    tensors = [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]
+    return {Path(tensor.base_dir).resolve() for tensor in tensors}
+
+
+def read_external_attributes(model: ir.Model) -> None:
+    """Read tensor attributes kept in external data (Constant nodes, small) into memory.
+
+    Saving moves initializers' external data, not attributes', so they would point to a file
+    that is not beside the new model.
+    """
+    for node, attr in list(_external_attributes(model)):
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, ir.tensor(attr.value.numpy(), name=attr.value.name))
+
+
+def _check_external_files(model: ir.Model, path: Path) -> None:
+    for tensor in [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]:
+        data = Path(tensor.path)
+        if not data.is_file():
+            raise InputError(f"{path}: the external data file {data} is missing")
+        if data.stat().st_size < tensor.offset + tensor.length:
+            raise InputError(f"{path}: the external data file {data} is shorter than the model says")
 
 
 def load_model(path: str | os.PathLike) -> ir.Model:
@@ -34,21 +83,48 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     try:
         onnx.checker.check_model(os.fspath(path), full_check=True)
     except onnx.shape_inference.InferenceError as error:
-        raise InputError(f"{path}: the model fails ONNX shape inference: {_one_line(error)}") from None
+        raise InputError(f"{path}: the model fails ONNX shape inference: {one_line(error)}") from None
     except onnx.checker.ValidationError as error:
-        raise InputError(f"{path}: not a valid ONNX model: {_one_line(error)}") from None
+        raise InputError(f"{path}: not a valid ONNX model: {one_line(error)}") from None
     try:
-        return ir.load(path)
+        model = ir.load(path)
     except Exception as error:  # a file the checker accepted but onnx_ir cannot read
-        raise InputError(f"{path}: cannot load the model: {_one_line(error)}") from None
+        raise InputError(f"{path}: cannot load the model: {one_line(error)}") from None
+    # ir.load sets the folder of the main graph's external tensors only.
+    for function in model.functions.values():
+        for graph in (function.graph, *function.graph.subgraphs()):
+            ir.external_data.set_base_dir(graph, path.parent)
+    _check_external_files(model, path)
+    return model
 
 
-def _external_base_dirs(model: ir.Model) -> set[Path]:
-    return {
-        Path(value.const_value.base_dir).resolve()
-        for value in model.graph.initializers.values()
-        if isinstance(value.const_value, ir.ExternalTensor)
-    }
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
+    """Yield a temporary path beside ``path`` that replaces ``path`` once the block succeeds.
+
+    On any failure the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    folder = path.parent.resolve()
+    if not folder.is_dir():
+        raise InputError(f"{path}: the output folder does not exist")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the {what}: {error.strerror}") from None
+    os.close(handle)
+    try:
+        yield temporary
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; the result should not be
+        os.replace(temporary, path)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, Exception) and not isinstance(error, InputError):
+            raise InputError(f"{path}: cannot write the {what}: {one_line(error)}") from None
+        raise
 
 
 def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None) -> None:
@@ -60,23 +136,11 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     path = Path(path)
     if source is not None and Path(source).resolve() == path.resolve():
         raise InputError(f"{path}: the output path is the input path; choose another output")
-    folder = path.parent.resolve()
-    if not folder.is_dir():
-        raise InputError(f"{path}: the output folder does not exist")
+    folder = {path.parent.resolve()}
+    if {Path(attr.value.base_dir).resolve() for _, attr in _external_attributes(model)} - folder:
+        read_external_attributes(model)
     external_data = None
-    if _external_base_dirs(model) - {folder}:
+    if {Path(tensor.base_dir).resolve() for tensor in _external_initializers(model)} - folder:
         external_data = f"{path.name}.data"
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as error:
-        raise InputError(f"{path}: cannot write the output: {error.strerror}") from None
-    os.close(handle)
-    try:
+    with atomic_path(path) as temporary:
         ir.save(model, temporary, external_data=external_data)
-        os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(error, Exception):
-            raise InputError(f"{path}: cannot write the output: {_one_line(error)}") from None
-        raise

@@ -44,7 +44,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -58,7 +57,7 @@ import onnxruntime as ort
 from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
 from dql_pass.expand import find_sites, graph_scopes
-from dql_pass.files import _external_base_dirs, _one_line, load_model
+from dql_pass.files import atomic_path, external_base_dirs, load_model, one_line, read_external_attributes
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
 
 logger = logging.getLogger(__name__)
@@ -190,22 +189,9 @@ class VerifyReport:
 
     def save_json(self, path: str | os.PathLike) -> None:
         """Write :meth:`to_dict` as JSON to ``path`` atomically."""
-        path = Path(path)
-        if not path.parent.resolve().is_dir():
-            raise InputError(f"{path}: the output folder does not exist")
         text = json.dumps(self.to_dict(), indent=2) + "\n"
-        try:
-            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        except OSError as error:
-            raise InputError(f"{path}: cannot write the report: {error.strerror}") from None
-        try:
-            with os.fdopen(handle, "w") as stream:
-                stream.write(text)
-            os.replace(temporary, path)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise InputError(f"{path}: cannot write the report: {error.strerror}") from None
+        with atomic_path(path, "report") as temporary:
+            Path(temporary).write_text(text)
 
 
 # -- comparison ------------------------------------------------------------------------------------
@@ -279,8 +265,9 @@ class _Tally:
 @contextlib.contextmanager
 def _small_tensors_in_memory(model: ir.Model):
     """Temporarily read small external initializers: ORT's shape inference needs their values (axes, shapes)."""
+    read_external_attributes(model)
     swapped = [
-        (value, value.const_value) for value in model.graph.initializers.values()
+        (value, value.const_value) for graph in model.graphs() for value in graph.initializers.values()
         if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.nbytes <= _IN_MEMORY_BYTES
     ]
     for value, tensor in swapped:
@@ -298,7 +285,7 @@ def _session(model: ir.Model, *, threads: int = 0) -> ort.InferenceSession:
     options.intra_op_num_threads = threads
     # "basic" folds constants and drops no-ops but fuses nothing: each kernel runs as written.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    folders = _external_base_dirs(model)
+    folders = external_base_dirs(model)
     if folders:
         # Large weights stay on disk; ORT reads them from their folder.
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(min(folders)))
@@ -469,7 +456,7 @@ def _extract(model: ir.Model, scopes: _Scopes, site: _Site) -> ir.Model:
 
 def _dim_size(dim: int | ir.SymbolicDim, dims: Mapping[str, int]) -> int:
     if isinstance(dim, int):
-        return dim
+        return dim if dim >= 0 else _OTHER_SIZE  # exporters write -1 for an unknown size
     name = dim.value
     if name is not None and name in dims:
         return dims[name]
@@ -637,13 +624,13 @@ class _SiteRunner:
         try:
             session = _session(model, threads=1)
         except Exception as error:  # noqa: BLE001 - whatever ORT refuses, the rewrite is at fault
-            return [_Diff(_WORST, f"ORT cannot load the site: {_one_line(error)}")] * len(self.catalogue)
+            return [_Diff(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
             try:
                 diffs.append(_compare(session.run(list(_OUTPUTS), {"x": case.x}), expected))
             except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
-                diffs.append(_Diff(_WORST, f"ORT failed: {_one_line(error)}"))
+                diffs.append(_Diff(_WORST, f"ORT failed: {one_line(error)}"))
         return diffs
 
 
@@ -722,11 +709,11 @@ def _check_model(
     try:
         expected_runs = _run_all(original, names, sets)
     except Exception as error:  # noqa: BLE001 - ORT's message is the clearest one-liner available
-        raise InputError(f"ORT cannot run ORIGINAL: {_one_line(error)}") from None
+        raise InputError(f"ORT cannot run ORIGINAL: {one_line(error)}") from None
     try:
         actual_runs = _run_all(rewritten, names, sets)
     except Exception as error:  # noqa: BLE001 - a rewrite that ORT refuses is a failed rewrite
-        error_text = f"ORT cannot run REWRITTEN: {_one_line(error)}"
+        error_text = f"ORT cannot run REWRITTEN: {one_line(error)}"
         for site in exposed:
             tallies[site].result.model_level = "not checked in the models: REWRITTEN did not run"
         return [OutputResult(name, False, detail="REWRITTEN did not run") for name in final], error_text

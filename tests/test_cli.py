@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from conftest import dql_model
@@ -123,3 +125,27 @@ def test_no_traceback_from_a_real_process(tmp_path):
     run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx")],
                          capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "Traceback" not in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_outputs_get_ordinary_permissions(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    old = os.umask(0o022)
+    try:
+        assert main(["expand", str(source), "-o", str(tmp_path / "e.onnx")]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "e.onnx").stat().st_mode & 0o777 == 0o644
+
+
+def test_truncated_external_data_blames_the_input(tmp_path, capsys):
+    model = dql_model(13)
+    weight = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    model.graph.initializer.append(weight)
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
+    data = tmp_path / "m.data"
+    data.write_bytes(data.read_bytes()[:100])
+    assert main(["expand", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "m.onnx" in err and "external data" in err, err
+    assert not (tmp_path / "o.onnx").exists()

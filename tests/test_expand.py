@@ -260,3 +260,50 @@ def test_external_data_follows_an_output_elsewhere(tmp_path):
     want = session(onnx.load(source)).run(None, {"x": x})[0]
     got = session(onnx.load(tmp_path / "out" / "expanded.onnx")).run(None, {"x": x})[0]
     assert_bits_equal(got, want)
+
+
+def _constant_and_branch_external_model(folder: Path) -> Path:
+    """External tensors outside the main graph's initializers: a Constant node and an If branch weight."""
+    weight = onnx.numpy_helper.from_array(np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4), "w")
+    branch_weight = onnx.numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), "bw")
+
+    def branch(name: str, initializer) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("MatMul", ["m", initializer.name], [f"{name}_m"]),
+             helper.make_node("DynamicQuantizeLinear", [f"{name}_m"], [f"{name}_y", f"{name}_s", f"{name}_z"])],
+            name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.UINT8, [1, 4])], initializer=[initializer],
+        )
+
+    nodes = [
+        helper.make_node("Constant", [], ["w"], value=weight),
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("If", ["c"], ["out"], then_branch=branch("then", branch_weight),
+                         else_branch=branch("else", onnx.numpy_helper.from_array(np.eye(4, dtype=np.float32), "ew"))),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.UINT8, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.external_data_helper.convert_model_to_external_data(
+        model, location="m.onnx.data", size_threshold=0, convert_attribute=True
+    )
+    path = folder / "m.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_external_tensors_in_attributes_and_subgraphs_follow_the_output(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    source = _constant_and_branch_external_model(tmp_path / "in")
+    target = tmp_path / "out" / "e.onnx"
+    dql_pass.save_model(dql_pass.expand(source), target, source=source)
+    onnx.checker.check_model(str(target), full_check=True)
+    x = np.array([[1.0, -2.0, 0.25, 3.0]], np.float32)
+    for flag in (True, False):
+        feed = {"x": x, "c": np.array(flag)}
+        want = session(onnx.load(source)).run(None, feed)[0]
+        got = session(onnx.load(target)).run(None, feed)[0]
+        assert_bits_equal(got, want)

@@ -188,6 +188,15 @@ def test_accepts_own_expansion_of_a_built_model(variant, mode):
     assert row.cases == comparable + len(report.input_sets) and report.input_sets[-1] == "zeros"
 
 
+def test_unknown_sizes_written_as_minus_one_get_a_default():
+    # paddle2onnx and others write dim_value -1 for an unknown size.
+    model = dql_model(13, rank=2)
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_value = -1
+    report = dql_pass.verify(model, dql_pass.expand(model))
+    assert report.passed, report.format()
+
+
 def test_accepts_the_native_node_and_follows_the_zero_range_policy(mlp):
     assert dql_pass.verify(mlp, mlp).passed
     report = dql_pass.verify(mlp, mlp, zero_range="onnx-reference")
