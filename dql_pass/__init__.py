@@ -6,6 +6,8 @@ The public API:
 - :func:`dynamic_quantize_linear` is the NumPy reference.
 - :func:`function_proto` gives the decomposition itself as a FunctionProto.
 - :class:`ExpandDynamicQuantizeLinearPass` is the onnx_ir pass behind :func:`expand`.
+- :func:`fuse` turns decomposed DynamicQuantizeLinear back into single nodes and reports what it did;
+  :func:`dql_pass.rules.fuse_rules` gives its onnxscript rewriter rules.
 - :func:`generate_suite` writes a conformance suite in ONNX's backend-test layout; :func:`run_suite` runs one.
 - :func:`load_model` and :func:`save_model` read checked models and write them atomically.
 - :func:`verify` checks a rewritten model against the original, bit for bit, on ONNX Runtime.
@@ -16,6 +18,8 @@ from __future__ import annotations
 __all__ = [
     "ExpandDynamicQuantizeLinearPass",
     "ExpandResult",
+    "FuseDynamicQuantizeLinearPass",
+    "FuseReport",
     "InputError",
     "MODES",
     "VARIANTS",
@@ -25,6 +29,7 @@ __all__ = [
     "expand",
     "find_sites",
     "function_proto",
+    "fuse",
     "generate_suite",
     "load_model",
     "run_suite",
@@ -42,6 +47,7 @@ from dql_pass.conformance import generate_suite, run_suite
 from dql_pass.errors import InputError
 from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult, find_sites
 from dql_pass.files import load_model, save_model
+from dql_pass.fuse import FuseDynamicQuantizeLinearPass, FuseReport
 from dql_pass.functions import VARIANTS, function_proto
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
 from dql_pass.verify import VerifyReport, verify
@@ -70,3 +76,26 @@ def expand(
     if not isinstance(model, ir.Model):
         model = load_model(model)
     return rewrite(model).model
+
+
+@overload
+def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, FuseReport]: ...
+@overload
+def fuse(model: ir.Model | str | os.PathLike) -> tuple[ir.Model, FuseReport]: ...
+def fuse(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[onnx.ModelProto | ir.Model, FuseReport]:
+    """Fuse every decomposed DynamicQuantizeLinear of ``model`` back into one node.
+
+    Returns the model and a :class:`FuseReport` (what was fused, where, by which rule; what was
+    left alone and why). Models are taken and given back as in :func:`expand`.
+    """
+    rewrite = FuseDynamicQuantizeLinearPass()
+    if isinstance(model, onnx.ModelProto):
+        # onnx_ir wraps the proto's tensors, and the rewriter renames values (and so their tensors).
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        result = rewrite(ir.serde.deserialize_model(copy))
+        return ir.serde.serialize_model(result.model), result.report
+    if not isinstance(model, ir.Model):
+        model = load_model(model)
+    result = rewrite(model)
+    return result.model, result.report

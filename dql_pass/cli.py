@@ -129,7 +129,8 @@ def _fuse(args: argparse.Namespace) -> int:
     for function in report.dropped_functions:
         print(f"dropped the model-local function {function}: nothing calls it any more")
     for rule, note in report.notes.items():
-        print(f"behaviour change ({rule}): {note}")
+        count = sum(by_rule.get(rule, 0) for by_rule in report.fused.values())
+        print(f"behaviour change of the {count} node(s) fused by {rule}: {note}")
     if report.left_alone:
         print(f"left alone {len(report.left_alone)} ReduceMin/ReduceMax pair(s) that look like DynamicQuantizeLinear:")
         for item in report.left_alone:

@@ -1,0 +1,533 @@
+"""Fusing decomposed DynamicQuantizeLinear back into one node: round trips, ONNX's body, near misses, CLI."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.backend.test.loader
+import onnx.inliner
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from conftest import assert_bits_equal, newest_ort_opset
+from onnxscript import rewriter
+
+import dql_pass
+from dql_pass import rules
+from dql_pass.cli import main
+from dql_pass.functions import MAX_OPSET
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+SAMPLES = ["mlp_dynamic", "conv_dynamic", "control_flow", "relu_dql", "opset21_dynamic"]
+QUANTIZE_DYNAMIC = ["mlp_dynamic", "conv_dynamic", "opset21_dynamic"]
+
+
+@functools.cache
+def _sample_bytes(name: str) -> bytes:
+    return (MODELS / f"{name}.onnx").read_bytes()
+
+
+def sample(name: str) -> onnx.ModelProto:
+    return onnx.load_from_string(_sample_bytes(name))
+
+
+def inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """DQL replaced by ONNX's function body, as onnx's inliner writes it (subgraphs and functions too)."""
+    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
+
+
+def dql_outputs(model: onnx.ModelProto | ir.Model) -> dict[str, list[tuple[str, ...]]]:
+    """Graph path -> the output names of its DQL nodes."""
+    if isinstance(model, onnx.ModelProto):
+        model = ir.serde.deserialize_model(model)
+    return {
+        label: sorted(tuple(v.name for v in node.outputs) for node in nodes)
+        for label, nodes in dql_pass.find_sites(model).items()
+    }
+
+
+def all_nodes(model: onnx.ModelProto) -> list[str]:
+    ir_model = ir.serde.deserialize_model(model)
+    containers = [ir_model.graph, *ir_model.functions.values()]
+    return [node.op_type for c in containers for node in ir.traversal.RecursiveGraphIterator(c)]
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(model: onnx.ModelProto, zeros: bool) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in model.graph.input:
+        tensor = value.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 2 for d in tensor.shape.dim]
+        if tensor.elem_type == onnx.TensorProto.BOOL:
+            feeds[value.name] = np.array(not zeros).reshape(shape)
+        else:
+            feeds[value.name] = np.zeros(shape, np.float32) if zeros else rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def assert_same_on_ort(actual: onnx.ModelProto, expected: onnx.ModelProto) -> None:
+    """Every graph output bit-identical on random inputs and on all-zero inputs."""
+    for zeros in (False, True):
+        feeds = _feeds(expected, zeros)
+        for got, want in zip(_session(actual).run(None, feeds), _session(expected).run(None, feeds)):
+            assert_bits_equal(got, want)
+
+
+def fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dql_pass.FuseReport]:
+    result, report = dql_pass.fuse(model)
+    onnx.checker.check_model(result, full_check=True)
+    return result, report
+
+
+# --- Round trips: fuse(expand(m)) and fuse(inlined(m)) give m's DQL nodes back ---------------------------
+
+
+@pytest.mark.parametrize("zero_range", dql_pass.ZERO_RANGE_POLICIES)
+@pytest.mark.parametrize("mode", dql_pass.MODES)
+@pytest.mark.parametrize("variant", dql_pass.VARIANTS)
+@pytest.mark.parametrize("name", SAMPLES)
+def test_fuse_undoes_expand(name, variant, mode, zero_range):
+    original = sample(name)
+    expanded = dql_pass.expand(original, variant=variant, mode=mode, zero_range=zero_range)
+    assert not dql_outputs(expanded)
+    result, report = fused(expanded)
+    assert dql_outputs(result) == dql_outputs(original)
+    assert report.total == sum(map(len, dql_outputs(original).values())) and not report.left_alone
+    # No trace of the decomposition is left: no dql_pass function, import or initializer.
+    assert not result.functions or [f.name for f in result.functions] == [f.name for f in original.functions]
+    assert [o.domain for o in result.opset_import] == [o.domain for o in original.opset_import]
+    assert {t.name for t in result.graph.initializer} == {t.name for t in original.graph.initializer}
+    assert sorted(all_nodes(result)) == sorted(all_nodes(original))
+    assert_same_on_ort(result, original)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_onnx_body_fuses_back_and_the_change_is_reported(name):
+    original = sample(name)
+    result, report = fused(inlined(original))
+    assert dql_outputs(result) == dql_outputs(original)
+    assert sorted(all_nodes(result)) == sorted(all_nodes(original))  # the Identity nodes are gone too
+    assert set(report.notes) == {"onnx_function_body_11"}
+    assert "0/0" in report.notes["onnx_function_body_11"] and "y_scale 1.0" in report.notes["onnx_function_body_11"]
+    assert_same_on_ort(result, original)
+
+
+def _at_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """The same model importing another ai.onnx opset: its ops mean the same from 11 to the newest."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = opset
+    model.ir_version = max(model.ir_version, onnx.helper.find_min_ir_version_for(list(model.opset_import), True))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("opset", sorted({11, 13, 18, 21, newest_ort_opset(), MAX_OPSET}))
+@pytest.mark.parametrize("name", QUANTIZE_DYNAMIC)
+def test_onnx_body_fuses_back_at_every_opset(name, opset):
+    original = _at_opset(sample(name), opset)
+    result, _ = fused(inlined(original))
+    assert dql_outputs(result) == dql_outputs(original)
+    if opset <= newest_ort_opset():
+        assert_same_on_ort(result, original)
+
+
+def test_onnx_body_without_identity_and_with_initializers():
+    """Exporters drop the Identity nodes or store the constants as initializers; both still fuse."""
+    original = sample("mlp_dynamic")
+    model = ir.serde.deserialize_model(inlined(original))
+    ir.passes.common.IdentityEliminationPass()(model)
+    ir.passes.common.LiftConstantsToInitializersPass(size_limit=0)(model)
+    assert not [n for n in model.graph if n.op_type in ("Identity", "Constant")]
+    result, _ = fused(ir.serde.serialize_model(model))
+    assert sum(map(len, dql_outputs(result).values())) == 3
+    assert not [n for n in result.graph.node if n.op_type in ("ReduceMin", "ReduceMax", "Div", "Round")]
+    assert_same_on_ort(result, original)
+
+
+def test_commuted_inputs_fuse():
+    original = sample("mlp_dynamic")
+    for form in (*dql_pass.VARIANTS, "onnx"):
+        decomposed = inlined(original) if form == "onnx" else dql_pass.expand(original, variant=form)
+        model = ir.serde.deserialize_model(decomposed)
+        swapped = 0
+        for node in model.graph:
+            in_first_site = node.name.startswith("input_") or node.outputs[0].name.endswith("__1")
+            if node.op_type in ("Min", "Max", "Equal", "Add") and in_first_site:
+                a, b = node.inputs
+                node.replace_input_with(0, b)
+                node.replace_input_with(1, a)
+                swapped += 1
+        assert swapped >= 2
+        result, _ = fused(ir.serde.serialize_model(model))
+        assert dql_outputs(result) == dql_outputs(original)
+        assert_same_on_ort(result, original)
+
+
+def test_a_consumer_inside_the_block_keeps_the_graph_sorted():
+    """A consumer of y_scale placed before the node that computes y still comes after the fused node."""
+    original = sample("mlp_dynamic")
+
+    def move_consumer(graph: ir.Graph) -> None:
+        consumer = next(n for n in graph if n.name == "MatMul1_quant_scales_mul")
+        graph.remove(consumer)
+        graph.insert_before(_site_nodes(graph)["QuantizeLinear'"], consumer)
+
+    edited = _edit(dql_pass.expand(original), move_consumer)
+    onnx.checker.check_model(edited, full_check=True)
+    result, _ = fused(edited)
+    assert dql_outputs(result) == dql_outputs(original)
+    assert_same_on_ort(result, original)
+
+
+def test_rules_work_with_the_plain_rewriter():
+    """fuse_rules() is an ordinary RewriteRuleSet for onnxscript.rewriter.rewrite."""
+    original = sample("control_flow")
+    for decomposed in (dql_pass.expand(original, variant="arithmetic"), inlined(original)):
+        result = rewriter.rewrite(decomposed, pattern_rewrite_rules=rules.fuse_rules())
+        onnx.checker.check_model(result, full_check=True)
+        # The rewriter names the unnamed If/Loop/Scan nodes, so graph paths differ: compare the outputs.
+        assert sorted(sum(dql_outputs(result).values(), [])) == sorted(sum(dql_outputs(original).values(), []))
+        assert_same_on_ort(result, original)
+
+
+@functools.cache
+def _onnx_expanded_node_tests() -> list:
+    tests = onnx.backend.test.loader.load_model_tests(kind="node")
+    return [t for t in tests if t.name.startswith("test_dynamicquantizelinear") and t.name.endswith("_expanded")]
+
+
+def test_onnx_conformance_expanded_models_fuse():
+    """ONNX's own ``_expanded`` node tests, written by its test generator, fuse and pass their data on ORT."""
+    tests = _onnx_expanded_node_tests()
+    assert len(tests) == 3
+    for test in tests:
+        result, report = fused(test.model)
+        assert [n.op_type for n in result.graph.node] == ["DynamicQuantizeLinear"], test.name
+        assert [o.name for o in result.graph.output] == ["y", "y_scale", "y_zero_point"]
+        assert report.fused == {"main": {"onnx_function_body_11": 1}}
+        for inputs, outputs in test.data_sets:
+            for got, want in zip(_session(result).run(None, {"x": inputs[0]}), outputs):
+                assert_bits_equal(got, want)
+
+
+def test_input_proto_is_untouched_and_fusing_again_changes_nothing():
+    expanded = dql_pass.expand(sample("control_flow"), mode="function")
+    before = expanded.SerializeToString()
+    once, report = fused(expanded)
+    assert expanded.SerializeToString() == before
+    assert report.dropped_functions == ["dql_pass::DynamicQuantizeLinear_quantizelinear_onnxruntime"]
+    twice, again = fused(once)
+    assert again.total == 0 and not again.left_alone and not again.dropped_functions
+    assert twice.graph.node == once.graph.node and twice.functions == once.functions
+
+
+def _set_attribute(op_type: str, name: str, value: int) -> Callable[[ir.Graph], None]:
+    def edit(graph: ir.Graph) -> None:
+        node = next(n for n in _site_nodes(graph).values() if n.op_type == op_type)
+        node.attributes[name] = ir.AttrInt64(name, value)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("op_type", "name", "value", "fuses"),
+    [
+        ("ReduceMin", "noop_with_empty_axes", 0, True),
+        ("ReduceMin", "noop_with_empty_axes", 1, False),  # no axes then means no reduction at all
+        ("QuantizeLinear", "output_dtype", onnx.TensorProto.UINT8, True),
+        ("QuantizeLinear", "axis", 0, True),  # the scale is a scalar
+        ("ReduceMax", "keepdims", 1, False),  # y_scale would not be a scalar
+    ],
+)
+def test_attributes_beyond_the_body(op_type, name, value, fuses):
+    original = sample("opset21_dynamic")  # noop_with_empty_axes exists from opset 18
+    edited = _edit(dql_pass.expand(original, variant="quantizelinear"), _set_attribute(op_type, name, value))
+    _, report = dql_pass.fuse(edited)  # not checked: with noop_with_empty_axes=1 shapes no longer fit
+    assert report.total == (3 if fuses else 2)
+    assert bool(report.left_alone) != fuses
+    if not fuses:
+        assert name in report.left_alone[0].reason, report.left_alone[0]
+
+
+def test_an_overridable_constant_is_not_a_constant():
+    """An initializer that is also a graph input can change at run time: no site that reads it fuses."""
+    model = ir.serde.deserialize_model(dql_pass.expand(sample("mlp_dynamic")))
+    model.graph.inputs.append(model.graph.initializers["dql_pass_q_max"])
+    edited = ir.serde.serialize_model(model)
+    result, report = fused(edited)
+    assert report.total == 0 and len(report.left_alone) == 3
+    assert all("'dql_pass_q_max' is a graph input" in item.reason for item in report.left_alone)
+
+
+def test_a_model_without_decomposition_is_left_as_it_was():
+    original = sample("conv_dynamic")
+    result, report = fused(original)
+    assert report.total == 0 and not report.left_alone and not report.notes
+    assert result.graph.node == original.graph.node and result.graph.initializer == original.graph.initializer
+
+
+# --- ORT's DynamicQuantizeMatMul fusion comes back ---------------------------------------------------------
+
+
+def _optimized_op_types(model: onnx.ModelProto, tmp_path: Path) -> list[str]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [node.op_type for node in onnx.load(tmp_path / "optimized.onnx").graph.node]
+
+
+@pytest.mark.parametrize(("name", "count"), [("mlp_dynamic", 3), ("conv_dynamic", 1), ("opset21_dynamic", 3)])
+def test_ort_fuses_dynamic_quantize_matmul_again(name, count, tmp_path):
+    original = sample(name)
+    before = _optimized_op_types(original, tmp_path).count("DynamicQuantizeMatMul")
+    assert before == count
+    assert _optimized_op_types(dql_pass.expand(original), tmp_path).count("DynamicQuantizeMatMul") == 0
+    for decomposed in (dql_pass.expand(original, variant="arithmetic", mode="function"), inlined(original)):
+        assert _optimized_op_types(fused(decomposed)[0], tmp_path).count("DynamicQuantizeMatMul") == before
+
+
+# --- Near misses are left alone, and the report says why ----------------------------------------------------
+
+
+def _edit(model: onnx.ModelProto, edit: Callable[[ir.Graph], None]) -> onnx.ModelProto:
+    ir_model = ir.serde.deserialize_model(model)
+    edit(ir_model.graph)
+    return ir.serde.serialize_model(ir_model)
+
+
+def _site_nodes(graph: ir.Graph, prefix: str = "input_QuantizeLinear/") -> dict[str, ir.Node]:
+    """The nodes dql_pass stamped for the DQL named ``input_QuantizeLinear``, by op type and occurrence."""
+    nodes: dict[str, ir.Node] = {}
+    for node in graph:
+        if node.name.startswith(prefix):
+            key = node.op_type
+            while key in nodes:
+                key += "'"
+            nodes[key] = node
+    return nodes
+
+
+def _insert(graph: ir.Graph, before: ir.Node, node: ir.Node) -> ir.Value:
+    graph.insert_before(before, node)
+    return node.outputs[0]
+
+
+def _reciprocal_for_y(graph: ir.Graph) -> None:
+    """y = Round(x * (1 / scale)) instead of Round(x / scale) (arithmetic variant)."""
+    div = _site_nodes(graph)["Div''"]
+    x, scale = div.inputs
+    recip = _insert(graph, div, ir.node("Reciprocal", [scale]))
+    mul = ir.node("Mul", [x, recip])
+    graph.insert_before(div, mul)
+    div.outputs[0].replace_all_uses_with(mul.outputs[0])
+    graph.remove(div, safe=True)
+
+
+def _scale_by_multiplication(graph: ir.Graph) -> None:
+    """scale = range * (1/255) instead of range / 255 (quantizelinear variant)."""
+    div = _site_nodes(graph)["Div"]
+    reciprocal = graph.initializers["dql_pass_q_max"].const_value.numpy() ** -1
+    factor = ir.Value(name="one_255th", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([]),
+                      const_value=ir.tensor(np.float32(reciprocal)))
+    graph.register_initializer(factor)
+    mul = ir.node("Mul", [div.inputs[0], factor])
+    graph.insert_before(div, mul)
+    div.outputs[0].replace_all_uses_with(mul.outputs[0])
+    graph.remove(div, safe=True)
+
+
+def _wrong_constant(graph: ir.Graph) -> None:
+    """The Where that saturates the zero point uses 254 instead of 255."""
+    where = _site_nodes(graph)["Where'"]
+    wrong = ir.Value(name="q_254", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([]),
+                     const_value=ir.tensor(np.float32(254)))
+    graph.register_initializer(wrong)
+    where.replace_input_with(2, wrong)
+
+
+def _without_clip(graph: ir.Graph) -> None:
+    """y = Cast(Add(...)) without the Clip to [0, 255] (arithmetic variant)."""
+    clip = _site_nodes(graph)["Clip"]
+    clip.outputs[0].replace_all_uses_with(clip.inputs[0])
+    graph.remove(clip, safe=True)
+
+
+def _without_zero_point_saturation(graph: ir.Graph) -> None:
+    """The zero point is rounded without Where(Less(zp, 255), zp, 255) (arithmetic variant)."""
+    nodes = _site_nodes(graph)
+    where = nodes["Where'"]
+    where.outputs[0].replace_all_uses_with(where.inputs[1])
+    graph.remove([where, nodes["Less"]], safe=True)
+
+
+def _zero_point_before_rounding(graph: ir.Graph) -> None:
+    """y = Round(x / scale + zp) instead of Round(x / scale) + zp (arithmetic variant)."""
+    nodes = _site_nodes(graph)
+    round_q, add = nodes["Round'"], nodes["Add"]
+    add.replace_input_with(0, round_q.inputs[0])
+    round_late = ir.node("Round", [add.outputs[0]])
+    graph.insert_after(add, round_late)
+    add.outputs[0].replace_all_uses_with(round_late.outputs[0])
+    round_late.replace_input_with(0, add.outputs[0])
+    graph.remove(round_q, safe=True)
+
+
+def _other_x_for_y(graph: ir.Graph) -> None:
+    """y quantizes -x while the reductions read x (quantizelinear variant)."""
+    quantize = _site_nodes(graph)["QuantizeLinear'"]
+    quantize.replace_input_with(0, _insert(graph, quantize, ir.node("Neg", [quantize.inputs[0]])))
+
+
+def _onnx_body_nodes(graph: ir.Graph) -> dict[str, ir.Node]:
+    """The first inlined ONNX body (site ``__1``), by the body's own value names."""
+    return {n.outputs[0].name.removesuffix("__1"): n for n in graph if n.outputs[0].name.endswith("__1")}
+
+
+def _onnx_reciprocal(graph: ir.Graph) -> None:
+    """Min_Scaled = X_Min_Adjusted * (1 / Scale) instead of X_Min_Adjusted / Scale."""
+    div = _onnx_body_nodes(graph)["Min_Scaled"]
+    div.op_type = "Mul"
+    div.replace_input_with(1, _insert(graph, div, ir.node("Reciprocal", [div.inputs[1]])))
+
+
+def _onnx_without_clip(graph: ir.Graph) -> None:
+    """The zero point is rounded without Clip to [0, 255]."""
+    clip = _onnx_body_nodes(graph)["Clipped_ZeroPoint_FP"]
+    clip.outputs[0].replace_all_uses_with(clip.inputs[0])
+    graph.remove(clip, safe=True)
+
+
+def _onnx_wrong_constant(graph: ir.Graph) -> None:
+    """Q_Max is 254 (a Constant node, as the inliner writes it)."""
+    constant = _onnx_body_nodes(graph)["Q_Max"]
+    constant.attributes["value"] = ir.AttrTensor("value", ir.tensor(np.float32(254)))
+
+
+def _intermediate_used_outside(graph: ir.Graph) -> None:
+    """The range is also a graph output: it must stay computed."""
+    value = _site_nodes(graph)["Sub"].outputs[0]
+    value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([])
+    graph.outputs.append(value)
+
+
+# case: (how the first DQL of mlp_dynamic is decomposed, the edit, what the reason must say)
+NEAR_MISSES = {
+    "reciprocal": ("arithmetic", _reciprocal_for_y, "expected Div, got Mul. (at Mul"),
+    "mul by 1/255": ("quantizelinear", _scale_by_multiplication, "expected Div, got Mul. (at Mul"),
+    "constant 254": ("quantizelinear", _wrong_constant, "'q_254' is float32 254.0, expected float32 255.0"),
+    "no clip": ("arithmetic", _without_clip, "expected Clip, got Add. (at Add 'input_QuantizeLinear/Add')"),
+    "no zero point saturation": ("arithmetic", _without_zero_point_saturation, "expected Where, got Sub"),
+    "zero point before rounding": ("arithmetic", _zero_point_before_rounding, "expected Add, got Round"),
+    "other x": ("quantizelinear", _other_x_for_y, "x bound to two different values"),
+    "intermediate used outside": ("quantizelinear", _intermediate_used_outside, "used outside"),
+    "onnx body: reciprocal": ("onnx", _onnx_reciprocal, "got Mul. (at the Mul computing 'Min_Scaled__1')"),
+    "onnx body: no clip": ("onnx", _onnx_without_clip, "expected Clip, got Sub"),
+    "onnx body: constant 254": ("onnx", _onnx_wrong_constant, "Div input 1 (Q_Max): 'Q_Max__1' is float32 254.0"),
+}
+
+
+@pytest.mark.parametrize("case", NEAR_MISSES)
+def test_near_misses_are_left_alone_with_a_reason(case):
+    form, edit, reason = NEAR_MISSES[case]
+    original = sample("mlp_dynamic")
+    edited = _edit(inlined(original) if form == "onnx" else dql_pass.expand(original, variant=form), edit)
+    onnx.checker.check_model(edited, full_check=True)
+    result, report = fused(edited)
+    # The two other sites fuse; the edited one stays as it was.
+    assert sorted(dql_outputs(result)["main"]) == [
+        ("relu1_quantized", "relu1_scale", "relu1_zero_point"),
+        ("relu2_quantized", "relu2_scale", "relu2_zero_point"),
+    ]
+    assert [(item.graph, item.x) for item in report.left_alone] == [("main", "input")]
+    assert reason in report.left_alone[0].reason, report.left_alone[0]
+    assert_same_on_ort(result, edited)
+
+
+def test_a_local_function_that_is_not_dql_is_not_fused():
+    """A call to dql_pass's function name is fused only if the function's body computes DQL."""
+    original = sample("mlp_dynamic")
+    expanded = ir.serde.deserialize_model(dql_pass.expand(original, variant="arithmetic", mode="function"))
+    (function,) = expanded.functions.values()
+    _without_clip_in(function)
+    edited = ir.serde.serialize_model(expanded)
+    result, report = fused(edited)
+    assert dql_outputs(result) == {}
+    assert len(result.functions) == 1
+    assert [(item.graph, item.x) for item in report.left_alone] == [(f"function dql_pass::{function.name}", "x")]
+    assert_same_on_ort(result, edited)
+
+
+def _without_clip_in(function: ir.Function) -> None:
+    (clip,) = [n for n in function if n.op_type == "Clip"]
+    clip.outputs[0].replace_all_uses_with(clip.inputs[0])
+    function.remove(clip, safe=True)
+
+
+# --- Command line -------------------------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cli_fuses_and_reports(tmp_path, capsys):
+    source = tmp_path / "inlined.onnx"
+    onnx.save(inlined(sample("control_flow")), source)
+    digest = _digest(source)
+    assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fused 7 DynamicQuantizeLinear into {tmp_path / 'out.onnx'}")
+    assert "main/Loop.body/If.then_branch  (onnx_function_body_11)" in out
+    assert "function local::FakeQuant  (onnx_function_body_11)" in out
+    assert "behaviour change of the 7 node(s) fused by onnx_function_body_11: " in out and "0/0" in out
+    assert _digest(source) == digest
+    assert dql_outputs(onnx.load(tmp_path / "out.onnx")) == dql_outputs(sample("control_flow"))
+
+
+def test_cli_reports_what_it_left_alone(tmp_path, capsys):
+    source = tmp_path / "edited.onnx"
+    onnx.save(_edit(dql_pass.expand(sample("mlp_dynamic"), variant="arithmetic"), _without_clip), source)
+    assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "fused 2 DynamicQuantizeLinear" in out
+    assert "left alone 1 ReduceMin/ReduceMax pair(s)" in out
+    assert "main, x 'input': closest rule dql_pass_arithmetic_onnxruntime" in out and "expected Clip, got Add" in out
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "absent.onnx", "no such file"),
+        (lambda d: (d / "text.onnx").write_text("not a model\n") and d / "text.onnx", "not a valid ONNX model"),
+    ],
+)
+def test_cli_bad_input_exits_2(tmp_path, capsys, make, message):
+    path = make(tmp_path)
+    assert main(["fuse", str(path), "-o", str(tmp_path / "out.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_cli_refuses_to_overwrite_its_input(tmp_path, capsys):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_pass.expand(sample("relu_dql")), source)
+    digest = _digest(source)
+    assert main(["fuse", str(source), "-o", str(source)]) == 2
+    assert "output path is the input path" in capsys.readouterr().err
+    assert _digest(source) == digest

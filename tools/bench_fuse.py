@@ -1,0 +1,254 @@
+"""Benchmark of the fusion pass (issue 5): what fusing gives back on ONNX Runtime, and what it costs.
+
+Run from the repository root::
+
+    python tools/bench_fuse.py [--quick] [--out BENCHMARKS.md]
+
+What it measures:
+
+1. Latency on ORT (CPU, one intra-op thread, all graph optimisations) of each sample model of
+   ``models/`` in five forms: the original, ONNX's function body inlined by ``onnx.inliner``,
+   dql_pass's expansion (quantizelinear, inline), and each of those two fused back by
+   :func:`dql_pass.fuse`. The forms run interleaved round robin (the first one rotates every
+   round); each sample repeats a run for about 2 ms; the table gives medians and ratios to the
+   original. Every form's outputs are compared bit for bit with the original's first.
+2. ORT's ``DynamicQuantizeMatMul`` fusion: the nodes of that type in the graph ORT optimises
+   (``SessionOptions.optimized_model_filepath``) for the original, the expansion and the fused models.
+3. The pass itself: in-process ``dql_pass.fuse`` on a chain of N inlined DQL sites, best of three.
+
+The results replace the ``## Fusion`` section of ``--out`` (added at the end if missing; the file
+is created if absent); the rest of the file is left as it is. Scratch files live in a temp dir.
+``--quick`` is a smoke run of a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import dql_pass
+
+logger = logging.getLogger("bench_fuse")
+
+REPO = Path(__file__).resolve().parent.parent
+SECTION = "## Fusion"
+SAMPLE_SECONDS = 2e-3
+BATCH = 32  # the size of every symbolic dimension
+FORMS = ("original", "ONNX body", "expanded", "fused from ONNX body", "fused from expanded")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    budget: float  # seconds of interleaved rounds per model
+    min_rounds: int
+    chains: tuple[int, ...]
+
+
+CONFIGS = {"full": Config(budget=6.0, min_rounds=30, chains=(100, 1000)), "quick": Config(0.5, 5, (50,))}
+
+
+def inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
+
+
+def forms(original: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
+    """The five forms of a model, in the order of FORMS."""
+    body, expanded = inlined(original), dql_pass.expand(original)
+    models = (original, body, expanded, dql_pass.fuse(body)[0], dql_pass.fuse(expanded)[0])
+    return dict(zip(FORMS, models))
+
+
+def feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Standard normal floats, True booleans; symbolic dimensions of size BATCH."""
+    out = {}
+    for value in model.graph.input:
+        tensor = value.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else BATCH for d in tensor.shape.dim]
+        if tensor.elem_type == TensorProto.BOOL:
+            out[value.name] = np.ones(shape, bool)
+        else:
+            out[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
+def session(model: onnx.ModelProto, optimized: Path | None = None) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if optimized is not None:
+        options.optimized_model_filepath = str(optimized)
+        options.log_severity_level = 3  # not the warning that the saved graph suits this machine only
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def dynamic_quantize_matmuls(model: onnx.ModelProto, scratch: Path) -> int:
+    path = scratch / "optimized.onnx"
+    session(model, path)
+    return sum(node.op_type == "DynamicQuantizeMatMul" for node in onnx.load(path).graph.node)
+
+
+def same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+
+def interleaved(calls: Mapping[str, Callable[[], object]], budget: float, min_rounds: int) -> dict[str, float]:
+    """Median seconds per call of each contender, sampled round robin."""
+    inner = {}
+    for name, call in calls.items():  # warm up, and size each sample to about SAMPLE_SECONDS
+        call()
+        began = time.perf_counter()
+        call()
+        inner[name] = max(1, round(SAMPLE_SECONDS / max(time.perf_counter() - began, 1e-7)))
+    names, samples = list(calls), {name: [] for name in calls}
+    start, rounds = time.perf_counter(), 0
+    while rounds < min_rounds or time.perf_counter() - start < budget:
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            began = time.perf_counter()
+            for _ in range(inner[name]):
+                calls[name]()
+            samples[name].append((time.perf_counter() - began) / inner[name])
+        rounds += 1
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def chain(sites: int) -> onnx.ModelProto:
+    """x -> (DQL -> dequantize -> Relu) x sites: a graph with ``sites`` DQL and 6 nodes each."""
+    nodes, value = [], "x"
+    for i in range(sites):
+        nodes += [
+            helper.make_node("DynamicQuantizeLinear", [value], [f"q{i}", f"s{i}", f"z{i}"], name=f"dql{i}"),
+            helper.make_node("Cast", [f"q{i}"], [f"qf{i}"], to=TensorProto.FLOAT),
+            helper.make_node("Cast", [f"z{i}"], [f"zf{i}"], to=TensorProto.FLOAT),
+            helper.make_node("Sub", [f"qf{i}", f"zf{i}"], [f"c{i}"]),
+            helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"d{i}"]),
+            helper.make_node("Relu", [f"d{i}"], [f"r{i}"]),
+        ]
+        value = f"r{i}"
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info(value, TensorProto.FLOAT, [4, 8])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
+    """Latency table rows and DynamicQuantizeMatMul rows for every sample model."""
+    latency, matmuls = [], []
+    rng = np.random.default_rng(0)
+    for path in sorted((REPO / "models").glob("*.onnx")):
+        original = onnx.load(path)
+        versions = forms(original)
+        data = feeds(original, rng)
+        sessions = {name: session(model) for name, model in versions.items()}
+        expected = sessions["original"].run(None, data)
+        wrong = [name for name, s in sessions.items() if not same_bits(s.run(None, data), expected)]
+        medians = interleaved({name: (lambda s=s: s.run(None, data)) for name, s in sessions.items()},
+                              config.budget, config.min_rounds)
+        base = medians["original"]
+        cells = [f"{_ms(m)} ({m / base:.2f})" for m in medians.values()]
+        latency.append(f"| {path.name} | " + " | ".join(cells) + f" | {', '.join(wrong) or 'all'} |")
+        counts = [dynamic_quantize_matmuls(versions[name], scratch)
+                  for name in ("original", "expanded", "fused from expanded", "fused from ONNX body")]
+        matmuls.append(f"| {path.name} | " + " | ".join(map(str, counts)) + " |")
+        logger.info("%s: %s", path.name, ", ".join(f"{n} {m / base:.2f}" for n, m in medians.items()))
+    return latency, matmuls
+
+
+def bench_pass(config: Config) -> list[str]:
+    rows = []
+    for sites in config.chains:
+        body = inlined(chain(sites))
+        seconds = []
+        for _ in range(3):
+            began = time.perf_counter()
+            _, report = dql_pass.fuse(body)
+            seconds.append(time.perf_counter() - began)
+            assert report.total == sites, report
+        best = min(seconds)
+        rows.append(f"| {sites} | {len(body.graph.node)} | {best:.2f} s | {len(body.graph.node) / best:,.0f} |")
+    return rows
+
+
+def render(config: Config, mode: str, latency: list[str], matmuls: list[str], passes: list[str]) -> str:
+    header = list(FORMS)
+    lines = [
+        SECTION,
+        "",
+        f"Written by `python tools/bench_fuse.py{' --quick' if mode == 'quick' else ''}` "
+        f"(onnxruntime {ort.__version__}, onnx {onnx.__version__}); regenerate it with the same command. "
+        + ("**A `--quick` smoke run: the figures are not meaningful.** " if mode == "quick" else "")
+        + "ORT CPU, one intra-op thread, all graph optimisations, symbolic dimensions of size "
+        f"{BATCH}. *ONNX body* is every DQL inlined by `onnx.inliner` (`inline_schema_functions=True`), "
+        "*expanded* is `dql_pass.expand` (quantizelinear, inline), *fused* is `dql_pass.fuse` of either. "
+        f"The forms run interleaved round robin for {config.budget:g} s per model (at least "
+        f"{config.min_rounds} rounds); each cell is the median latency and, in brackets, its ratio "
+        "to the original.",
+        "",
+        "| model | " + " | ".join(header) + " | bit-identical to the original |",
+        "|---|" + "---|" * (len(header) + 1),
+        *latency,
+        "",
+        "`DynamicQuantizeMatMul` nodes in the graph ORT optimises (`SessionOptions.optimized_model_filepath`): "
+        "ORT fuses DQL + MatMulInteger + Cast + Mul into one only when a real DQL node is there.",
+        "",
+        "| model | original | expanded | fused from expanded | fused from ONNX body |",
+        "|---|---|---|---|---|",
+        *matmuls,
+        "",
+        "The pass itself: in-process `dql_pass.fuse` of a chain of DQL sites (each followed by a "
+        "dequantization and a Relu) inlined by `onnx.inliner`, best of three runs.",
+        "",
+        "| sites | nodes | time | nodes per second |",
+        "|---|---|---|---|",
+        *passes,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(out: Path, text: str) -> None:
+    """Replace the ``## Fusion`` section of ``out`` (up to the next ``## `` heading), or append it."""
+    old = out.read_text() if out.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+    new = pattern.sub(lambda _: text + "\n", old, count=1) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    out.write_text(new.rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the report to update")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    mode = "quick" if args.quick else "full"
+    config = CONFIGS[mode]
+    with tempfile.TemporaryDirectory(prefix="bench_fuse.") as tmp:
+        latency, matmuls = bench_models(config, Path(tmp))
+    text = render(config, mode, latency, matmuls, bench_pass(config))
+    write_section(args.out, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
