@@ -184,7 +184,7 @@ class Section:
 def _ratio_target(goal: str, ratio: float | None, limit: float) -> Target:
     if ratio is None:
         return Target(goal, "-", None)
-    return Target(goal, f"{ratio:.2f}x", ratio <= limit)
+    return Target(goal, f"{ratio:.3f}x", ratio <= limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -500,7 +500,7 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
         target = _ratio_target(f"{variant} ≤ {limit:g}x native at {_floats(size)} floats, {one}",
                                ratios.get((one, f"dql_pass {variant}", size)), limit)
         if target.met is not None:
-            target.measured += f" (ONNX function body: {ratios[(one, 'ONNX function body', size)]:.2f}x)"
+            target.measured += f" (ONNX function body: {ratios[(one, 'ONNX function body', size)]:.3f}x)"
         section.targets.append(target)
     return section, curves
 
@@ -847,8 +847,8 @@ def render(
         f"Written by `python tools/bench.py{' --quick' if mode == 'quick' else ''}` on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; regenerate it with the same "
         "command, do not edit it by hand. Every comparison is measured side by side in one run, interleaved "
-        "round robin, and reported as a median and a ratio to its baseline. Targets are checked by the script. "
-        + ("**This is a `--quick` smoke run: small sizes and few repetitions; the figures are not meaningful.**"
+        "round robin, and reported as a median and a ratio to its baseline. Targets are checked by the script."
+        + (" **This is a `--quick` smoke run: small sizes and few repetitions; the figures are not meaningful.**"
            if mode == "quick" else ""),
         "",
         "## Machine and versions",
