@@ -34,6 +34,8 @@ import functools
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common
 import onnxscript
 from onnxscript import FLOAT
 from onnxscript import opset11 as op
@@ -55,7 +57,8 @@ def _scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     zero_range_value = _tensor(reference.zero_range_scale(zero_range))
 
     @onnxscript.script(default_opset=op)
-    def quantizelinear(x: FLOAT[...]):
+    def scale_and_zero_point(x: FLOAT[...]):
+        # What both variants share: the range, the guarded scale and the saturated zero point.
         q_min = op.Constant(value=zero)
         q_max = op.Constant(value=qmax)
         x_min = op.Min(op.ReduceMin(x, keepdims=0), q_min)
@@ -65,6 +68,11 @@ def _scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         y_scale = op.Where(op.Equal(x_range, q_min), zero_range_scale, op.Div(x_range, q_max))
         zero_point_fp = op.Sub(q_min, op.Div(x_min, y_scale))
         zero_point_sat = op.Where(op.Less(zero_point_fp, q_max), zero_point_fp, q_max)
+        return y_scale, zero_point_sat
+
+    @onnxscript.script(default_opset=op)
+    def quantizelinear(x: FLOAT[...]):
+        y_scale, zero_point_sat = scale_and_zero_point(x)
         # QuantizeLinear with scale 1 rounds half to even, saturates and casts in one node.
         unit_scale = op.Constant(value=one)
         y_zero_point = op.QuantizeLinear(zero_point_sat, unit_scale)
@@ -73,15 +81,9 @@ def _scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
     @onnxscript.script(default_opset=op)
     def arithmetic(x: FLOAT[...]):
+        y_scale, zero_point_sat = scale_and_zero_point(x)
         q_min = op.Constant(value=zero)
         q_max = op.Constant(value=qmax)
-        x_min = op.Min(op.ReduceMin(x, keepdims=0), q_min)
-        x_max = op.Max(op.ReduceMax(x, keepdims=0), q_min)
-        x_range = op.Sub(x_max, x_min)
-        zero_range_scale = op.Constant(value=zero_range_value)
-        y_scale = op.Where(op.Equal(x_range, q_min), zero_range_scale, op.Div(x_range, q_max))
-        zero_point_fp = op.Sub(q_min, op.Div(x_min, y_scale))
-        zero_point_sat = op.Where(op.Less(zero_point_fp, q_max), zero_point_fp, q_max)
         zero_point_rounded = op.Round(zero_point_sat)
         y_zero_point = op.Cast(zero_point_rounded, to=onnx.TensorProto.UINT8)
         # Division, not a reciprocal; round before the zero point is added; saturate last.
@@ -103,12 +105,13 @@ def _function_proto(variant: str, opset: int, zero_range: str) -> bytes:
         raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"ai.onnx opset {opset} is outside {MIN_OPSET}..{MAX_OPSET}")
-    proto = _scripts(zero_range)[variant].to_function_proto()
-    proto.name = function_name(variant, zero_range)
-    proto.domain = FUNCTION_DOMAIN
-    del proto.opset_import[:]
-    proto.opset_import.append(onnx.helper.make_opsetid("", opset))
-    return proto.SerializeToString()
+    # The variant calls the shared part; onnx_ir's inliner flattens the call into one body.
+    model = ir.serde.deserialize_model(_scripts(zero_range)[variant].to_model_proto())
+    ir.passes.common.InlinePass()(model)
+    model.graph.opset_imports.clear()
+    model.graph.opset_imports[""] = opset
+    function = ir.Function(FUNCTION_DOMAIN, function_name(variant, zero_range), graph=model.graph, attributes=[])
+    return ir.serde.serialize_function(function).SerializeToString()
 
 
 def function_proto(
