@@ -71,6 +71,24 @@ def test_minilm_model_quantizes_to_four_dql_per_layer(bench, tmp_path):
     assert _ops(quantized).count("MatMulInteger") == 6 * shape.layers
 
 
+def test_minilm_model_with_tokens_takes_ids_and_a_mask_of_any_length(bench, tmp_path):
+    """The form tools/bench_verify.py times: int64 ids and mask, symbolic batch and sequence."""
+    shape = bench.TransformerShape(layers=2, hidden=32, heads=4, intermediate=64, seq=None)
+    model = bench.minilm_model(shape, vocab=50)
+    onnx.checker.check_model(model, full_check=True)
+    inputs = {v.name: v.type.tensor_type for v in model.graph.input}
+    assert {n: t.elem_type for n, t in inputs.items()} == {"input_ids": onnx.TensorProto.INT64,
+                                                          "attention_mask": onnx.TensorProto.INT64}
+    assert all([d.dim_param for d in t.shape.dim] == ["batch", "sequence"] for t in inputs.values())
+    quantized = onnx.load(bench.quantize(model, tmp_path, "q.onnx"))
+    assert _ops(quantized).count("DynamicQuantizeLinear") == 4 * shape.layers
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = np.arange(2 * 5, dtype=np.int64).reshape(2, 5)
+    full, masked = (session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+                    for mask in (np.ones_like(ids), np.tril(np.ones_like(ids))))
+    assert full.shape == (2, 5, 32)
+    assert not np.array_equal(full, masked)  # the mask reaches the attention scores
+
 def test_interleaved_rotates_the_first_contender(bench):
     calls: list[str] = []
     contenders = {name: (lambda name=name: calls.append(name)) for name in "abc"}

@@ -36,16 +36,20 @@ from __future__ import annotations
 
 __all__ = [
     "CONFIGS",
+    "MINILM",
     "Config",
     "Section",
     "Target",
+    "TransformerShape",
     "big_external_model",
     "chain_model",
     "dql_model",
+    "inline_onnx_function",
     "interleaved",
     "main",
     "minilm_model",
     "quantize",
+    "race",
     "run",
 ]
 
@@ -118,7 +122,7 @@ class TransformerShape:
     hidden: int
     heads: int
     intermediate: int
-    seq: int
+    seq: int | None  # None: symbolic batch and sequence dimensions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,7 +267,7 @@ def dql_model(opset: int = 21) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _inline_onnx_function(model: onnx.ModelProto) -> onnx.ModelProto:
+def inline_onnx_function(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's own function body of DynamicQuantizeLinear, inlined at every site."""
     return onnx.inliner.inline_selected_functions(model, [("", DQL)], inline_schema_functions=True)
 
@@ -316,14 +320,24 @@ def big_external_model(folder: Path, sites: int, side: int, opset: int = 13) -> 
     return path
 
 
-def minilm_model(shape: TransformerShape = MINILM, opset: int = 17, seed: int = 0) -> onnx.ModelProto:
-    """A float BERT-style encoder (no embeddings): attention, LayerNormalization, Erf GELU; input [1, seq, hidden]."""
+def minilm_model(
+    shape: TransformerShape = MINILM, opset: int = 17, seed: int = 0, vocab: int | None = None
+) -> onnx.ModelProto:
+    """A float BERT-style encoder: attention, LayerNormalization, Erf GELU; four weight MatMuls a layer.
+
+    Without ``vocab`` the input is ``hidden_states``, float [1, seq, hidden]. With it the inputs are
+    int64 ``input_ids`` and ``attention_mask`` [1, seq], looked up in a word embedding of ``vocab``
+    rows, the mask added to the attention scores. ``shape.seq`` None makes the batch and sequence
+    dimensions symbolic.
+    """
     rng = np.random.default_rng(seed)
-    hidden, heads, seq = shape.hidden, shape.heads, shape.seq
+    hidden, heads = shape.hidden, shape.heads
     head = hidden // heads
+    dims: list[int | str] = ["batch", "sequence"] if shape.seq is None else [1, shape.seq]
     inits: list[TensorProto] = [
-        numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "heads_shape"),
-        numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "hidden_shape"),
+        # Reshape's 0 keeps the batch and sequence dimensions, fixed or symbolic.
+        numpy_helper.from_array(np.array([0, 0, heads, head], np.int64), "heads_shape"),
+        numpy_helper.from_array(np.array([0, 0, hidden], np.int64), "hidden_shape"),
         numpy_helper.from_array(np.array(head**-0.5, np.float32), "attention_scale"),
         numpy_helper.from_array(np.array(2**-0.5, np.float32), "inv_sqrt2"),
         numpy_helper.from_array(np.array(1.0, np.float32), "one"),
@@ -347,7 +361,18 @@ def minilm_model(shape: TransformerShape = MINILM, opset: int = 17, seed: int = 
         scale, bias = param(f"{name}.gamma", hidden, std=0.1, mean=1.0), param(f"{name}.beta", hidden)
         return op("LayerNormalization", [x, scale, bias], f"{name}.out", axis=-1, epsilon=1e-12)
 
-    x = "hidden_states"
+    mask = None
+    if vocab is None:
+        inputs = [helper.make_tensor_value_info("hidden_states", FLOAT, [*dims, hidden])]
+        x = "hidden_states"
+    else:
+        inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, dims) for n in ("input_ids", "attention_mask")]
+        inits += [numpy_helper.from_array(np.array([1, 2], np.int64), "mask_axes"),
+                  numpy_helper.from_array(np.array(-10000.0, np.float32), "mask_value")]
+        x = norm(op("Gather", [param("word_embeddings", vocab, hidden), "input_ids"], "embedded"), "embeddings.ln")
+        mask = op("Cast", ["attention_mask"], "mask.float", to=FLOAT)
+        mask = op("Mul", [op("Sub", ["one", mask], "mask.inverted"), "mask_value"], "mask.additive")
+        mask = op("Unsqueeze", [mask, "mask_axes"], "mask.broadcast")
     for layer in range(shape.layers):
         p = f"layer{layer}"
         split = {
@@ -358,6 +383,8 @@ def minilm_model(shape: TransformerShape = MINILM, opset: int = 17, seed: int = 
         k = op("Transpose", [split["key"]], f"{p}.k", perm=[0, 2, 3, 1])
         v = op("Transpose", [split["value"]], f"{p}.v", perm=[0, 2, 1, 3])
         scores = op("Mul", [op("MatMul", [q, k], f"{p}.qk"), "attention_scale"], f"{p}.scores")
+        if mask is not None:
+            scores = op("Add", [scores, mask], f"{p}.scores.masked")
         context = op("MatMul", [op("Softmax", [scores], f"{p}.probs", axis=-1), v], f"{p}.context")
         context = op("Transpose", [context], f"{p}.context.t", perm=[0, 2, 1, 3])
         context = op("Reshape", [context, "hidden_shape"], f"{p}.context.merged")
@@ -371,8 +398,8 @@ def minilm_model(shape: TransformerShape = MINILM, opset: int = 17, seed: int = 
     graph = helper.make_graph(
         nodes,
         "minilm",
-        [helper.make_tensor_value_info("hidden_states", FLOAT, [1, seq, hidden])],
-        [helper.make_tensor_value_info(x, FLOAT, [1, seq, hidden])],
+        inputs,
+        [helper.make_tensor_value_info(x, FLOAT, [*dims, hidden])],
         inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -425,7 +452,7 @@ def _same_bits(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
     return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
 
 
-def _race(
+def race(
     sessions: Mapping[str, ort.InferenceSession], feeds: dict[str, np.ndarray], budget: float, min_rounds: int
 ) -> tuple[dict[str, float], dict[str, bool], int]:
     """Interleaved medians of ``session.run``, whether each output matches the first session's bits, rounds."""
@@ -448,7 +475,7 @@ def _op_contenders() -> dict[str, onnx.ModelProto]:
     model = dql_model()
     contenders = {OP_BASELINE: model}
     contenders.update({f"dql_pass {v}": dql_pass.expand(model, variant=v) for v in dql_pass.VARIANTS})
-    contenders["ONNX function body"] = _inline_onnx_function(model)
+    contenders["ONNX function body"] = inline_onnx_function(model)
     return contenders
 
 
@@ -463,7 +490,7 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
         for size in config.op_sizes:
             feeds = {"x": rng.standard_normal(size, dtype=np.float32)}
             logger.info("op level: %s floats, %s", _floats(size), label)
-            medians, same, rounds = _race(sessions, feeds, config.op_budget, config.op_min_rounds)
+            medians, same, rounds = race(sessions, feeds, config.op_budget, config.op_min_rounds)
             for name, median in medians.items():
                 ratio = median / medians[OP_BASELINE]
                 ratios[(label, name, size)] = ratio
@@ -710,7 +737,7 @@ def _model_rows(name: str, model: onnx.ModelProto, config: Config, budget: float
         logger.info("whole models: %s, %s", name, label)
         sessions = {c: _session(m, threads) for c, m in available.items()}
         feeds = _feeds(next(iter(sessions.values())), rng)
-        medians, same, rounds = _race(sessions, feeds, budget, config.model_min_rounds)
+        medians, same, rounds = race(sessions, feeds, budget, config.model_min_rounds)
         row = [name, str(_dql_count(model)), label, _time(medians["original"])]
         for contender in list(TRANSFORMS)[1:]:
             if contender not in medians:

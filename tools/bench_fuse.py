@@ -9,9 +9,10 @@ What it measures:
 1. Latency on ORT (CPU, one intra-op thread, all graph optimisations) of each sample model of
    ``models/`` in five forms: the original, ONNX's function body inlined by ``onnx.inliner``,
    dql_pass's expansion (quantizelinear, inline), and each of those two fused back by
-   :func:`dql_pass.fuse`. The forms run interleaved round robin (the first one rotates every
-   round); each sample repeats a run for about 2 ms; the table gives medians and ratios to the
-   original. Every form's outputs are compared bit for bit with the original's first.
+   :func:`dql_pass.fuse`. The forms run interleaved by tools/bench.py's ``race``: round robin, the
+   first one rotating every round, each sample repeating a run as often as the original's takes
+   about 2 ms; the table gives medians and ratios to the original. Every form's outputs are
+   compared bit for bit with the original's.
 2. ORT's ``DynamicQuantizeMatMul`` fusion: the nodes of that type in the graph ORT optimises
    (``SessionOptions.optimized_model_filepath``) for the original, the expansion and the fused models.
 3. The pass itself: in-process ``dql_pass.fuse`` on a chain of N inlined DQL sites, best of three.
@@ -27,26 +28,23 @@ import argparse
 import dataclasses
 import logging
 import re
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx.inliner
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import dql_pass
+from bench import inline_onnx_function, race  # tools/bench.py, next to this script
 
 logger = logging.getLogger("bench_fuse")
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Fusion"
-SAMPLE_SECONDS = 2e-3
 BATCH = 32  # the size of every symbolic dimension
 FORMS = ("original", "ONNX body", "expanded", "fused from ONNX body", "fused from expanded")
 
@@ -61,13 +59,9 @@ class Config:
 CONFIGS = {"full": Config(budget=6.0, min_rounds=30, chains=(100, 1000)), "quick": Config(0.5, 5, (50,))}
 
 
-def inlined(model: onnx.ModelProto) -> onnx.ModelProto:
-    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
-
-
 def forms(original: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
     """The five forms of a model, in the order of FORMS."""
-    body, expanded = inlined(original), dql_pass.expand(original)
+    body, expanded = inline_onnx_function(original), dql_pass.expand(original)
     models = (original, body, expanded, dql_pass.fuse(body)[0], dql_pass.fuse(expanded)[0])
     return dict(zip(FORMS, models))
 
@@ -99,31 +93,6 @@ def dynamic_quantize_matmuls(model: onnx.ModelProto, scratch: Path) -> int:
     path = scratch / "optimized.onnx"
     session(model, path)
     return sum(node.op_type == "DynamicQuantizeMatMul" for node in onnx.load(path).graph.node)
-
-
-def same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
-
-
-def interleaved(calls: Mapping[str, Callable[[], object]], budget: float, min_rounds: int) -> dict[str, float]:
-    """Median seconds per call of each contender, sampled round robin."""
-    inner = {}
-    for name, call in calls.items():  # warm up, and size each sample to about SAMPLE_SECONDS
-        call()
-        began = time.perf_counter()
-        call()
-        inner[name] = max(1, round(SAMPLE_SECONDS / max(time.perf_counter() - began, 1e-7)))
-    names, samples = list(calls), {name: [] for name in calls}
-    start, rounds = time.perf_counter(), 0
-    while rounds < min_rounds or time.perf_counter() - start < budget:
-        shift = rounds % len(names)
-        for name in names[shift:] + names[:shift]:
-            began = time.perf_counter()
-            for _ in range(inner[name]):
-                calls[name]()
-            samples[name].append((time.perf_counter() - began) / inner[name])
-        rounds += 1
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def chain(sites: int) -> onnx.ModelProto:
@@ -159,10 +128,8 @@ def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
         versions = forms(original)
         data = feeds(original, rng)
         sessions = {name: session(model) for name, model in versions.items()}
-        expected = sessions["original"].run(None, data)
-        wrong = [name for name, s in sessions.items() if not same_bits(s.run(None, data), expected)]
-        medians = interleaved({name: (lambda s=s: s.run(None, data)) for name, s in sessions.items()},
-                              config.budget, config.min_rounds)
+        medians, same, _ = race(sessions, data, config.budget, config.min_rounds)  # "original" first
+        wrong = [name for name, ok in same.items() if not ok]
         base = medians["original"]
         cells = [f"{_ms(m)} ({m / base:.2f})" for m in medians.values()]
         latency.append(f"| {path.name} | " + " | ".join(cells) + f" | {', '.join(wrong) or 'all'} |")
@@ -176,7 +143,7 @@ def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
 def bench_pass(config: Config) -> list[str]:
     rows = []
     for sites in config.chains:
-        body = inlined(chain(sites))
+        body = inline_onnx_function(chain(sites))
         seconds = []
         for _ in range(3):
             began = time.perf_counter()
