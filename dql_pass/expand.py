@@ -23,10 +23,10 @@ __all__ = ["MODES", "ExpandDynamicQuantizeLinearPass", "ExpandResult", "find_sit
 import collections
 import contextlib
 import dataclasses
+import functools
 import gc
-import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import onnx_ir as ir
 
@@ -37,7 +37,8 @@ from dql_pass.reference import ZERO_RANGE_POLICIES
 logger = logging.getLogger(__name__)
 
 MODES: tuple[str, ...] = ("inline", "function")
-_GRAPH_ATTRIBUTES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+# Initializers that are not graph inputs need IR 4; model-local functions need IR 8.
+_MIN_IR_VERSION = {"inline": 4, "function": 8}
 
 Root = ir.Graph | ir.Function
 
@@ -63,13 +64,19 @@ def graph_scopes(model: ir.Model) -> dict[ir.Graph, tuple[str, Root]]:
     roots: list[tuple[str, Root]] = [("main", model.graph)]
     roots += [(f"function {f.domain}::{f.name}", f) for f in model.functions.values()]
     scopes: dict[ir.Graph, tuple[str, Root]] = {}
+    labels: set[str] = set()
+    counts: collections.Counter[str] = collections.Counter()
     for label, root in roots:
         scopes[root if isinstance(root, ir.Graph) else root.graph] = (label, root)
         # Parents come before their subgraphs in this walk, so their labels are known.
         for node in ir.traversal.RecursiveGraphIterator(root):
             for attr_name, graph in _subgraphs(node):
-                parent = scopes[node.graph][0]
-                scopes[graph] = (f"{parent}/{node.name or node.op_type}.{attr_name}", root)
+                # An unnamed node is told apart by its first output: If(out).then_branch.
+                output = next((v.name for v in node.outputs if v.name), "")
+                owner = node.name or f"{node.op_type}({output})"
+                label = _free(f"{scopes[node.graph][0]}/{owner}.{attr_name}", labels, counts)
+                labels.add(label)
+                scopes[graph] = (label, root)
     return scopes
 
 
@@ -100,6 +107,8 @@ class _Names:
     def __init__(self, taken: set[str]):
         self._taken = taken
         self._prefixes = {name.rsplit("/", 1)[0] for name in taken if "/" in name}
+        self._name_counts: collections.Counter[str] = collections.Counter()
+        self._prefix_counts: collections.Counter[str] = collections.Counter()
 
     @classmethod
     def of_model(cls, model: ir.Model) -> _Names:
@@ -118,19 +127,24 @@ class _Names:
         return cls(taken)
 
     def unique(self, preferred: str) -> str:
-        name = _first_free(preferred, self._taken)
+        name = _free(preferred, self._taken, self._name_counts)
         self._taken.add(name)
         return name
 
     def prefix(self, preferred: str) -> str:
-        prefix = _first_free(preferred, self._prefixes)
+        prefix = _free(preferred, self._prefixes, self._prefix_counts)
         self._prefixes.add(prefix)
         return prefix + "/"
 
 
-def _first_free(preferred: str, used: set[str]) -> str:
-    candidates = itertools.chain([preferred], (f"{preferred}_{i}" for i in itertools.count(1)))
-    return next(name for name in candidates if name not in used)
+def _free(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:
+    """``preferred``, or the first ``preferred_N`` not in ``used``; ``counts`` remembers N, so
+    asking for the same name again does not rescan."""
+    name = preferred
+    while name in used:
+        counts[preferred] += 1
+        name = f"{preferred}_{counts[preferred]}"
+    return name
 
 
 class _Template:
@@ -251,27 +265,32 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                     raise InputError(
                         f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, not {dtype.name.lower()}"
                     )
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-        if opset is None:
-            raise InputError("the model holds DynamicQuantizeLinear but imports no ai.onnx opset")
-        proto = functions.function_proto(self.variant, opset, self.zero_range)
-        template = _Template(ir.serde.deserialize_function(proto))
+        opset = _ai_onnx_opset(model.graph, "the model")
+        template = _Template(ir.serde.deserialize_function(functions.function_proto(self.variant, opset, self.zero_range)))
         names = _Names.of_model(model)
-
-        if self.mode == "function":
-            function = self._local_function(model, template)
-        constants: dict[int, dict[ir.Value, ir.Value]] = {}
+        rewrites: dict[int, Callable[[ir.Node], None]] = {}
         for label, nodes in sites.items():
             for node in nodes:
                 root = scopes[node.graph][1]
-                if self.mode == "inline":
-                    if id(root) not in constants:
-                        constants[id(root)] = _Constants(root, names).mapping(template)
-                    self._inline(node, template, constants[id(root)], names)
-                else:
-                    self._call(node, function, root, names)
+                if id(root) not in rewrites:
+                    rewrites[id(root)] = self._rewrite(model, root, label, template, names)
+                rewrites[id(root)](node)
             logger.info("expanded %d DynamicQuantizeLinear in %s", len(nodes), label)
+        model.ir_version = max(model.ir_version, _MIN_IR_VERSION[self.mode])
         return ExpandResult(model, modified=True, sites={label: len(nodes) for label, nodes in sites.items()})
+
+    def _rewrite(
+        self, model: ir.Model, root: Root, label: str, template: _Template, names: _Names
+    ) -> Callable[[ir.Node], None]:
+        """What replaces each DQL of ``root``."""
+        if isinstance(root, ir.Function):
+            _align_opset(root, label, template.opset_imports[""])
+        if self.mode == "inline":
+            return functools.partial(self._inline, template=template, constants=_Constants(root, names).mapping(template), names=names)
+        function = self._local_function(model, template)
+        if isinstance(root, ir.Function):
+            root.opset_imports[functions.FUNCTION_DOMAIN] = 1
+        return functools.partial(self._call, function=function, names=names)
 
     @staticmethod
     def _inline(node: ir.Node, template: _Template, constants: dict[ir.Value, ir.Value], names: _Names) -> None:
@@ -282,25 +301,63 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         ir.convenience.replace_nodes_and_values(node.graph, node, [node], stamped, node.outputs, outputs)
 
     @staticmethod
-    def _call(node: ir.Node, function: ir.Function, root: Root, names: _Names) -> None:
+    def _call(node: ir.Node, function: ir.Function, names: _Names) -> None:
         # The call takes over the DQL's node name: the DQL goes away with it.
         name = node.name or names.unique("DynamicQuantizeLinear")
         call = ir.Node(function.domain, function.name, node.inputs[:1], num_outputs=3, name=name)
-        if isinstance(root, ir.Function):
-            root.opset_imports[functions.FUNCTION_DOMAIN] = 1
         outputs = call.outputs[: len(node.outputs)]
         ir.convenience.replace_nodes_and_values(node.graph, node, [node], [call], node.outputs, outputs)
 
     def _local_function(self, model: ir.Model, template: _Template) -> ir.Function:
+        """The model-local function for the template's opset: an identical one is reused, and a
+        different function that holds the name pushes ours to another name."""
         name = functions.function_name(self.variant, self.zero_range)
-        key = (functions.FUNCTION_DOMAIN, name, "")
-        if key not in model.functions:
-            x = ir.Value(name=template.input.name, type=ir.TensorType(ir.DataType.FLOAT))
-            graph = ir.Graph([x], [], nodes=[], opset_imports=dict(template.opset_imports), name=name)
-            function = ir.Function(functions.FUNCTION_DOMAIN, name, graph=graph, attributes=[])
-            mapping = {template.input: x, **_Constants(function, _Names({x.name})).mapping(template)}
-            graph.extend(template.stamp(mapping, ""))
-            graph.outputs.extend(mapping[value] for value in template.outputs)
-            model.functions[key] = function
-        model.opset_imports[functions.FUNCTION_DOMAIN] = 1
-        return model.functions[key]
+        taken = {key_name for domain, key_name, _ in model.functions if domain == functions.FUNCTION_DOMAIN}
+        counts: collections.Counter[str] = collections.Counter()
+        while True:
+            function = _build_function(template, name)
+            existing = model.functions.get((functions.FUNCTION_DOMAIN, name, ""))
+            if existing is None:
+                model.functions[function.identifier()] = function
+                model.opset_imports[functions.FUNCTION_DOMAIN] = 1
+                return function
+            if _same_function(existing, function):
+                return existing
+            name = _free(name, taken, counts)
+
+
+def _build_function(template: _Template, name: str) -> ir.Function:
+    x = ir.Value(name=template.input.name, type=ir.TensorType(ir.DataType.FLOAT))
+    graph = ir.Graph([x], [], nodes=[], opset_imports=dict(template.opset_imports), name=name)
+    function = ir.Function(functions.FUNCTION_DOMAIN, name, graph=graph, attributes=[])
+    mapping = {template.input: x, **_Constants(function, _Names({x.name})).mapping(template)}
+    graph.extend(template.stamp(mapping, ""))
+    graph.outputs.extend(mapping[value] for value in template.outputs)
+    return function
+
+
+def _same_function(a: ir.Function, b: ir.Function) -> bool:
+    return ir.serde.serialize_function(a).SerializeToString() == ir.serde.serialize_function(b).SerializeToString()
+
+
+def _align_opset(function: ir.Function, label: str, opset: int) -> None:
+    """Import the model's ai.onnx opset in a function that holds a DQL.
+
+    ONNX's checker requires every op of a model-local function to mean the same under the
+    function's opset and the model's, so a valid model's function keeps its meaning at the
+    model's opset, where the stamped ops are valid too.
+    """
+    if _ai_onnx_opset(function, label) != opset:
+        function.opset_imports.pop("ai.onnx", None)
+        function.opset_imports[""] = opset
+
+
+def _ai_onnx_opset(root: Root, label: str) -> int:
+    opset = root.opset_imports.get("", root.opset_imports.get("ai.onnx"))
+    if opset is None:
+        raise InputError(f"{label} holds DynamicQuantizeLinear but imports no ai.onnx opset")
+    if not functions.MIN_OPSET <= opset <= functions.MAX_OPSET:
+        raise InputError(
+            f"{label} imports ai.onnx opset {opset}; dql_pass knows {functions.MIN_OPSET} to {functions.MAX_OPSET}"
+        )
+    return opset

@@ -48,10 +48,13 @@ def _external_attributes(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
                     yield node, attr
 
 
+def _external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
+    return [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]
+
+
 def external_base_dirs(model: ir.Model) -> set[Path]:
     """The folders that the model's external tensors are read from, attributes included."""
-    tensors = [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]
-    return {Path(tensor.base_dir).resolve() for tensor in tensors}
+    return {Path(tensor.base_dir).resolve() for tensor in _external_tensors(model)}
 
 
 def read_external_attributes(model: ir.Model) -> None:
@@ -65,7 +68,7 @@ def read_external_attributes(model: ir.Model) -> None:
 
 
 def _check_external_files(model: ir.Model, path: Path) -> None:
-    for tensor in [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]:
+    for tensor in _external_tensors(model):
         data = Path(tensor.path)
         if not data.is_file():
             raise InputError(f"{path}: the external data file {data} is missing")
@@ -98,6 +101,13 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     return model
 
 
+def _give_umask_permissions(path: Path) -> None:
+    # Temporary files are made private; what we leave behind should look like any new file.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     """Yield a temporary path beside ``path`` that replaces ``path`` once the block succeeds.
@@ -115,9 +125,7 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     os.close(handle)
     try:
         yield temporary
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; the result should not be
+        _give_umask_permissions(Path(temporary))
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -136,6 +144,9 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     path = Path(path)
     if source is not None and Path(source).resolve() == path.resolve():
         raise InputError(f"{path}: the output path is the input path; choose another output")
+    data_files = {Path(tensor.path).resolve() for tensor in _external_tensors(model)}
+    if {path.resolve(), path.with_name(f"{path.name}.data").resolve()} & data_files:
+        raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
     folder = {path.parent.resolve()}
     if {Path(attr.value.base_dir).resolve() for _, attr in _external_attributes(model)} - folder:
         read_external_attributes(model)
@@ -144,3 +155,5 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
         external_data = f"{path.name}.data"
     with atomic_path(path) as temporary:
         ir.save(model, temporary, external_data=external_data)
+    if external_data is not None:
+        _give_umask_permissions(path.with_name(external_data))

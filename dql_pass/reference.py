@@ -13,11 +13,8 @@ from __future__ import annotations
 
 __all__ = ["ZERO_RANGE_POLICIES", "dynamic_quantize_linear", "zero_range_scale"]
 
-from typing import Literal
-
 import numpy as np
 
-ZeroRange = Literal["onnxruntime", "onnx-reference"]
 ZERO_RANGE_POLICIES: tuple[str, ...] = ("onnxruntime", "onnx-reference")
 
 

@@ -34,8 +34,8 @@ def test_module_entry_point_expands_a_sample(tmp_path):
     assert "expanded 7 DynamicQuantizeLinear (variant quantizelinear, mode inline" in run.stdout
     per_graph = [line.split(None, 1) for line in run.stdout.splitlines()[1:]]
     assert sorted(label for _, label in per_graph) == [
-        "function local::FakeQuant", "main", "main/If.else_branch", "main/If.then_branch",
-        "main/Loop.body", "main/Loop.body/If.then_branch", "main/Scan.body",
+        "function local::FakeQuant", "main", "main/If(if_out).else_branch", "main/If(if_out).then_branch",
+        "main/Loop(loop_out).body", "main/Loop(loop_out).body/If(acc_next).then_branch", "main/Scan(scan_state).body",
     ]
     assert {count for count, _ in per_graph} == {"1"}
     onnx.checker.check_model(onnx.load(out), full_check=True)
@@ -149,3 +149,13 @@ def test_truncated_external_data_blames_the_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "m.onnx" in err and "external data" in err, err
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_output_over_the_inputs_external_data_is_refused(tmp_path, capsys):
+    model = dql_model(13)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w"))
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="weights.bin", size_threshold=0)
+    digest = _digest(tmp_path / "weights.bin")
+    assert main(["expand", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "weights.bin")]) == 2
+    assert "external data" in capsys.readouterr().err
+    assert _digest(tmp_path / "weights.bin") == digest

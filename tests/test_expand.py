@@ -307,3 +307,71 @@ def test_external_tensors_in_attributes_and_subgraphs_follow_the_output(tmp_path
         want = session(onnx.load(source)).run(None, feed)[0]
         got = session(onnx.load(target)).run(None, feed)[0]
         assert_bits_equal(got, want)
+
+
+def test_a_different_function_holding_our_name_is_not_reused():
+    name = "DynamicQuantizeLinear_quantizelinear_onnxruntime"
+    impostor = helper.make_function(FUNCTION_DOMAIN, name, ["x"], ["y", "y_scale", "y_zero_point"], [
+        helper.make_node("Cast", ["x"], ["y"], to=TensorProto.UINT8),
+        helper.make_node("ReduceMax", ["x"], ["y_scale"], keepdims=0),
+        helper.make_node("Constant", [], ["y_zero_point"], value=helper.make_tensor("z", TensorProto.UINT8, [], [7])),
+    ], opset_imports=[helper.make_opsetid("", 13)])
+    model = dql_model(13)
+    model.graph.node.insert(0, helper.make_node(name, ["x"], ["uy", "us", "uz"], domain=FUNCTION_DOMAIN))
+    model.graph.output.extend([helper.make_tensor_value_info("uy", TensorProto.UINT8, ["d0"])])
+    model.opset_import.append(helper.make_opsetid(FUNCTION_DOMAIN, 1))
+    model.functions.append(impostor)
+    expanded = dql_pass.expand(model, mode="function")
+    assert sorted(f.name for f in expanded.functions) == [name, f"{name}_1"]
+    x = np.array([1, -2, 0.5, 3.25], np.float32)
+    for got, want in zip(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x})):
+        assert_bits_equal(got, want)
+    again = dql_pass.expand(dql_pass.expand(model, mode="function"), mode="function")
+    assert len(again.functions) == 2
+
+
+@pytest.mark.parametrize("mode", dql_pass.MODES)
+def test_dql_in_a_function_with_an_older_opset(mode):
+    # The checker accepts a function importing opset 13 in an opset-17 model when its ops mean the
+    # same in both; the stamped Sub and Div changed at 14, so the function moves to 17.
+    function = helper.make_function("loc", "F", ["a"], ["y", "s", "z"],
+                                    [helper.make_node("DynamicQuantizeLinear", ["a"], ["y", "s", "z"])],
+                                    opset_imports=[helper.make_opsetid("", 13)])
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["y", "s", "z"], domain="loc")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [5]), helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("z", TensorProto.UINT8, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("loc", 1)], functions=[function])
+    onnx.checker.check_model(model, full_check=True)
+    expanded = dql_pass.expand(model, mode=mode)
+    onnx.checker.check_model(expanded, full_check=True)
+    x = np.array([0, 2, -3, -2.5, 1.34], np.float32)
+    for got, want in zip(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x})):
+        assert_bits_equal(got, want)
+
+
+@pytest.mark.parametrize("mode, ir_version", [("inline", 4), ("function", 8)])
+def test_ir_version_rises_to_what_the_output_needs(mode, ir_version):
+    model = dql_model(11)
+    model.ir_version = 3
+    expanded = dql_pass.expand(model, mode=mode)
+    assert expanded.ir_version == ir_version
+    onnx.checker.check_model(expanded, full_check=True)
+
+
+def test_opsets_beyond_onnx_are_refused_plainly():
+    with pytest.raises(dql_pass.InputError, match="opset"):
+        dql_pass.expand(dql_model(dql_pass.functions.MAX_OPSET + 1))
+
+
+def test_many_unnamed_sites_get_distinct_names_in_both_modes():
+    model = _site_model(sites=50)
+    for node in model.graph.node:
+        node.name = ""
+    for mode in dql_pass.MODES:
+        expanded = dql_pass.expand(model, mode=mode)
+        node_names = [n.name for n in expanded.graph.node if n.op_type not in ("Relu", "Neg")]
+        values = [o for n in expanded.graph.node for o in n.output]
+        assert len(set(node_names)) == len(node_names) and len(set(values)) == len(values)

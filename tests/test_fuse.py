@@ -494,7 +494,7 @@ def test_cli_fuses_and_reports(tmp_path, capsys):
     assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"fused 7 DynamicQuantizeLinear into {tmp_path / 'out.onnx'}")
-    assert "main/Loop.body/If.then_branch  (onnx_function_body_11)" in out
+    assert "main/Loop(loop_out).body/If(acc_next).then_branch  (onnx_function_body_11)" in out
     assert "function local::FakeQuant  (onnx_function_body_11)" in out
     assert "behaviour change of the 7 node(s) fused by onnx_function_body_11: " in out and "0/0" in out
     assert _digest(source) == digest

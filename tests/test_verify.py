@@ -134,8 +134,8 @@ def test_rejects_onnx_body_in_subgraphs_and_functions():
     model = onnx.load(CONTROL_FLOW)
     report = dql_pass.verify(model, onnx_body_rewrite(model))
     assert {s.graph for s in report.sites} == {
-        "main", "main/If.else_branch", "main/If.then_branch", "main/Loop.body",
-        "main/Loop.body/If.then_branch", "main/Scan.body", "function local::FakeQuant",
+        "main", "main/If(if_out).else_branch", "main/If(if_out).then_branch", "main/Loop(loop_out).body",
+        "main/Loop(loop_out).body/If(acc_next).then_branch", "main/Scan(scan_state).body", "function local::FakeQuant",
     }
     for row in report.sites:
         assert "zero range" in row.classes, (row.graph, row.classes)
