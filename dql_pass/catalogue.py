@@ -4,7 +4,7 @@ conformance suites all draw from.
 Random inputs almost never hit the cases where implementations go wrong (a zero range, ±inf, an
 underflowing scale, an exact .5 tie), so those are constructed here, deterministically:
 
-- the ONNX conformance inputs and every row of ``shared/SEMANTICS.md``;
+- the ONNX conformance inputs and every row of ``docs/SEMANTICS.md``;
 - exact ties of x/scale (even and odd), zero-point ties, and odd zero points combined with ties,
   which catch a zero point added before rounding;
 - reciprocal traps: values whose quotient by the scale rounds differently from their product

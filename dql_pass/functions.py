@@ -8,7 +8,7 @@ conformance suites all stamp what it builds. Two variants exist:
 - ``arithmetic``: no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack
   QuantizeLinear too; 19 nodes.
 
-Both carry the guards that ``shared/SEMANTICS.md`` asks for, on scalars only:
+Both carry the guards that ``docs/SEMANTICS.md`` asks for, on scalars only:
 
 - a zero range (all ±0, or empty) gets the policy's scale, never 0/0;
 - a NaN zero point (0/0 when the scale underflows, inf/inf when x holds -inf) saturates to 255,

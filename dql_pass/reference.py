@@ -1,6 +1,6 @@
 """NumPy reference for DynamicQuantizeLinear, bit-exact with ONNX Runtime's CPU kernel.
 
-It follows ``shared/SEMANTICS.md``:
+It follows ``docs/SEMANTICS.md``:
 
 1. ``lo = min(0, min(x))`` and ``hi = max(0, max(x))``.
 2. ``scale = (hi - lo) / 255``, a float32 division; a zero range (all ±0, or empty) gives the
