@@ -36,8 +36,9 @@ def dynamic_quantize_linear(
         raise TypeError(f"DynamicQuantizeLinear takes float32, got {x.dtype}")
     zero, qmax = np.float32(0), np.float32(255)
     with np.errstate(all="ignore"):
-        lo = min(zero, x.min()) if x.size else zero
-        hi = max(zero, x.max()) if x.size else zero
+        # np.minimum/np.maximum keep a NaN, as onnx.reference does (NaN is outside the contract).
+        lo = np.minimum(zero, x.min()) if x.size else zero
+        hi = np.maximum(zero, x.max()) if x.size else zero
         value_range = np.float32(hi - lo)
         scale = zero_range_scale(zero_range) if value_range == 0 else np.float32(value_range / qmax)
         zp_float = np.float32(zero - lo / scale)
