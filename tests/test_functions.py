@@ -132,3 +132,14 @@ def test_property_newer_opsets_on_onnx_reference(variant, x):
         got = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})
         for g, w in zip(got, expected):
             assert_bits_equal(g, w)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_million_elements_match_the_kernel(variant):
+    # Large enough for every vectorized loop and thread split of ORT's kernels.
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((1024, 1024)) * 3).astype(F)
+    scale = dynamic_quantize_linear(x)[1]
+    ties = (rng.integers(-200, 200, 4096).astype(F) + F(0.5)) * scale
+    x.flat[rng.choice(x.size, ties.size, replace=False)] = np.clip(ties, x.min(), x.max())
+    _check_against_kernel(x, 13, variant)
