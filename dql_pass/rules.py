@@ -397,7 +397,6 @@ class Miss:
     """The closest any rule came to fusing at a node: how many nodes matched, and why it stopped."""
 
     rule: str
-    root: ir.Node
     matched_nodes: int
     status: MatchStatus
     reason: str
@@ -422,7 +421,7 @@ class _ClosestTracer(pattern.MatchingTracer):
             places = [_where(s) for s in match_result.failure_nodes_and_values if isinstance(s, ir.Node)]
             if places and status != MatchStatus.SUCCESS:
                 reason = f"{reason} (at {places[0]})"
-            self.best = (score, Miss(str(rule), node, score[1], status, reason))
+            self.best = (score, Miss(str(rule), score[1], status, reason))
 
 
 def _where(node: ir.Node) -> str:
@@ -436,24 +435,17 @@ def closest_miss(
     model: ir.Model,
     container: ir.Graph | ir.Function,
     roots: Iterable[ir.Node],
-    *,
-    accept_success: bool = False,
 ) -> Miss | None:
     """Try every rule at every root without rewriting; the attempt that went furthest.
 
-    None when nothing matched a single node, or when a rule would fuse and ``accept_success``.
+    None when nothing matched a single node.
     """
     tracer = _ClosestTracer()
     rules = list(rules)
     for tracer.root_index, root in enumerate(roots):
         for rule in rules:
             rule.match(model, container, root, tracer=tracer)
-    if tracer.best is None:
-        return None
-    miss = tracer.best[1]
-    if miss.status == MatchStatus.SUCCESS and accept_success:
-        return None
-    return miss
+    return None if tracer.best is None else tracer.best[1]
 
 
 def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]:
