@@ -53,11 +53,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import onnxruntime
 from onnx import helper, numpy_helper
 
-import dql_pass
 from dql_pass import catalogue, functions, reference
 from dql_pass.errors import InputError
+from dql_pass.expand import ExpandDynamicQuantizeLinearPass
+from dql_pass.verify import OUTPUTS, bit_difference
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +74,6 @@ MANIFEST = "manifest.json"
 
 _FORMAT = "dql_pass conformance suite 1"
 _INPUT = "x"
-_OUTPUTS = ("y", "y_scale", "y_zero_point")
 _DATA_SET = "test_data_set_0"
 _PREFIX = "test_dynamicquantizelinear_"
 
@@ -177,13 +179,13 @@ def _known_differences(case: catalogue.Case, form: str, policy: str) -> dict[str
 
 def _native_model(name: str, shape: tuple[int, ...], opset: int, description: str) -> onnx.ModelProto:
     graph = helper.make_graph(
-        [helper.make_node("DynamicQuantizeLinear", [_INPUT], list(_OUTPUTS), name="DynamicQuantizeLinear")],
+        [helper.make_node("DynamicQuantizeLinear", [_INPUT], list(OUTPUTS), name="DynamicQuantizeLinear")],
         name,
         [helper.make_tensor_value_info(_INPUT, onnx.TensorProto.FLOAT, shape)],
         [
-            helper.make_tensor_value_info(_OUTPUTS[0], onnx.TensorProto.UINT8, shape),
-            helper.make_tensor_value_info(_OUTPUTS[1], onnx.TensorProto.FLOAT, ()),
-            helper.make_tensor_value_info(_OUTPUTS[2], onnx.TensorProto.UINT8, ()),
+            helper.make_tensor_value_info(OUTPUTS[0], onnx.TensorProto.UINT8, shape),
+            helper.make_tensor_value_info(OUTPUTS[1], onnx.TensorProto.FLOAT, ()),
+            helper.make_tensor_value_info(OUTPUTS[2], onnx.TensorProto.UINT8, ()),
         ],
     )
     opsets = [helper.make_opsetid("", opset)]
@@ -210,7 +212,7 @@ def _write_case(folder: Path, model: onnx.ModelProto, x: np.ndarray, expected: S
     (folder / "model.onnx").write_bytes(model.SerializeToString())
     (folder / "data.json").write_text(json.dumps({"atol": 0, "rtol": 0}) + "\n")
     (data_set / "input_0.pb").write_bytes(numpy_helper.from_array(x, _INPUT).SerializeToString())
-    for i, (name, value) in enumerate(zip(_OUTPUTS, expected)):
+    for i, (name, value) in enumerate(zip(OUTPUTS, expected)):
         (data_set / f"output_{i}.pb").write_bytes(numpy_helper.from_array(np.asarray(value), name).SerializeToString())
 
 
@@ -313,7 +315,10 @@ def generate_suite(
                     if form == "native":
                         model, description = native, case.description
                     else:
-                        model = dql_pass.expand(native, variant=form, zero_range=zero_range)
+                        expanded = ExpandDynamicQuantizeLinearPass(variant=form, zero_range=zero_range)(
+                            ir.serde.deserialize_model(native)
+                        )
+                        model = ir.serde.serialize_model(expanded.model)
                         model.graph.name = folder
                         description = f"{case.description}; through dql_pass's {form} expansion"
                     _write_case(stage / folder, model, case.x, expected)
@@ -350,8 +355,6 @@ _Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 
 def _onnxruntime(model: Path) -> tuple[list[str], list[str], _Runner]:
-    import onnxruntime  # imported here: importing dql_pass should not load a runtime
-
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: the runner reports failures itself
     session = onnxruntime.InferenceSession(os.fspath(model), options, providers=["CPUExecutionProvider"])
@@ -375,28 +378,6 @@ def _reference(model: Path) -> tuple[list[str], list[str], _Runner]:
 
 
 _BACKENDS = {"onnxruntime": _onnxruntime, "reference": _reference}
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    a = np.asarray(a, order="C")  # not ascontiguousarray, which turns rank 0 into rank 1
-    return a.view(f"u{a.itemsize}") if a.itemsize in (1, 2, 4, 8) else a.view(np.uint8)
-
-
-def _difference(name: str, got: np.ndarray, expected: np.ndarray) -> str | None:
-    """None when ``got`` equals ``expected`` bit for bit, else one sentence on the first difference."""
-    got = np.asarray(got)
-    if got.dtype != expected.dtype:
-        return f"{name} has dtype {got.dtype}, expected {expected.dtype}"
-    if got.shape != expected.shape:
-        return f"{name} has shape {got.shape}, expected {expected.shape}"
-    differs = _bits(got) != _bits(expected)
-    if not differs.any():
-        return None
-    index = tuple(int(i) for i in np.argwhere(differs)[0]) if differs.ndim else ()
-    return (
-        f"{name} differs in {int(differs.sum())} of {differs.size} elements, first at {list(index)}: "
-        f"got {got[index]!r}, expected {expected[index]!r}"
-    )
 
 
 def _read_tensor(path: Path) -> tuple[str, np.ndarray]:
@@ -428,9 +409,9 @@ def _mismatch(folder: Path, load: Callable[[Path], tuple[list[str], list[str], _
         got = dict(zip(output_names, run(feeds)))
         for i, (name, expected) in enumerate(_tensors(data_set, "output")):
             name = name if name in got else output_names[i]
-            problem = _difference(name, got[name], expected)
-            if problem:
-                return f"{data_set.name}: {problem}"
+            problem = bit_difference(name, got[name], expected)
+            if problem is not None:
+                return f"{data_set.name}: {problem.text}"
     return None
 
 

@@ -15,11 +15,14 @@ What the pass does:
 A block looks like DQL when a ReduceMin and a ReduceMax read the same x. The reason given for
 leaving it alone is the one of the rule that came closest to fusing it (the most nodes matched,
 a failed check counting more than any partial structure).
+
+:func:`called_functions` (the model-local functions a graph calls, at any depth) also serves
+:mod:`dql_pass.verify`.
 """
 
 from __future__ import annotations
 
-__all__ = ["FuseDynamicQuantizeLinearPass", "FuseReport", "FuseResult", "LeftAlone"]
+__all__ = ["FuseDynamicQuantizeLinearPass", "FuseReport", "FuseResult", "LeftAlone", "called_functions"]
 
 import collections
 import dataclasses
@@ -76,10 +79,10 @@ def _containers(model: ir.Model) -> list[ir.Graph | ir.Function]:
     return [model.graph, *model.functions.values()]
 
 
-def _called_functions(model: ir.Model) -> set[ir.OperatorIdentifier]:
-    """The model-local functions that the main graph calls, directly or through other functions."""
+def called_functions(model: ir.Model, root: ir.Graph | ir.GraphView | ir.Function) -> set[ir.OperatorIdentifier]:
+    """The model-local functions that ``root`` calls, directly, in subgraphs or through other functions."""
     called: set[ir.OperatorIdentifier] = set()
-    todo: list[ir.Graph | ir.Function] = [model.graph]
+    todo = [root]
     while todo:
         for node in ir.traversal.RecursiveGraphIterator(todo.pop()):
             identifier = node.op_identifier()
@@ -113,7 +116,7 @@ class _Inventory:
         domains = {c: _domains(c) for c in _containers(model)}
         domains[model.graph] = set().union(*domains.values())  # the model imports what its functions use
         dql_nodes = {n for nodes in find_sites(model).values() for n in nodes}
-        return cls(list(_constants_in_use(model)), _called_functions(model), domains, dql_nodes)
+        return cls(list(_constants_in_use(model)), called_functions(model, model.graph), domains, dql_nodes)
 
     def remove_orphans(self, model: ir.Model) -> list[str]:
         """Remove what was in use before and is not now; the labels of the dropped functions."""
@@ -125,7 +128,7 @@ class _Inventory:
                 producer.graph.remove(producer, safe=True)
             elif value.is_initializer() and value.graph is not None:
                 value.graph.initializers.pop(value.name)
-        dropped = sorted(self.functions - _called_functions(model))
+        dropped = sorted(self.functions - called_functions(model, model.graph))
         for identifier in dropped:
             del model.functions[identifier]
         for container, before in self.domains.items():

@@ -5,8 +5,10 @@
 Site level, for every DynamicQuantizeLinear of ORIGINAL (main graph, If/Loop/Scan bodies at any
 depth, model-local functions):
 
-- the values that hold the site's three outputs are looked up by name in the same graph of
-  REWRITTEN (rewrites keep the names); a missing name is a mismatch ("lost output");
+- every site is checked on its own, even when two share their names and graph path; the values
+  that hold its three outputs are looked up by name in the graph of REWRITTEN at the same path
+  (:func:`dql_pass.expand.graph_scopes`), or in the one graph that has them all when a rewrite
+  renamed a control-flow node (rewrites keep the names); a missing name is a mismatch ("lost output");
 - the computation of those outputs is walked back to the value named like the DQL's input, taking
   in constants, initializers and Constant nodes of outer scopes, subgraphs of the nodes on the way,
   and the model-local functions it calls; a native DQL is fine too. A computation that needs any
@@ -25,10 +27,12 @@ both models must be bit-identical (NaN equals NaN); when not, the report gives t
 and relative differences.
 
 Synthesized inputs: a symbolic dimension takes its ``dims`` size, else 1 when its name says batch,
-else 8 (so does an unnamed one). Inputs named like a mask, and booleans, are ones; other float
-inputs are standard normal (zero in the all-zero set); integer inputs named like token types or
-segments are zeros, like positions ``0, 1, ...`` along the last axis, other integers (token ids)
-uniform in ``[0, 16)``. ``inputs`` replaces any of them, with the same array in every set.
+else 8 (so does an unnamed one). Inputs named like a mask are ones; other booleans (If conditions,
+say) are True in even-numbered sample sets and False in odd-numbered ones and in the all-zero set,
+so that both branches run; other float inputs are standard normal (zero in the all-zero set);
+integer inputs named like token types or segments are zeros, like positions ``0, 1, ...`` along the
+last axis, other integers (token ids) uniform in ``[0, 16)``. ``inputs`` replaces any of them, with
+the same array in every set.
 
 Failures to read the models or the options raise :class:`~dql_pass.errors.InputError`; so does an
 ORIGINAL that ORT cannot run. A REWRITTEN that ORT cannot run is a mismatch.
@@ -36,7 +40,7 @@ ORIGINAL that ORT cannot run. A REWRITTEN that ORT cannot run is a mismatch.
 
 from __future__ import annotations
 
-__all__ = ["OutputResult", "SiteResult", "VerifyReport", "verify"]
+__all__ = ["OUTPUTS", "BitDifference", "OutputResult", "SiteResult", "VerifyReport", "bit_difference", "same_bits", "verify"]
 
 import contextlib
 import dataclasses
@@ -58,11 +62,13 @@ from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
 from dql_pass.expand import find_sites, graph_scopes
 from dql_pass.files import atomic_path, external_base_dirs, load_model, one_line, read_external_attributes
+from dql_pass.fuse import called_functions
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
 
 logger = logging.getLogger(__name__)
 
-_OUTPUTS = ("y", "y_scale", "y_zero_point")
+# The outputs of DynamicQuantizeLinear, as the operator names them.
+OUTPUTS: tuple[str, ...] = ("y", "y_scale", "y_zero_point")
 _OUTPUT_TYPES = (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)
 _INT_HIGH = 16  # token ids stay below every realistic vocabulary size
 _BATCH_SIZE, _OTHER_SIZE = 1, 8
@@ -205,45 +211,74 @@ class _Diff:
     detail: str
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else a
+@dataclasses.dataclass(frozen=True)
+class BitDifference:
+    """How an array differs from the expected one: ``elements`` that differ (None when the dtype or
+    shape differs) and one sentence on the first difference."""
+
+    elements: int | None
+    text: str
 
 
-def _same(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
-    """Element-wise bit equality; NaN equals NaN whatever its payload."""
-    same = _bits(actual) == _bits(expected)
-    if actual.dtype.kind == "f":
+def same_bits(actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False) -> np.ndarray:
+    """Element-wise bit equality of two arrays of one dtype and shape, so -0.0 differs from 0.0.
+
+    With ``any_nan``, NaN equals NaN whatever its payload.
+    """
+    if actual.dtype.kind != "f":
+        return actual == expected
+    same = actual.view(f"u{actual.itemsize}") == expected.view(f"u{expected.itemsize}")
+    if any_nan:
         same |= np.isnan(actual) & np.isnan(expected)
     return same
+
+
+def bit_difference(name: str, actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False) -> BitDifference | None:
+    """None when ``actual`` (called ``name``) equals ``expected`` in dtype, shape and every bit (see :func:`same_bits`)."""
+    actual = np.asarray(actual)
+    if actual.dtype != expected.dtype:
+        return BitDifference(None, f"{name} has dtype {actual.dtype}, expected {expected.dtype}")
+    if actual.shape != expected.shape:
+        return BitDifference(None, f"{name} has shape {list(actual.shape)}, expected {list(expected.shape)}")
+    differs = ~same_bits(actual, expected, any_nan=any_nan)
+    if not differs.any():
+        return None
+    count = int(differs.sum())
+    if not differs.ndim:
+        return BitDifference(count, f"{name} differs: got {actual[()]}, expected {expected[()]}")
+    where = tuple(int(i) for i in np.argwhere(differs)[0])
+    return BitDifference(count, (
+        f"{name} differs in {count} of {differs.size} elements, first at {list(where)}: "
+        f"got {actual[where]}, expected {expected[where]}"
+    ))
 
 
 def _compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> _Diff | None:
     """Compare a site's three outputs with the reference's; None when every bit agrees."""
     problems, scalars, elements = [], 0, 0
-    for name, a, e in zip(_OUTPUTS, actual, expected):
-        a = np.asarray(a)
-        if a.dtype != e.dtype or a.shape != e.shape:
-            problems.append(f"{name} is {a.dtype}{list(a.shape)}, expected {e.dtype}{list(e.shape)}")
-            scalars += 1
+    for name, a, e in zip(OUTPUTS, actual, expected):
+        difference = bit_difference(name, a, e, any_nan=True)
+        if difference is None:
             continue
-        bad = ~_same(a, e)
-        if not bad.any():
-            continue
-        if name == "y":
-            elements = int(bad.sum())
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            problems.append(f"y differs at {elements} of {a.size} elements (first at {list(where)}: {a[where]}, expected {e[where]})")
+        problems.append(difference.text)
+        # Worse is a wrong scalar or type before more wrong elements of y.
+        if name == "y" and difference.elements is not None:
+            elements = difference.elements
         else:
             scalars += 1
-            problems.append(f"{name} is {a[()]}, expected {e[()]}")
     return _Diff((scalars, elements), "; ".join(problems)) if problems else None
 
 
 class _Tally:
-    """Counts mismatches of one site and keeps the worst."""
+    """Counts the mismatches of one site and keeps the worst.
 
-    def __init__(self, result: SiteResult):
-        self.result = result
+    One per site: two sites may have the same names and path (say, in two unnamed If nodes), so a
+    site is never looked up by its value.
+    """
+
+    def __init__(self, site: _Site):
+        self.site = site
+        self.result = SiteResult(site.name, site.graph)
         self.worst: _Diff | None = None
         self.classes: Counter[str] = Counter()
 
@@ -299,6 +334,8 @@ def _session(model: ir.Model, *, threads: int = 0) -> ort.InferenceSession:
 
 @dataclasses.dataclass(frozen=True)
 class _Site:
+    """A DQL of ORIGINAL: its report name, graph path, and the names of its input and outputs."""
+
     name: str
     graph: str
     input: str
@@ -320,29 +357,22 @@ def _values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
     return values
 
 
-def _graphs_in(node: ir.Node) -> list[ir.Graph]:
-    found = []
-    for attr in node.attributes.values():
-        if attr.is_ref():
-            raise _NotReachable(f"node {node.name or node.op_type!r} takes attribute {attr.name!r} from its function")
-        if attr.type == ir.AttributeType.GRAPH:
-            found.append(attr.as_graph())
-        elif attr.type == ir.AttributeType.GRAPHS:
-            found.extend(attr.as_graphs())
-    return found
+def _refuse_references(node: ir.Node) -> bool:
+    """Raise :class:`_NotReachable` if ``node`` takes an attribute from its function: it cannot run outside it."""
+    ref = next((attr for attr in node.attributes.values() if attr.is_ref()), None)
+    if ref is not None:
+        raise _NotReachable(f"node {node.name or node.op_type!r} takes attribute {ref.name!r} from its function")
+    return True
 
 
 def _captured(node: ir.Node) -> list[ir.Value]:
     """Values of enclosing scopes that the subgraphs of ``node`` read."""
     inner: set[ir.Graph] = set()
-    pending = _graphs_in(node)
-    nodes = []
-    while pending:
-        graph = pending.pop()
-        inner.add(graph)
-        for n in graph:
-            nodes.append(n)
-            pending.extend(_graphs_in(n))
+    # The check runs on every node before its subgraphs are entered; node itself comes first.
+    walk = ir.traversal.RecursiveGraphIterator(
+        ir.GraphView([], [], nodes=[node]), recursive=_refuse_references, enter_graph=inner.add
+    )
+    nodes = list(walk)[1:]
     return [v for n in nodes for v in n.inputs if v is not None and v.graph not in inner]
 
 
@@ -376,20 +406,6 @@ def _walk(outputs: Sequence[ir.Value], input_name: str) -> tuple[ir.Value | None
     return found_input, order, constants
 
 
-def _called_functions(model: ir.Model, nodes: Sequence[ir.Node]) -> list[ir.Function]:
-    called: dict[tuple[str, str, str], ir.Function] = {}
-    pending = list(nodes)
-    while pending:
-        node = pending.pop()
-        for graph in _graphs_in(node):
-            pending.extend(graph)
-        function = model.functions.get(node.op_identifier())
-        if function is not None and node.op_identifier() not in called:
-            called[node.op_identifier()] = function
-            pending.extend(function)
-    return [called[key] for key in sorted(called)]
-
-
 def _canonical(graph: ir.Graph) -> None:
     """Name everything by position, so that identical computations serialize to identical bytes."""
     values = [*graph.initializers.values()]
@@ -407,7 +423,7 @@ def _canonical(graph: ir.Graph) -> None:
         node.metadata_props.clear()
     graph.inputs[0].name = "x"
     graph.inputs[0].type, graph.inputs[0].shape = ir.TensorType(ir.DataType.FLOAT), None
-    for value, name, dtype in zip(graph.outputs, _OUTPUTS, _OUTPUT_TYPES):
+    for value, name, dtype in zip(graph.outputs, OUTPUTS, _OUTPUT_TYPES):
         value.name = name
         if value.type is None:
             value.type = ir.TensorType(dtype)
@@ -417,17 +433,26 @@ class _Scopes:
     """The graphs of REWRITTEN by path, with their values by name."""
 
     def __init__(self, model: ir.Model):
-        self.by_path = {label: graph for graph, (label, _) in graph_scopes(model).items()}
-        self.values = {graph: _values_by_name(graph) for graph in self.by_path.values()}
+        scopes = graph_scopes(model)
+        self.values = {graph: _values_by_name(graph) for graph in scopes}
+        # graph_scopes gives every graph its own path, so no graph is lost here.
+        self.by_path = {label: graph for graph, (label, _) in scopes.items()}
 
     def holder(self, site: _Site) -> ir.Graph:
-        """The graph at the site's path, else the one graph holding its outputs (a rewrite may rename an If node)."""
-        if site.graph in self.by_path:
-            return self.by_path[site.graph]
+        """The graph at the site's path if it holds the site's outputs, else the one graph that does.
+
+        A rewrite may rename or reorder control-flow nodes, and so change paths; when no graph or
+        several hold the outputs, the one at the site's path is kept and reports them lost.
+        """
+        graph = self.by_path.get(site.graph)
+        if graph is not None and all(name in self.values[graph] for name in site.outputs):
+            return graph
         holders = [g for g, values in self.values.items() if all(name in values for name in site.outputs)]
-        if len(holders) != 1:
+        if len(holders) == 1:
+            return holders[0]
+        if graph is None:
             raise _LostOutput(f"REWRITTEN has no graph {site.graph!r}, and {len(holders)} others hold its outputs")
-        return holders[0]
+        return graph
 
 
 def _extract(model: ir.Model, scopes: _Scopes, site: _Site) -> ir.Model:
@@ -442,11 +467,13 @@ def _extract(model: ir.Model, scopes: _Scopes, site: _Site) -> ir.Model:
     if len(set(outputs)) != len(outputs) or (x is not None and x in outputs):
         raise _NotReachable("two of its outputs, or an output and its input, are the same value")
     x = x if x is not None else ir.Value(name=site.input)  # outputs that ignore x still get compared
-    functions = [f.clone() for f in _called_functions(model, nodes)]
+    view = ir.GraphView([x], outputs, nodes=nodes, initializers=constants)
+    functions = [model.functions[key].clone() for key in sorted(called_functions(model, view))]
     opsets = {**graph.opset_imports, **model.opset_imports}
     for function in functions:
         opsets = {**function.opset_imports, **opsets}
-    body = ir.GraphView([x], outputs, nodes=nodes, initializers=constants, opset_imports=opsets).clone()
+    view.opset_imports = opsets
+    body = view.clone()
     _canonical(body)
     return ir.Model(body, ir_version=model.ir_version, functions=functions)
 
@@ -467,7 +494,7 @@ def _is_mask(value: ir.Value) -> bool:
     return "mask" in value.name.lower()
 
 
-def _synthesize(value: ir.Value, dims: Mapping[str, int], rng: np.random.Generator, zeros: bool) -> np.ndarray:
+def _synthesize(value: ir.Value, dims: Mapping[str, int], rng: np.random.Generator, zeros: bool, truth: bool) -> np.ndarray:
     dtype = value.dtype
     if not isinstance(value.type, ir.TensorType) or value.shape is None or not (
         dtype.is_floating_point() or dtype.is_integer() or dtype == ir.DataType.BOOL
@@ -476,8 +503,10 @@ def _synthesize(value: ir.Value, dims: Mapping[str, int], rng: np.random.Generat
                          "give it with --input")
     shape = tuple(_dim_size(d, dims) for d in value.shape)
     name = value.name.lower()
-    if _is_mask(value) or dtype == ir.DataType.BOOL:
+    if _is_mask(value):
         data = np.ones(shape)
+    elif dtype == ir.DataType.BOOL:
+        data = np.full(shape, truth)  # flags (If conditions) take both values across the sets
     elif dtype.is_floating_point():
         data = np.zeros(shape) if zeros else rng.standard_normal(shape)
     elif "type" in name or "segment" in name:
@@ -509,9 +538,10 @@ def _input_sets(
     labels = [f"sample {i}" for i in range(samples)]
     if any(v.dtype is not None and v.dtype.is_floating_point() and not _is_mask(v) for v in graph_inputs if v.name not in inputs):
         labels.append("zeros")
-    for label in labels:
+    for i, label in enumerate(labels):
+        zeros = label == "zeros"
         sets[label] = {
-            v.name: np.asarray(inputs[v.name]) if v.name in inputs else _synthesize(v, dims, rng, label == "zeros")
+            v.name: np.asarray(inputs[v.name]) if v.name in inputs else _synthesize(v, dims, rng, zeros, i % 2 == 0 and not zeros)
             for v in graph_inputs
         }
     return sets
@@ -566,7 +596,7 @@ def _compare_output(name: str, original: Sequence[np.ndarray], rewritten: Sequen
         if a.dtype != b.dtype or a.shape != b.shape:
             problems.append(f"{b.dtype}{list(b.shape)} instead of {a.dtype}{list(a.shape)}")
             break
-        bad = ~_same(a, b)
+        bad = ~same_bits(a, b, any_nan=True)
         differing += int(bad.sum())
         if bad.any() and a.dtype.kind in "fiub":
             with np.errstate(all="ignore"):
@@ -628,7 +658,7 @@ class _SiteRunner:
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
             try:
-                diffs.append(_compare(session.run(list(_OUTPUTS), {"x": case.x}), expected))
+                diffs.append(_compare(session.run(list(OUTPUTS), {"x": case.x}), expected))
             except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
                 diffs.append(_Diff(_WORST, f"ORT failed: {one_line(error)}"))
         return diffs
@@ -662,22 +692,21 @@ def verify(
     tallies = _check_sites(rewritten_model, _original_sites(original_model), seed, zero_range)
     outputs, model_error = _check_model(original_model, rewritten_model, tallies, sets, zero_range)
     report = VerifyReport(
-        original_label, rewritten_label, zero_range, [t.result for t in tallies.values()], outputs, list(sets), model_error,
+        original_label, rewritten_label, zero_range, [t.result for t in tallies], outputs, list(sets), model_error,
         time.perf_counter() - start,
     )
     logger.info("%s", report.summary())
     return report
 
 
-def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range: str) -> dict[_Site, _Tally]:
+def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range: str) -> list[_Tally]:
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     runner = _SiteRunner(catalogue, zero_range)
     scopes = _Scopes(model)
-    tallies = {}
-    for site in sites:
-        tally = tallies[site] = _Tally(SiteResult(site.name, site.graph))
+    tallies = [_Tally(site) for site in sites]
+    for tally in tallies:
         try:
-            extracted = _extract(model, scopes, site)
+            extracted = _extract(model, scopes, tally.site)
         except _LostOutput as lost:
             tally.add("-", "lost output", _Diff(_WORST, str(lost)), run=False)
             continue
@@ -692,19 +721,21 @@ def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range:
 def _check_model(
     original: ir.Model,
     rewritten: ir.Model,
-    tallies: Mapping[_Site, _Tally],
+    tallies: Sequence[_Tally],
     sets: Mapping[str, Mapping[str, np.ndarray]],
     zero_range: str,
 ) -> tuple[list[OutputResult], str | None]:
     """Run both models; check main-graph sites on their actual inputs and compare the final outputs."""
-    exposed = [s for s, t in tallies.items() if s.graph == "main" and "lost output" not in t.result.classes]
-    for site, tally in tallies.items():
+    exposed = [t for t in tallies if t.site.graph == "main" and "lost output" not in t.result.classes]
+    for tally in tallies:
         tally.result.model_level = (
-            f"checked on {len(sets)} input sets" if site in exposed
-            else "not checked in the models: lost output" if site.graph == "main"
+            f"checked on {len(sets)} input sets" if tally in exposed
+            else "not checked in the models: lost output" if tally.site.graph == "main"
             else "not checked in the models: its values live in a subgraph or function, they cannot be graph outputs"
         )
-    names = {name: dtype for s in exposed for name, dtype in zip((s.input, *s.outputs), (ir.DataType.FLOAT, *_OUTPUT_TYPES))}
+    names = {
+        name: dtype for t in exposed for name, dtype in zip((t.site.input, *t.site.outputs), (ir.DataType.FLOAT, *_OUTPUT_TYPES))
+    }
     final = [v.name for v in original.graph.outputs]
     try:
         expected_runs = _run_all(original, names, sets)
@@ -714,15 +745,15 @@ def _check_model(
         actual_runs = _run_all(rewritten, names, sets)
     except Exception as error:  # noqa: BLE001 - a rewrite that ORT refuses is a failed rewrite
         error_text = f"ORT cannot run REWRITTEN: {one_line(error)}"
-        for site in exposed:
-            tallies[site].result.model_level = "not checked in the models: REWRITTEN did not run"
+        for tally in exposed:
+            tally.result.model_level = "not checked in the models: REWRITTEN did not run"
         return [OutputResult(name, False, detail="REWRITTEN did not run") for name in final], error_text
-    for site in exposed:
+    for tally in exposed:
         for label in sets:
-            expected = dynamic_quantize_linear(expected_runs[label][site.input], zero_range)
-            actual = [actual_runs[label].get(name) for name in site.outputs]
+            expected = dynamic_quantize_linear(expected_runs[label][tally.site.input], zero_range)
+            actual = [actual_runs[label].get(name) for name in tally.site.outputs]
             diff = _compare(actual, expected) if all(a is not None for a in actual) else _Diff(_WORST, "REWRITTEN lacks the outputs")
-            tallies[site].add(label, "model input", diff)
+            tally.add(label, "model input", diff)
     outputs = [
         _compare_output(name, [expected_runs[label][name] for label in sets], [actual_runs[label].get(name) for label in sets])
         for name in final

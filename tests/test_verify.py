@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass.catalogue import cases
 from dql_pass.cli import main
-from dql_pass.verify import SiteResult
+from dql_pass.expand import graph_scopes
+from dql_pass.verify import SiteResult, _input_sets, bit_difference, same_bits
 
 from conftest import dql_model
 
@@ -225,6 +226,99 @@ def test_sites_are_found_when_a_rewrite_renames_the_control_flow_nodes():
     assert report.passed and all(s.cases > 0 for s in report.sites), report.format()
 
 
+def _two_unnamed_ifs(then_dql: bool, else_dql: bool, names: str) -> onnx.ModelProto:
+    """Two unnamed If nodes on input ``c``; each branch is a DQL of ``x`` or a non-DQL stand-in.
+
+    ``names`` is "shared" (every branch names its outputs y, s, z) or "distinct".
+    """
+    def branch(tag: str, dql: bool) -> onnx.GraphProto:
+        y, s, z = ("y", "s", "z") if names == "shared" else (f"y{tag}", f"s{tag}", f"z{tag}")
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], [y, s, z])] if dql else [
+            helper.make_node("Cast", ["x"], [y], to=TensorProto.UINT8),
+            helper.make_node("ReduceMax", ["x"], [s], keepdims=0),
+            helper.make_node("Cast", [s], [z], to=TensorProto.UINT8),
+        ]
+        outputs = [helper.make_tensor_value_info(n, t, d) for n, t, d in ((y, TensorProto.UINT8, [4]), (s, TensorProto.FLOAT, []), (z, TensorProto.UINT8, []))]
+        return helper.make_graph(nodes, tag, [], outputs)
+
+    nodes = [
+        helper.make_node("If", ["c"], [f"a{i}", f"b{i}", f"d{i}"], then_branch=branch(f"t{i}", then_dql), else_branch=branch(f"e{i}", else_dql))
+        for i in range(2)
+    ]
+    outputs = [
+        helper.make_tensor_value_info(f"{k}{i}", t, d)
+        for i in range(2) for k, t, d in (("a", TensorProto.UINT8, [4]), ("b", TensorProto.FLOAT, []), ("d", TensorProto.UINT8, []))
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    model = helper.make_model(helper.make_graph(nodes, "two_ifs", inputs, outputs), opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _branch_path(model: onnx.ModelProto, index: int, branch: str) -> str:
+    """The path verify reports for the ``branch`` of the ``index``-th node of the main graph."""
+    ir_model = ir.from_proto(model)
+    graph = ir_model.graph.node(index).attributes[branch].as_graph()
+    return graph_scopes(ir_model)[graph][0]
+
+
+def _with_onnx_body_in(model: onnx.ModelProto, expanded: onnx.ModelProto, index: int, branch: str) -> onnx.ModelProto:
+    """``expanded`` with the ``branch`` of its ``index``-th node replaced by ONNX's unguarded body of the original branch."""
+    broken = onnx.ModelProto()
+    broken.CopyFrom(expanded)
+    body = onnx_body_rewrite(model).graph.node[index]
+    (source,) = [a.g for a in body.attribute if a.name == branch]
+    (target,) = [a.g for a in broken.graph.node[index].attribute if a.name == branch]
+    target.CopyFrom(source)
+    onnx.checker.check_model(broken, full_check=True)
+    return broken
+
+
+@pytest.mark.parametrize("names", ["shared", "distinct"])
+def test_sites_in_two_unnamed_ifs_are_told_apart(names):
+    """Two unnamed If nodes used to give their branches one path: one graph was checked twice, the other never."""
+    model = _two_unnamed_ifs(then_dql=True, else_dql=True, names=names)
+    expanded = dql_pass.expand(model)
+    report = dql_pass.verify(model, expanded, samples=1)
+    assert report.passed, report.format()
+    assert len(report.sites) == 4 and all(s.cases > 0 for s in report.sites)
+    assert len({s.graph for s in report.sites}) == 4
+    for index, branch in [(0, "then_branch"), (0, "else_branch"), (1, "then_branch"), (1, "else_branch")]:
+        report = dql_pass.verify(model, _with_onnx_body_in(model, expanded, index, branch), samples=1)
+        (failed,) = [s for s in report.sites if not s.passed]
+        assert failed.graph == _branch_path(model, index, branch) and "zero range" in failed.classes, report.format()
+        assert report.verdict == "FAIL"
+
+
+def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model():
+    """The reviewer's false PASS: the first If's else branch computes ONNX's body, the second If's is right.
+
+    The two sites had equal names and path, so they were counted as one. Booleans were always True,
+    so no else branch ran in the models either.
+    """
+    model = _two_unnamed_ifs(then_dql=False, else_dql=True, names="shared")
+    expanded = dql_pass.expand(model)
+    assert dql_pass.verify(model, expanded).passed
+    report = dql_pass.verify(model, _with_onnx_body_in(model, expanded, 0, "else_branch"))
+    assert report.verdict == "FAIL" and len(report.sites) == 2
+    (failed,) = [s for s in report.sites if not s.passed]
+    assert failed.graph == _branch_path(model, 0, "else_branch") and "zero range" in failed.classes
+    # The all-zero set runs the else branches: the zero range reaches the final outputs.
+    assert report.input_sets == ["sample 0", "sample 1", "zeros"]
+    assert [o.name for o in report.outputs if not o.identical] == ["b0"]
+
+
+def test_boolean_inputs_take_both_values_and_masks_stay_ones():
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [2])
+    mask = helper.make_tensor_value_info("bool_mask", TensorProto.BOOL, [2])
+    model = ir.from_proto(dql_model(13))
+    model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask))
+    sets = _input_sets(model, 3, 0, {}, {"d0": 2})
+    assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros"]
+    assert [s["flag"].tolist() for s in sets.values()] == [[True, True], [False, False], [True, True], [False, False]]
+    assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"].all() for s in sets.values())
+
+
 def test_a_site_that_depends_on_another_value_is_not_reachable_and_not_a_pass():
     model = dql_model(13)
     model.graph.input.append(helper.make_tensor_value_info("other", TensorProto.FLOAT, []))
@@ -241,6 +335,60 @@ def test_a_site_that_depends_on_another_value_is_not_reachable_and_not_a_pass():
     assert row.not_reachable and "'other'" in row.not_reachable
     assert report.verdict == "INCOMPLETE" and report.exit_code == 1
     assert "not reachable" in report.format()
+
+
+def _scale_function() -> onnx.FunctionProto:
+    """local::Scale(x) = x * factor, with ``factor`` an attribute of the call."""
+    factor = helper.make_node("Constant", [], ["factor"])
+    factor.attribute.append(onnx.AttributeProto(name="value_float", ref_attr_name="factor", type=onnx.AttributeProto.FLOAT))
+    mul = helper.make_node("Mul", ["x", "factor"], ["scaled"])
+    return helper.make_function("local", "Scale", ["x"], ["scaled"], [factor, mul], [helper.make_opsetid("", 13)], attributes=["factor"])
+
+
+def test_a_site_may_call_a_function_that_takes_attributes():
+    """Attributes taken from the caller inside a called function are fine: the call gives them."""
+    model = dql_model(13)
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    rewritten.graph.node.insert(0, helper.make_node("Scale", ["x"], ["x_scaled"], domain="local", factor=1.0))
+    rewritten.graph.node[1].input[0] = "x_scaled"
+    rewritten.functions.append(_scale_function())
+    rewritten.opset_import.append(helper.make_opsetid("local", 1))
+    report = dql_pass.verify(model, rewritten, samples=0)
+    assert report.passed and report.sites[0].cases > 1, report.format()
+
+
+def test_a_site_inside_a_function_that_reads_its_attributes_is_not_reachable():
+    """A node of the site's own computation that takes an attribute from its function cannot run alone."""
+    dql = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "y_scale", "y_zero_point"])
+    function = helper.make_function("local", "Quantize", ["x"], ["y", "y_scale", "y_zero_point"], [dql],
+                                    [helper.make_opsetid("", 13)], attributes=["factor"])
+    original = dql_model(13)
+    original.graph.node[0].CopyFrom(helper.make_node("Quantize", ["x"], ["y", "y_scale", "y_zero_point"], domain="local", factor=1.0))
+    original.functions.append(function)
+    original.opset_import.append(helper.make_opsetid("local", 1))
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(original)
+    body = rewritten.functions[0]
+    scaled = [*_scale_function().node]
+    body.node[0].input[0] = "scaled"
+    body.node.insert(0, scaled[1])
+    body.node.insert(0, scaled[0])
+    report = dql_pass.verify(original, rewritten, samples=0)
+    (row,) = report.sites
+    assert report.verdict == "INCOMPLETE" and "takes attribute 'value_float' from its function" in row.not_reachable
+
+
+def test_bit_comparison_tells_signed_zeros_and_nan_payloads_apart():
+    zeros, quiet, payload = np.float32([0.0, -0.0]), np.float32(np.nan), np.uint32(0x7FC00001).view(np.float32)
+    assert same_bits(zeros, np.float32([0.0, 0.0])).tolist() == [True, False]
+    assert not same_bits(np.asarray(quiet), np.asarray(payload)) and same_bits(np.asarray(quiet), np.asarray(payload), any_nan=True)
+    assert bit_difference("y", np.uint8([1, 2, 3]), np.uint8([1, 2, 3])) is None
+    difference = bit_difference("y", np.uint8([1, 5, 3, 7]), np.uint8([1, 2, 3, 4]))
+    assert difference.elements == 2 and difference.text == "y differs in 2 of 4 elements, first at [1]: got 5, expected 2"
+    assert bit_difference("s", np.float32(-0.0), np.float32(0.0)).text == "s differs: got -0.0, expected 0.0"
+    assert bit_difference("y", np.uint8([1]), np.float32([1])).elements is None
+    assert bit_difference("y", np.uint8([1]), np.uint8([[1]])).text == "y has shape [1], expected [1, 1]"
 
 
 # -- model level -----------------------------------------------------------------------------------
