@@ -8,17 +8,21 @@ from __future__ import annotations
 __all__ = ["main", "run"]
 
 import argparse
+import dataclasses
 import gc
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 
 import dql_pass
+from dql_pass.files import _external_tensors
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -51,9 +55,9 @@ def _verified(args: argparse.Namespace) -> int:
 
 
 def _show(report: dql_pass.VerifyReport, json_path: str | None = None) -> int:
+    print(report.format())  # first: a report that cannot be written is still seen
     if json_path is not None:
         report.save_json(json_path)
-    print(report.format())
     return report.exit_code
 
 
@@ -81,13 +85,28 @@ def _verify(args: argparse.Namespace) -> int:
             raise dql_pass.InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
         dims[name] = int(size)
     inputs = {name: _load_array(name, path) for name, path in _pairs(args.input, "--input").items()}
-    if args.json is not None and any(os.path.realpath(args.json) == os.path.realpath(m) for m in (args.original, args.rewritten)):
-        raise dql_pass.InputError(f"{args.json}: the report would overwrite a model; choose another path")
+    original, rewritten = dql_pass.load_model(args.original), dql_pass.load_model(args.rewritten)
+    if args.json is not None:
+        # Before the run, which can take minutes.
+        _check_report_path(args.json, {args.original: original, args.rewritten: rewritten})
     report = dql_pass.verify(
-        args.original, args.rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims,
-        zero_range=args.zero_range,
+        original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims, zero_range=args.zero_range
     )
-    return _show(report, args.json)
+    # verify names in-memory models after their graphs; the report names the files.
+    return _show(dataclasses.replace(report, original=args.original, rewritten=args.rewritten), args.json)
+
+
+def _check_report_path(path: str, models: Mapping[str, ir.Model]) -> None:
+    """Refuse a report path whose folder is missing, or that is a model or one of its external-data files."""
+    report = Path(path).resolve()
+    if not report.parent.is_dir():
+        raise dql_pass.InputError(f"{path}: the folder for the report does not exist")
+    if report.is_dir():
+        raise dql_pass.InputError(f"{path}: is a folder; give a file name for the report")
+    kept = {Path(model_path).resolve() for model_path in models}
+    kept |= {Path(tensor.path).resolve() for model in models.values() for tensor in _external_tensors(model)}
+    if report in kept:
+        raise dql_pass.InputError(f"{path}: the report would overwrite a model or its external data; choose another path")
 
 
 def _opsets(text: str) -> list[int]:

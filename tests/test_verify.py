@@ -474,6 +474,7 @@ def test_cli_exit_codes_and_json(tmp_path, capsys, mlp):
     assert main(["verify", str(MLP), str(good), "--json", str(report_path), "--samples", "1", "--dim", "batch=3"]) == 0
     saved = json.loads(report_path.read_text())
     assert saved["passed"] and len(saved["sites"]) == 3 and saved["input_sets"] == ["sample 0", "zeros"]
+    assert (saved["original"], saved["rewritten"]) == (str(MLP), str(good))
     assert "PASS" in capsys.readouterr().out
 
     assert main(["verify", str(MLP), str(bad), "--json", str(report_path)]) == 1
@@ -510,6 +511,29 @@ def test_cli_missing_model_and_json_over_a_model(tmp_path, capsys):
     assert main(["verify", str(MLP), str(tmp_path / "none.onnx")]) == 2
     assert main(["verify", str(MLP), str(MLP), "--json", str(MLP)]) == 2
     assert capsys.readouterr().err.count("dql-pass: error: ") == 2
+
+
+def test_cli_refuses_a_report_path_before_running(tmp_path, capsys, monkeypatch):
+    """A missing folder, a folder, a model's external data: refused up front, nothing run, nothing touched."""
+    model = tmp_path / "model.onnx"
+    onnx.save(onnx.load(MLP), model, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    weights = (tmp_path / "weights.bin").read_bytes()
+    monkeypatch.setattr(dql_pass, "verify", lambda *args, **kwargs: pytest.fail("verify ran"))
+    for report in (tmp_path / "missing" / "report.json", tmp_path, tmp_path / "weights.bin", model):
+        assert main(["verify", str(MLP), str(model), "--json", str(report)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"dql-pass: error: {report}: ") and err.count("\n") == 1
+    assert (tmp_path / "weights.bin").read_bytes() == weights and not (tmp_path / "missing").exists()
+
+
+def test_cli_prints_the_report_even_when_it_cannot_write_it(tmp_path, capsys, monkeypatch):
+    def refuse(report, path):
+        raise dql_pass.InputError(f"{path}: cannot write the report: disk full")
+
+    monkeypatch.setattr(dql_pass.VerifyReport, "save_json", refuse)
+    assert main(["verify", str(MLP), str(MLP), "--samples", "0", "--json", str(tmp_path / "report.json")]) == 2
+    out, err = capsys.readouterr()
+    assert "PASS: 3 sites" in out and "disk full" in err
 
 
 @pytest.mark.parametrize("variant", dql_pass.VARIANTS)
