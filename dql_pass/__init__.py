@@ -45,7 +45,8 @@ import onnx_ir as ir
 
 from dql_pass.conformance import generate_suite, run_suite
 from dql_pass.errors import InputError
-from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult, find_sites
+from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult
+from dql_pass.graphs import find_sites
 from dql_pass.files import load_model, save_model
 from dql_pass.fuse import FuseDynamicQuantizeLinearPass, FuseReport
 from dql_pass.functions import VARIANTS, function_proto

@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass.files import _external_tensors
+from dql_pass.files import external_tensors
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -104,7 +104,7 @@ def _check_report_path(path: str, models: Mapping[str, ir.Model]) -> None:
     if report.is_dir():
         raise dql_pass.InputError(f"{path}: is a folder; give a file name for the report")
     kept = {Path(model_path).resolve() for model_path in models}
-    kept |= {Path(tensor.path).resolve() for model in models.values() for tensor in _external_tensors(model)}
+    kept |= {Path(tensor.path).resolve() for model in models.values() for tensor in external_tensors(model)}
     if report in kept:
         raise dql_pass.InputError(f"{path}: the report would overwrite a model or its external data; choose another path")
 

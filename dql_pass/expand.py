@@ -18,7 +18,7 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["MODES", "ExpandDynamicQuantizeLinearPass", "ExpandResult", "find_sites", "graph_scopes"]
+__all__ = ["MODES", "ExpandDynamicQuantizeLinearPass", "ExpandResult"]
 
 import collections
 import contextlib
@@ -32,6 +32,7 @@ import onnx_ir as ir
 
 from dql_pass import functions
 from dql_pass.errors import InputError
+from dql_pass.graphs import Root, free_name, graph_scopes, sites_by_graph, subgraphs
 from dql_pass.reference import ZERO_RANGE_POLICIES
 
 logger = logging.getLogger(__name__)
@@ -40,60 +41,12 @@ MODES: tuple[str, ...] = ("inline", "function")
 # Initializers that are not graph inputs need IR 4; model-local functions need IR 8.
 _MIN_IR_VERSION = {"inline": 4, "function": 8}
 
-Root = ir.Graph | ir.Function
-
 
 @dataclasses.dataclass
 class ExpandResult(ir.passes.PassResult):
     """A PassResult that also counts the expanded sites per graph path."""
 
     sites: dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-def _subgraphs(node: ir.Node) -> Iterator[tuple[str, ir.Graph]]:
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH:
-            yield attr.name, attr.value
-        elif attr.type == ir.AttributeType.GRAPHS:
-            for i, graph in enumerate(attr.value):
-                yield f"{attr.name}[{i}]", graph
-
-
-def graph_scopes(model: ir.Model) -> dict[ir.Graph, tuple[str, Root]]:
-    """Every graph of the model, with a readable path and its root: the main graph or a function."""
-    roots: list[tuple[str, Root]] = [("main", model.graph)]
-    roots += [(f"function {f.domain}::{f.name}", f) for f in model.functions.values()]
-    scopes: dict[ir.Graph, tuple[str, Root]] = {}
-    labels: set[str] = set()
-    counts: collections.Counter[str] = collections.Counter()
-    for label, root in roots:
-        scopes[root if isinstance(root, ir.Graph) else root.graph] = (label, root)
-        # Parents come before their subgraphs in this walk, so their labels are known.
-        for node in ir.traversal.RecursiveGraphIterator(root):
-            for attr_name, graph in _subgraphs(node):
-                # An unnamed node is told apart by its first output: If(out).then_branch.
-                output = next((v.name for v in node.outputs if v.name), "")
-                owner = node.name or f"{node.op_type}({output})"
-                label = _free(f"{scopes[node.graph][0]}/{owner}.{attr_name}", labels, counts)
-                labels.add(label)
-                scopes[graph] = (label, root)
-    return scopes
-
-
-def _is_dql(node: ir.Node) -> bool:
-    return node.op_type == "DynamicQuantizeLinear" and node.domain in ("", "ai.onnx")
-
-
-def _sites(scopes: dict[ir.Graph, tuple[str, Root]]) -> dict[str, list[ir.Node]]:
-    sites: dict[str, list[ir.Node]] = collections.defaultdict(list)
-    for graph, (label, _) in scopes.items():
-        sites[label] += [node for node in graph if _is_dql(node)]
-    return {label: nodes for label, nodes in sites.items() if nodes}
-
-
-def find_sites(model: ir.Model) -> dict[str, list[ir.Node]]:
-    """The DQL nodes of the model, grouped by the path of the graph that holds them."""
-    return _sites(graph_scopes(model))
 
 
 class _Names:
@@ -120,31 +73,21 @@ class _Names:
             for node in ir.traversal.RecursiveGraphIterator(root):
                 taken.add(node.name)
                 taken.update(v.name for v in node.outputs)
-                for _, sub in _subgraphs(node):
+                for _, sub in subgraphs(node):
                     taken.update(v.name for v in sub.inputs)
                     taken.update(sub.initializers)
         taken.discard(None)
         return cls(taken)
 
     def unique(self, preferred: str) -> str:
-        name = _free(preferred, self._taken, self._name_counts)
+        name = free_name(preferred, self._taken, self._name_counts)
         self._taken.add(name)
         return name
 
     def prefix(self, preferred: str) -> str:
-        prefix = _free(preferred, self._prefixes, self._prefix_counts)
+        prefix = free_name(preferred, self._prefixes, self._prefix_counts)
         self._prefixes.add(prefix)
         return prefix + "/"
-
-
-def _free(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:
-    """``preferred``, or the first ``preferred_N`` not in ``used``; ``counts`` remembers N, so
-    asking for the same name again does not rescan."""
-    name = preferred
-    while name in used:
-        counts[preferred] += 1
-        name = f"{preferred}_{counts[preferred]}"
-    return name
 
 
 class _Template:
@@ -254,7 +197,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
 
     def _expand(self, model: ir.Model) -> ExpandResult:
         scopes = graph_scopes(model)
-        sites = _sites(scopes)
+        sites = sites_by_graph(scopes)
         if not sites:
             logger.info("no DynamicQuantizeLinear in the model")
             return ExpandResult(model, modified=False)
@@ -323,7 +266,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                 return function
             if _same_function(existing, function):
                 return existing
-            name = _free(name, taken, counts)
+            name = free_name(name, taken, counts)
 
 
 def _build_function(template: _Template, name: str) -> ir.Function:

@@ -6,7 +6,7 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["atomic_path", "external_base_dirs", "load_model", "one_line", "read_external_attributes", "save_model"]
+__all__ = ["atomic_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
 
 import contextlib
 import os
@@ -48,13 +48,14 @@ def _external_attributes(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
                     yield node, attr
 
 
-def _external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
+def external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
+    """Every tensor of the model kept in external data: initializers and attributes, all graphs."""
     return [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]
 
 
 def external_base_dirs(model: ir.Model) -> set[Path]:
     """The folders that the model's external tensors are read from, attributes included."""
-    return {Path(tensor.base_dir).resolve() for tensor in _external_tensors(model)}
+    return {Path(tensor.base_dir).resolve() for tensor in external_tensors(model)}
 
 
 def read_external_attributes(model: ir.Model) -> None:
@@ -68,7 +69,7 @@ def read_external_attributes(model: ir.Model) -> None:
 
 
 def _check_external_files(model: ir.Model, path: Path) -> None:
-    for tensor in _external_tensors(model):
+    for tensor in external_tensors(model):
         data = Path(tensor.path)
         if not data.is_file():
             raise InputError(f"{path}: the external data file {data} is missing")
@@ -144,7 +145,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     path = Path(path)
     if source is not None and Path(source).resolve() == path.resolve():
         raise InputError(f"{path}: the output path is the input path; choose another output")
-    data_files = {Path(tensor.path).resolve() for tensor in _external_tensors(model)}
+    data_files = {Path(tensor.path).resolve() for tensor in external_tensors(model)}
     if {path.resolve(), path.with_name(f"{path.name}.data").resolve()} & data_files:
         raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
     folder = {path.parent.resolve()}

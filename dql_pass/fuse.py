@@ -22,7 +22,7 @@ a failed check counting more than any partial structure).
 
 from __future__ import annotations
 
-__all__ = ["FuseDynamicQuantizeLinearPass", "FuseReport", "FuseResult", "LeftAlone", "called_functions"]
+__all__ = ["FuseDynamicQuantizeLinearPass", "FuseReport", "FuseResult", "LeftAlone"]
 
 import collections
 import dataclasses
@@ -34,7 +34,7 @@ from onnx_ir.passes.common import TopologicalSortPass
 from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass import rules
-from dql_pass.expand import find_sites, graph_scopes
+from dql_pass.graphs import called_functions, find_sites, graph_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -77,19 +77,6 @@ class FuseResult(ir.passes.PassResult):
 
 def _containers(model: ir.Model) -> list[ir.Graph | ir.Function]:
     return [model.graph, *model.functions.values()]
-
-
-def called_functions(model: ir.Model, root: ir.Graph | ir.GraphView | ir.Function) -> set[ir.OperatorIdentifier]:
-    """The model-local functions that ``root`` calls, directly, in subgraphs or through other functions."""
-    called: set[ir.OperatorIdentifier] = set()
-    todo = [root]
-    while todo:
-        for node in ir.traversal.RecursiveGraphIterator(todo.pop()):
-            identifier = node.op_identifier()
-            if identifier in model.functions and identifier not in called:
-                called.add(identifier)
-                todo.append(model.functions[identifier])
-    return called
 
 
 def _domains(container: ir.Graph | ir.Function) -> set[str]:

@@ -7,7 +7,7 @@ depth, model-local functions):
 
 - every site is checked on its own, even when two share their names and graph path; the values
   that hold its three outputs are looked up by name in the graph of REWRITTEN at the same path
-  (:func:`dql_pass.expand.graph_scopes`), or in the one graph that has them all when a rewrite
+  (:func:`dql_pass.graphs.graph_scopes`), or in the one graph that has them all when a rewrite
   renamed a control-flow node (rewrites keep the names); a missing name is a mismatch ("lost output");
 - the computation of those outputs is walked back to the value named like the DQL's input, taking
   in constants, initializers and Constant nodes of outer scopes, subgraphs of the nodes on the way,
@@ -60,9 +60,8 @@ import onnxruntime as ort
 
 from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
-from dql_pass.expand import find_sites, graph_scopes
+from dql_pass.graphs import called_functions, find_sites, graph_scopes
 from dql_pass.files import atomic_path, external_base_dirs, load_model, one_line, read_external_attributes
-from dql_pass.fuse import called_functions
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
 
 logger = logging.getLogger(__name__)

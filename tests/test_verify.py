@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass.catalogue import cases
 from dql_pass.cli import main
-from dql_pass.expand import graph_scopes
+from dql_pass.graphs import graph_scopes
 from dql_pass.verify import SiteResult, _input_sets, bit_difference, same_bits
 
 from conftest import dql_model

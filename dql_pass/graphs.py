@@ -1,0 +1,89 @@
+"""Walking a model: every graph with a readable path, the DynamicQuantizeLinear sites, the
+model-local functions a graph calls.
+
+Paths read ``main/If(out).then_branch`` or ``function domain::name/...``; a node without a name
+is told apart by its first output, and any remaining collision gets a ``_N`` suffix, so every
+graph has its own path.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Root", "called_functions", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs"]
+
+import collections
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+Root = ir.Graph | ir.Function
+
+
+def free_name(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:
+    """``preferred``, or the first ``preferred_N`` not in ``used``; ``counts`` remembers N, so
+    asking for the same name again does not rescan."""
+    name = preferred
+    while name in used:
+        counts[preferred] += 1
+        name = f"{preferred}_{counts[preferred]}"
+    return name
+
+
+def subgraphs(node: ir.Node) -> Iterator[tuple[str, ir.Graph]]:
+    """The node's graph attributes with their names: ``then_branch``, ``body``, ``graphs[1]``."""
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.name, attr.value
+        elif attr.type == ir.AttributeType.GRAPHS:
+            for i, graph in enumerate(attr.value):
+                yield f"{attr.name}[{i}]", graph
+
+
+def graph_scopes(model: ir.Model) -> dict[ir.Graph, tuple[str, Root]]:
+    """Every graph of the model, with a readable path and its root: the main graph or a function."""
+    roots: list[tuple[str, Root]] = [("main", model.graph)]
+    roots += [(f"function {f.domain}::{f.name}", f) for f in model.functions.values()]
+    scopes: dict[ir.Graph, tuple[str, Root]] = {}
+    labels: set[str] = set()
+    counts: collections.Counter[str] = collections.Counter()
+    for label, root in roots:
+        scopes[root if isinstance(root, ir.Graph) else root.graph] = (label, root)
+        # Parents come before their subgraphs in this walk, so their labels are known.
+        for node in ir.traversal.RecursiveGraphIterator(root):
+            for attr_name, graph in subgraphs(node):
+                # An unnamed node is told apart by its first output: If(out).then_branch.
+                output = next((v.name for v in node.outputs if v.name), "")
+                owner = node.name or f"{node.op_type}({output})"
+                label = free_name(f"{scopes[node.graph][0]}/{owner}.{attr_name}", labels, counts)
+                labels.add(label)
+                scopes[graph] = (label, root)
+    return scopes
+
+
+def _is_dql(node: ir.Node) -> bool:
+    return node.op_type == "DynamicQuantizeLinear" and node.domain in ("", "ai.onnx")
+
+
+def sites_by_graph(scopes: dict[ir.Graph, tuple[str, Root]]) -> dict[str, list[ir.Node]]:
+    sites: dict[str, list[ir.Node]] = collections.defaultdict(list)
+    for graph, (label, _) in scopes.items():
+        sites[label] += [node for node in graph if _is_dql(node)]
+    return {label: nodes for label, nodes in sites.items() if nodes}
+
+
+def find_sites(model: ir.Model) -> dict[str, list[ir.Node]]:
+    """The DQL nodes of the model, grouped by the path of the graph that holds them."""
+    return sites_by_graph(graph_scopes(model))
+
+
+
+def called_functions(model: ir.Model, root: ir.Graph | ir.GraphView | ir.Function) -> set[ir.OperatorIdentifier]:
+    """The model-local functions that ``root`` calls, directly, in subgraphs or through other functions."""
+    called: set[ir.OperatorIdentifier] = set()
+    todo = [root]
+    while todo:
+        for node in ir.traversal.RecursiveGraphIterator(todo.pop()):
+            identifier = node.op_identifier()
+            if identifier in model.functions and identifier not in called:
+                called.add(identifier)
+                todo.append(model.functions[identifier])
+    return called
