@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = ["atomic_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator
@@ -26,31 +27,41 @@ def one_line(error: BaseException) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
-def _graphs(model: ir.Model) -> Iterator[ir.Graph]:
-    yield from model.graphs()
-    for function in model.functions.values():
-        yield function.graph
-        yield from function.graph.subgraphs()
+@dataclasses.dataclass
+class _ExternalData:
+    """The model's tensors kept in external data, found in one walk over every graph and function."""
 
+    initializers: list[ir.ExternalTensor]
+    attributes: list[tuple[ir.Node, ir.Attr]]
 
-def _external_initializers(model: ir.Model) -> Iterator[ir.ExternalTensor]:
-    for graph in _graphs(model):
-        for value in graph.initializers.values():
-            if isinstance(value.const_value, ir.ExternalTensor):
-                yield value.const_value
+    @classmethod
+    def of(cls, model: ir.Model) -> _ExternalData:
+        graphs = [model.graph, *(function.graph for function in model.functions.values())]
+        found = cls([], [])
+        for root in graphs:
+            found._add_initializers(root)
+            for node in ir.traversal.RecursiveGraphIterator(root):
+                for attr in node.attributes.values():
+                    if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
+                        found.attributes.append((node, attr))
+                    elif attr.type == ir.AttributeType.GRAPH:
+                        found._add_initializers(attr.value)
+                    elif attr.type == ir.AttributeType.GRAPHS:
+                        for graph in attr.value:
+                            found._add_initializers(graph)
+        return found
 
+    def _add_initializers(self, graph: ir.Graph) -> None:
+        self.initializers += [v.const_value for v in graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
 
-def _external_attributes(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
-    for graph in _graphs(model):
-        for node in graph:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
-                    yield node, attr
+    @property
+    def tensors(self) -> list[ir.ExternalTensor]:
+        return self.initializers + [attr.value for _, attr in self.attributes]
 
 
 def external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
     """Every tensor of the model kept in external data: initializers and attributes, all graphs."""
-    return [*_external_initializers(model), *(attr.value for _, attr in _external_attributes(model))]
+    return _ExternalData.of(model).tensors
 
 
 def external_base_dirs(model: ir.Model) -> set[Path]:
@@ -64,7 +75,11 @@ def read_external_attributes(model: ir.Model) -> None:
     Saving moves initializers' external data, not attributes', so they would point to a file
     that is not beside the new model.
     """
-    for node, attr in list(_external_attributes(model)):
+    _read_attributes(_ExternalData.of(model).attributes)
+
+
+def _read_attributes(attributes: list[tuple[ir.Node, ir.Attr]]) -> None:
+    for node, attr in attributes:
         node.attributes[attr.name] = ir.AttrTensor(attr.name, ir.tensor(attr.value.numpy(), name=attr.value.name))
 
 
@@ -96,8 +111,7 @@ def load_model(path: str | os.PathLike) -> ir.Model:
         raise InputError(f"{path}: cannot load the model: {one_line(error)}") from None
     # ir.load sets the folder of the main graph's external tensors only.
     for function in model.functions.values():
-        for graph in (function.graph, *function.graph.subgraphs()):
-            ir.external_data.set_base_dir(graph, path.parent)
+        ir.external_data.set_base_dir(function.graph, path.parent)
     _check_external_files(model, path)
     return model
 
@@ -145,14 +159,15 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     path = Path(path)
     if source is not None and Path(source).resolve() == path.resolve():
         raise InputError(f"{path}: the output path is the input path; choose another output")
-    data_files = {Path(tensor.path).resolve() for tensor in external_tensors(model)}
+    external = _ExternalData.of(model)
+    data_files = {Path(tensor.path).resolve() for tensor in external.tensors}
     if {path.resolve(), path.with_name(f"{path.name}.data").resolve()} & data_files:
         raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
     folder = {path.parent.resolve()}
-    if {Path(attr.value.base_dir).resolve() for _, attr in _external_attributes(model)} - folder:
-        read_external_attributes(model)
+    if {Path(attr.value.base_dir).resolve() for _, attr in external.attributes} - folder:
+        _read_attributes(external.attributes)
     external_data = None
-    if {Path(tensor.base_dir).resolve() for tensor in _external_initializers(model)} - folder:
+    if {Path(tensor.base_dir).resolve() for tensor in external.initializers} - folder:
         external_data = f"{path.name}.data"
     with atomic_path(path) as temporary:
         ir.save(model, temporary, external_data=external_data)
