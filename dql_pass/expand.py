@@ -9,7 +9,11 @@ Rules the pass applies:
 - ``inline`` mode puts the function's nodes where the DQL was. Its constants are shared by all
   sites: initializers of the main graph, or Constant nodes at the top of a model-local function.
 - ``function`` mode replaces each DQL by a call to one model-local function per variant and policy,
-  in the ``dql_pass`` domain, at the model's opset.
+  in the ``dql_pass`` domain, at the model's opset; a different function that already holds the
+  name pushes ours to a free one.
+- A model-local function that holds a DQL is moved to the model's ai.onnx opset, where the stamped
+  ops are valid; ONNX's checker already requires its ops to mean the same at both opsets.
+- The IR version rises to what the output needs: 4 for shared initializers, 8 for local functions.
 - The three outputs keep their names, so consumers, graph outputs and value_info keep working.
   Every new name is unique across the whole model, subgraphs and their parents included.
 - A DQL whose input is known not to be float32 raises :class:`~dql_pass.errors.InputError`.
@@ -229,7 +233,8 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         if isinstance(root, ir.Function):
             _align_opset(root, label, template.opset_imports[""])
         if self.mode == "inline":
-            return functools.partial(self._inline, template=template, constants=_Constants(root, names).mapping(template), names=names)
+            constants = _Constants(root, names).mapping(template)
+            return functools.partial(self._inline, template=template, constants=constants, names=names)
         function = self._local_function(model, template)
         if isinstance(root, ir.Function):
             root.opset_imports[functions.FUNCTION_DOMAIN] = 1
