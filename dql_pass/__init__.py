@@ -47,7 +47,7 @@ from dql_pass.conformance import generate_suite, run_suite
 from dql_pass.errors import InputError
 from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult
 from dql_pass.graphs import find_sites
-from dql_pass.files import load_model, save_model
+from dql_pass.files import as_ir_model, load_model, save_model
 from dql_pass.fuse import FuseDynamicQuantizeLinearPass, FuseReport
 from dql_pass.functions import VARIANTS, function_proto
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
@@ -72,11 +72,7 @@ def expand(
     rewritten ``ir.Model`` is returned.
     """
     rewrite = ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range)
-    if isinstance(model, onnx.ModelProto):
-        return ir.serde.serialize_model(rewrite(ir.serde.deserialize_model(model)).model)
-    if not isinstance(model, ir.Model):
-        model = load_model(model)
-    return rewrite(model).model
+    return _apply(rewrite, model)[0]
 
 
 @overload
@@ -89,14 +85,11 @@ def fuse(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[onnx.Mo
     Returns the model and a :class:`FuseReport` (what was fused, where, by which rule; what was
     left alone and why). Models are taken and given back as in :func:`expand`.
     """
-    rewrite = FuseDynamicQuantizeLinearPass()
-    if isinstance(model, onnx.ModelProto):
-        # onnx_ir wraps the proto's tensors, and the rewriter renames values (and so their tensors).
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        result = rewrite(ir.serde.deserialize_model(copy))
-        return ir.serde.serialize_model(result.model), result.report
-    if not isinstance(model, ir.Model):
-        model = load_model(model)
-    result = rewrite(model)
-    return result.model, result.report
+    model, result = _apply(FuseDynamicQuantizeLinearPass(), model)
+    return model, result.report
+
+
+def _apply(rewrite: ir.passes.InPlacePass, model):
+    """Run ``rewrite`` on a model argument; a ModelProto comes back as a new ModelProto."""
+    result = rewrite(as_ir_model(model))
+    return (ir.serde.serialize_model(result.model) if isinstance(model, onnx.ModelProto) else result.model), result

@@ -1,6 +1,7 @@
 """The ``dql-pass`` command line: a thin shell over the public API.
 
-Exit codes: 0 on success, 1 when verify finds a mismatch, 2 on bad input (one line on stderr, no traceback).
+Exit codes: 0 on success, 1 when verify finds a mismatch or run-tests a failure, 2 on bad input (one
+line on stderr, no traceback).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ def _folder_name(case: str, form: str, opset: int) -> str:
 def _known_differences(case: catalogue.Case, form: str, policy: str) -> dict[str, str]:
     """Backends that are known to give other outputs than the expected ones, with the reason.
 
-    These are the measured behaviours of onnx 1.23 and onnxruntime 1.32 (see shared/SEMANTICS.md).
+    These are the measured behaviours of onnx 1.23 and onnxruntime 1.32 (see docs/SEMANTICS.md).
     """
     known: dict[str, str] = {}
     if form == "native" and case.zero_range:

@@ -36,7 +36,7 @@ import onnx_ir as ir
 
 from dql_pass import functions
 from dql_pass.errors import InputError
-from dql_pass.graphs import Root, free_name, graph_scopes, sites_by_graph, subgraphs
+from dql_pass.graphs import Root, ai_onnx_opset, free_name, graph_scopes, sites_by_graph, subgraphs
 from dql_pass.reference import ZERO_RANGE_POLICIES
 
 logger = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ def _align_opset(function: ir.Function, label: str, opset: int) -> None:
 
 
 def _ai_onnx_opset(root: Root, label: str) -> int:
-    opset = root.opset_imports.get("", root.opset_imports.get("ai.onnx"))
+    opset = ai_onnx_opset(root.opset_imports)
     if opset is None:
         raise InputError(f"{label} holds DynamicQuantizeLinear but imports no ai.onnx opset")
     if not functions.MIN_OPSET <= opset <= functions.MAX_OPSET:

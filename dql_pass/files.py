@@ -6,7 +6,7 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["atomic_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
+__all__ = ["as_ir_model", "atomic_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
 
 import contextlib
 import dataclasses
@@ -121,6 +121,22 @@ def _give_umask_permissions(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)
+
+
+def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Model:
+    """The ``ir.Model`` behind a model argument of the public API.
+
+    An ``ir.Model`` is taken as it is. A ModelProto is copied first: onnx_ir wraps its tensors, so
+    a pass that renames a value would write into the caller's proto. A path is checked and loaded
+    with :func:`load_model`.
+    """
+    if isinstance(model, ir.Model):
+        return model
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return ir.serde.deserialize_model(copy)
+    return load_model(model)
 
 
 @contextlib.contextmanager

@@ -15,9 +15,6 @@ What the pass does:
 A block looks like DQL when a ReduceMin and a ReduceMax read the same x. The reason given for
 leaving it alone is the one of the rule that came closest to fusing it (the most nodes matched,
 a failed check counting more than any partial structure).
-
-:func:`called_functions` (the model-local functions a graph calls, at any depth) also serves
-:mod:`dql_pass.verify`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ graph has its own path.
 
 from __future__ import annotations
 
-__all__ = ["Root", "called_functions", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs"]
+__all__ = ["Root", "ai_onnx_opset", "called_functions", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs"]
 
 import collections
 from collections.abc import Iterator
@@ -16,6 +16,11 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 Root = ir.Graph | ir.Function
+
+
+def ai_onnx_opset(opset_imports: dict[str, int]) -> int | None:
+    """The ai.onnx version in ``opset_imports``, spelled ``""`` or ``"ai.onnx"``; onnx_ir keeps both spellings."""
+    return opset_imports.get("", opset_imports.get("ai.onnx"))
 
 
 def free_name(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:

@@ -76,6 +76,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter.pattern import MatchResult, MatchStatus, RewriteRule, RewriteRuleSet
 
 from dql_pass import functions
+from dql_pass.graphs import ai_onnx_opset
 from dql_pass.reference import ZERO_RANGE_POLICIES
 
 _DQL = "DynamicQuantizeLinear"
@@ -183,7 +184,7 @@ def _fused_name(root: ir.Node) -> str | None:
 def _ai_onnx_opset(context) -> int:
     container = context.graph_or_function
     imports = container.opset_imports if isinstance(container, ir.Function) else context.model.opset_imports
-    return imports.get("", 0)
+    return ai_onnx_opset(imports) or 0
 
 
 def _input_mismatch(context, x: ir.Value) -> str | None:

@@ -61,7 +61,7 @@ import onnxruntime as ort
 from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
 from dql_pass.graphs import called_functions, find_sites, graph_scopes
-from dql_pass.files import atomic_path, external_base_dirs, load_model, one_line, read_external_attributes
+from dql_pass.files import as_ir_model, atomic_path, external_base_dirs, one_line, read_external_attributes
 from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
 
 logger = logging.getLogger(__name__)
@@ -617,11 +617,11 @@ def _compare_output(name: str, original: Sequence[np.ndarray], rewritten: Sequen
 
 
 def _as_ir(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[ir.Model, str]:
-    if isinstance(model, ir.Model):
-        return model, model.graph.name or "<ir.Model>"
-    if isinstance(model, onnx.ModelProto):
-        return ir.serde.deserialize_model(model), model.graph.name or "<ModelProto>"
-    return load_model(model), os.fspath(model)
+    """The model and how the report names it: its file, or its graph's name."""
+    loaded = as_ir_model(model)
+    if isinstance(model, (ir.Model, onnx.ModelProto)):
+        return loaded, loaded.graph.name or f"<{type(model).__name__}>"
+    return loaded, os.fspath(model)
 
 
 def _original_sites(model: ir.Model) -> list[_Site]:
