@@ -171,6 +171,11 @@ class FuseDynamicQuantizeLinearPass(ir.passes.InPlacePass):
     """Fuse every decomposed DynamicQuantizeLinear back into one node (see the module docstring)."""
 
     def call(self, model: ir.Model) -> FuseResult:
+        for container in _containers(model):
+            imports = container.opset_imports
+            if "ai.onnx" in imports and "" not in imports:
+                # The same opset under its other name: the rewriter's new nodes import "".
+                imports[""] = imports.pop("ai.onnx")
         inventory = _Inventory.of(model)
         rule_set = rules.fuse_rules()
         names = {node: node.name for c in _containers(model) for node in ir.traversal.RecursiveGraphIterator(c)}

@@ -14,7 +14,7 @@ import onnx.inliner
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from conftest import assert_bits_equal, newest_ort_opset
+from conftest import assert_bits_equal, dql_model, newest_ort_opset, session
 from onnxscript import rewriter
 
 import dql_pass
@@ -273,6 +273,19 @@ def test_an_overridable_constant_is_not_a_constant():
     result, report = fused(edited)
     assert report.total == 0 and len(report.left_alone) == 3
     assert all("'dql_pass_q_max' is a graph input" in item.reason for item in report.left_alone)
+
+
+def test_an_ai_onnx_import_fuses_into_a_valid_model():
+    # The opset spelled "ai.onnx": the rewriter's new node imports "", which must not read as opset 1.
+    model = dql_model(13)
+    model.opset_import[0].domain = "ai.onnx"
+    fused, report = dql_pass.fuse(dql_pass.expand(model))
+    assert report.total == 1 and [n.op_type for n in fused.graph.node] == ["DynamicQuantizeLinear"]
+    assert [(o.domain, o.version) for o in fused.opset_import] == [("", 13)]
+    onnx.checker.check_model(fused, full_check=True)
+    x = np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32)
+    for got, want in zip(session(fused).run(None, {"x": x}), session(dql_model(13)).run(None, {"x": x})):
+        assert_bits_equal(got, want)
 
 
 def test_a_model_without_decomposition_is_left_as_it_was():
