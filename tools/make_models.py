@@ -26,6 +26,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from dql_pass.files import atomic_path
+
 PRODUCER = "dql_pass tools/make_models.py"
 MAX_BYTES = 1 << 20
 DQL = "DynamicQuantizeLinear"
@@ -316,23 +318,26 @@ def _feeds(
 
 
 def check(path: pathlib.Path, spec: Spec) -> None:
-    """Fail loudly unless the saved model is valid, small, has the expected ops and runs on ORT CPU."""
+    """Fail loudly unless the saved model is valid, small, has the expected ops and runs on ORT CPU.
+
+    The messages do not name ``path``, a temporary file: ``atomic_path`` names the model.
+    """
     size = path.stat().st_size
     if size >= MAX_BYTES:
-        raise RuntimeError(f"{path}: {size} bytes, over the {MAX_BYTES} byte limit")
+        raise RuntimeError(f"{size} bytes, over the {MAX_BYTES} byte limit")
     model = onnx.load(path)
     onnx.checker.check_model(model, full_check=True)
     imported = {o.domain: o.version for o in model.opset_import}
     if imported.get("", imported.get("ai.onnx")) != spec.opset:
-        raise RuntimeError(f"{path}: imports {imported}, expected ai.onnx opset {spec.opset}")
+        raise RuntimeError(f"imports {imported}, expected ai.onnx opset {spec.opset}")
     sites = {k: v for k, v in dql_sites(model).items() if v}
     if sites != spec.dql:
-        raise RuntimeError(f"{path}: DQL nodes {sites}, expected {spec.dql}")
+        raise RuntimeError(f"DQL nodes {sites}, expected {spec.dql}")
     op_types = {n.op_type for _, g in _graphs(model.graph, "main") for n in g.node}
     op_types |= {n.op_type for fn in model.functions for n in fn.node}
     missing = set(spec.ops) - op_types
     if missing:
-        raise RuntimeError(f"{path}: missing op types {sorted(missing)}")
+        raise RuntimeError(f"missing op types {sorted(missing)}")
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     # Random data with each boolean value, then all-negative data (a zero range after Relu).
@@ -340,7 +345,7 @@ def check(path: pathlib.Path, spec: Spec) -> None:
         results = session.run(None, _feeds(session, rng, flag, negative))
         for out, value in zip(session.get_outputs(), results):
             if value.dtype == np.float32 and not np.isfinite(value).all():
-                raise RuntimeError(f"{path}: output {out.name} is not finite")
+                raise RuntimeError(f"output {out.name} is not finite")
 
 
 class Spec(NamedTuple):
@@ -372,12 +377,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, spec in MODELS.items():
         path = out / name
-        onnx.save(spec.build(), path)
-        try:
-            check(path, spec)
-        except Exception:
-            path.unlink()
-            raise
+        # Written beside the model and checked there, so a failed check leaves the old model in place.
+        with atomic_path(path, "model") as temporary:
+            onnx.save(spec.build(), temporary)
+            check(pathlib.Path(temporary), spec)
         where = ", ".join(f"{k} {v}" for k, v in spec.dql.items())
         print(f"{name:22} {path.stat().st_size / 1024:5.1f} KiB  opset {spec.opset}  DQL: {where}")
 
