@@ -405,8 +405,8 @@ def minilm_model(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def quantize(model: onnx.ModelProto, folder: Path, name: str) -> Path:
-    """``quantize_dynamic`` (MatMul, uint8 weights) of ``model``, saved as ``folder/name``."""
+def quantize(model: onnx.ModelProto, folder: Path, name: str, op_types: Sequence[str] = ("MatMul",)) -> Path:
+    """``quantize_dynamic`` (``op_types``, uint8 weights) of ``model``, saved as ``folder/name``."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     source, target = folder / f"{name}.float.onnx", folder / name
@@ -416,7 +416,7 @@ def quantize(model: onnx.ModelProto, folder: Path, name: str) -> Path:
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], weight_type=QuantType.QUInt8)
+        quantize_dynamic(source, target, op_types_to_quantize=list(op_types), weight_type=QuantType.QUInt8)
     finally:
         root.setLevel(level)
     return target

@@ -4,17 +4,16 @@ Run from the repository root: ``python tools/make_models.py [--out models]``. Th
 deterministic (seeded weights, fixed names). Every model must pass ``onnx.checker`` with
 ``full_check=True`` and run on onnxruntime's CPU provider, or the script raises.
 
-The ``*_dynamic`` models come from ``onnxruntime.quantization.quantize_dynamic``. Its warning
-about missing pre-processing (symbolic shape inference plus graph optimisation) is silenced: the
-float models are built fully shaped and already minimal, so pre-processing would change nothing.
+The ``*_dynamic`` models come from ``onnxruntime.quantization.quantize_dynamic``, called through
+tools/bench.py's ``quantize``. Its warning about missing pre-processing (symbolic shape inference
+plus graph optimisation) is silenced there: the float models are built fully shaped and already
+minimal, so pre-processing would change nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import logging
 import pathlib
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -24,8 +23,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import QuantType, quantize_dynamic
 
+from bench import quantize  # tools/bench.py, next to this script
 from dql_pass.files import atomic_path
 
 PRODUCER = "dql_pass tools/make_models.py"
@@ -56,25 +55,9 @@ def _model(
     return model
 
 
-@contextlib.contextmanager
-def _quiet_quantizer() -> Iterator[None]:
-    """Silence quantize_dynamic's root-logger warnings (pre-processing advice)."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-
-
 def _quantize(model: onnx.ModelProto, op_types: Sequence[str] = ("MatMul",)) -> onnx.ModelProto:
     with tempfile.TemporaryDirectory(prefix="make_models.") as tmp:
-        src, dst = pathlib.Path(tmp, "float.onnx"), pathlib.Path(tmp, "quant.onnx")
-        onnx.save(model, src)
-        with _quiet_quantizer():
-            quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), weight_type=QuantType.QUInt8)
-        quantized = onnx.load(dst)
+        quantized = onnx.load(quantize(model, pathlib.Path(tmp), "quant.onnx", op_types))
     quantized.producer_name, quantized.producer_version = PRODUCER, ""
     del quantized.metadata_props[:]
     return quantized
