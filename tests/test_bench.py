@@ -127,3 +127,11 @@ def test_write_report_keeps_the_sections_of_other_tools(bench, tmp_path):
     assert out.read_text() == "# Benchmarks\n\nnew intro\n\n## 1. Op level\n\nnew figures\n\n## Fusion\n\nfused figures\n"
     bench.write_report(out, "# Benchmarks\n\n## 1. Op level\n\nnewer\n")
     assert out.read_text().count("## Fusion") == 1 and "new figures" not in out.read_text()
+
+
+def test_same_bits_needs_every_output_and_every_bit(bench):
+    a, b = np.array([0.0, 1.0], np.float32), np.array(7, np.uint8)
+    assert bench._same_bits([a, b], [a.copy(), b.copy()])
+    assert not bench._same_bits([a, b], [a])  # a lost output
+    assert not bench._same_bits([a], [np.array([-0.0, 1.0], np.float32)])  # -0.0 is not 0.0
+    assert not bench._same_bits([a], [a.astype(np.float64)])

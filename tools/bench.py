@@ -81,6 +81,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
+from dql_pass.files import external_tensors
+from dql_pass.verify import bit_difference
 
 logger = logging.getLogger("bench")
 
@@ -228,10 +230,6 @@ def _inner(call: Callable[[], object]) -> int:
     call()
     once = max(time.perf_counter() - began, 1e-7)
     return max(1, round(SAMPLE_SECONDS / once))
-
-
-def _median(samples: Sequence[float]) -> float:
-    return statistics.median(samples)
 
 
 def _time(seconds: float) -> str:
@@ -448,8 +446,11 @@ def _feeds(session: ort.InferenceSession, rng: np.random.Generator) -> dict[str,
     return feeds
 
 
-def _same_bits(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
-    return all(x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+def _same_bits(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> bool:
+    """The same number of outputs, each equal in dtype, shape and every bit."""
+    return len(expected) == len(actual) and all(
+        bit_difference(str(i), a, e) is None for i, (e, a) in enumerate(zip(expected, actual))
+    )
 
 
 def race(
@@ -462,7 +463,7 @@ def race(
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     inner = _inner(next(iter(calls.values())))
     samples = interleaved(calls, budget=budget, min_rounds=min_rounds, inner=inner)
-    return {name: _median(v) for name, v in samples.items()}, same, len(next(iter(samples.values())))
+    return {name: statistics.median(v) for name, v in samples.items()}, same, len(next(iter(samples.values())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,7 +575,7 @@ def bench_pass(config: Config, scratch: Path, profile: Path) -> Section:
             },
             budget=config.pass_budget, min_rounds=config.pass_min_rounds,
         )
-        ours, theirs = _median(samples["dql-pass expand"]), _median(samples["onnx inliner"])
+        ours, theirs = statistics.median(samples["dql-pass expand"]), statistics.median(samples["onnx inliner"])
         times[sites] = (ours, theirs)
         rows.append([f"{sites:,}", _time(ours), _time(theirs), f"{ours / theirs:.2f}x",
                      _time(ours / sites), str(len(samples["onnx inliner"]))])
@@ -590,8 +591,8 @@ def bench_pass(config: Config, scratch: Path, profile: Path) -> Section:
         },
         budget=config.pass_budget / 4, min_rounds=config.pass_min_rounds,
     )
-    startup_rows = [[name, _time(_median(v))] for name, v in startup.items()]
-    startup_gap = _median(startup["import dql_pass.cli"]) - _median(startup["import onnx, onnx.inliner"])
+    startup_rows = [[name, _time(statistics.median(v))] for name, v in startup.items()]
+    startup_gap = statistics.median(startup["import dql_pass.cli"]) - statistics.median(startup["import onnx, onnx.inliner"])
 
     largest = max(config.chain_sites)
     lines = profile_expand(scratch / f"chain{largest}.onnx", scratch / f"chain{largest}.profiled.onnx", profile)
@@ -641,13 +642,8 @@ def _disk(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 def _external_locations(path: Path) -> set[str]:
-    """The external data files the model's initializers point to (none is read)."""
-    model = ir.load(path)
-    return {
-        value.const_value.location
-        for value in model.graph.initializers.values()
-        if isinstance(value.const_value, ir.ExternalTensor)
-    }
+    """The external data files the model's tensors point to, in every graph (none is read)."""
+    return {tensor.location for tensor in external_tensors(ir.load(path))}
 
 
 def bench_memory(config: Config) -> Section:
@@ -677,7 +673,7 @@ def bench_memory(config: Config) -> Section:
         del session
         runs_ok = result.shape == (1, config.memory_side) and bool(np.isfinite(result).all())
 
-    wall = _median([w for w, _ in runs])
+    wall = statistics.median([w for w, _ in runs])
     peak_mib = max(r["peak_kib"] for _, r in runs) / 1024
     read_mib = max(r["rchar"] for _, r in runs) / 2**20
     copied = sum(size for size, _ in new_files.values()) > weight_bytes // 100 or locations != {"weights.bin"}
@@ -721,16 +717,17 @@ def bench_memory(config: Config) -> Section:
 # 4. Whole models
 
 
-# Each transform maps the original model to a contender; None marks one this dql_pass lacks.
-TRANSFORMS: dict[str, Callable[[onnx.ModelProto], onnx.ModelProto] | None] = {
-    "original": lambda model: model,
-    "expanded": dql_pass.expand,
-    "fused": (lambda model: dql_pass.fuse(dql_pass.expand(model))[0]) if hasattr(dql_pass, "fuse") else None,
-}
+CONTENDERS = ("original", "expanded", "fused")
+
+
+def _contenders(model: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
+    """The model, its expansion and that expansion fused back, in the order of CONTENDERS."""
+    expanded = dql_pass.expand(model)
+    return dict(zip(CONTENDERS, (model, expanded, dql_pass.fuse(expanded)[0])))
 
 
 def _model_rows(name: str, model: onnx.ModelProto, config: Config, budget: float) -> tuple[list[list[str]], dict]:
-    available = {label: transform(model) for label, transform in TRANSFORMS.items() if transform is not None}
+    available = _contenders(model)
     rows, ratios = [], {}
     rng = np.random.default_rng(0)
     for label, threads in THREADS.items():
@@ -739,10 +736,7 @@ def _model_rows(name: str, model: onnx.ModelProto, config: Config, budget: float
         feeds = _feeds(next(iter(sessions.values())), rng)
         medians, same, rounds = race(sessions, feeds, budget, config.model_min_rounds)
         row = [name, str(_dql_count(model)), label, _time(medians["original"])]
-        for contender in list(TRANSFORMS)[1:]:
-            if contender not in medians:
-                row.append(f"{contender}: not available")
-                continue
+        for contender in CONTENDERS[1:]:
             ratios[(label, contender)] = medians[contender] / medians["original"]
             row.append(f"{_time(medians[contender])} ({ratios[(label, contender)]:.3f}x)"
                        + ("" if same[contender] else ", **outputs differ**"))
@@ -764,7 +758,7 @@ def bench_models(config: Config, scratch: Path) -> Section:
     minilm = onnx.load(quantize(minilm_model(shape), scratch, "minilm_dynamic.onnx"))
     minilm_rows, ratios = _model_rows(label, minilm, config, 4 * config.model_budget)
     rows += minilm_rows
-    headers = ["model", "DQL sites", "threads", "original", *list(TRANSFORMS)[1:], "rounds"]
+    headers = ["model", "DQL sites", "threads", *CONTENDERS, "rounds"]
     section = Section(
         "4. Whole models",
         "ORT CPU latency of the sample `quantize_dynamic` models in `models/` and of a synthetic MiniLM-sized "
