@@ -135,3 +135,13 @@ def test_same_bits_needs_every_output_and_every_bit(bench):
     assert not bench._same_bits([a, b], [a])  # a lost output
     assert not bench._same_bits([a], [np.array([-0.0, 1.0], np.float32)])  # -0.0 is not 0.0
     assert not bench._same_bits([a], [a.astype(np.float64)])
+
+
+def test_write_report_replaces_a_section_without_a_head_in_place(bench, tmp_path):
+    """How tools/bench_fuse.py writes its ``## Fusion`` section."""
+    out = tmp_path / "B.md"
+    bench.write_report(out, "## Fusion\n\nfirst\n")
+    assert out.read_text() == "# Benchmarks\n\n## Fusion\n\nfirst\n"
+    out.write_text("# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nfirst\n\n## Other\n\nother\n")
+    bench.write_report(out, "## Fusion\n\nsecond\n")
+    assert out.read_text() == "# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nsecond\n\n## Other\n\nother\n"

@@ -81,7 +81,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass.files import external_tensors
+from dql_pass.files import atomic_path, external_tensors
 from dql_pass.verify import bit_difference
 
 logger = logging.getLogger("bench")
@@ -911,15 +911,27 @@ def render(
 
 
 def write_report(out: Path, text: str) -> None:
-    """Write ``text`` to ``out``, keeping verbatim, at the end, the sections other tools wrote there.
+    """Write ``text``'s sections into ``out`` atomically, keeping verbatim the sections other tools wrote.
 
-    A section runs from a ``## `` heading to the next; it is another tool's when ``text`` has no
-    such heading (tools/bench_fuse.py keeps its ``## Fusion`` section the same way).
+    A section runs from a ``## `` heading to the next; the head before the first heading counts as
+    one when ``text`` has a head. ``text`` replaces the sections of ``out`` with its headings (and
+    the head, if it has one) as one block, where the first of them was, else at the end; the other
+    sections stay where they were. tools/bench.py writes the head and its sections this way, and
+    tools/bench_fuse.py its ``## Fusion`` section.
     """
-    own = set(re.findall(r"(?m)^## .*$", text))
-    old = out.read_text() if out.exists() else ""
-    foreign = [part.rstrip("\n") for part in re.split(r"(?m)^(?=## )", old)[1:] if part.splitlines()[0] not in own]
-    out.write_text("\n\n".join([text.rstrip("\n"), *foreign]) + "\n")
+    head, *sections = re.split(r"(?m)^(?=## )", text)
+    old_head, *old_sections = re.split(r"(?m)^(?=## )", out.read_text() if out.exists() else "# Benchmarks\n")
+    own = {section.splitlines()[0] for section in sections}
+    kept, at = ([], 0) if head.strip() else ([old_head], None)
+    for section in old_sections:
+        if section.splitlines()[0] not in own:
+            kept.append(section)
+        elif at is None:
+            at = len(kept)
+    at = len(kept) if at is None else at
+    parts = [*kept[:at], head, *sections, *kept[at:]]
+    with atomic_path(out, "report") as temporary:
+        Path(temporary).write_text("\n\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n")
 
 
 def run(mode: str, out: Path, profile: Path) -> list[Section]:

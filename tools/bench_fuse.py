@@ -13,12 +13,13 @@ What it measures:
    first one rotating every round, each sample repeating a run as often as the original's takes
    about 2 ms; the table gives medians and ratios to the original. Every form's outputs are
    compared bit for bit with the original's.
-2. ORT's ``DynamicQuantizeMatMul`` fusion: the nodes of that type in the graph ORT optimises
-   (``SessionOptions.optimized_model_filepath``) for the original, the expansion and the fused models.
+2. ORT's ``DynamicQuantizeMatMul`` fusion: the nodes of that type in the graph ORT optimises for
+   the original, the expansion and the fused models (saved by the timed sessions through
+   ``SessionOptions.optimized_model_filepath``).
 3. The pass itself: in-process ``dql_pass.fuse`` on a chain of N inlined DQL sites, best of three.
 
-The results replace the ``## Fusion`` section of ``--out`` (added at the end if missing; the file
-is created if absent); the rest of the file is left as it is. Scratch files live in a temp dir.
+The results replace the ``## Fusion`` section of ``--out`` through tools/bench.py's ``write_report``
+(added at the end if missing; the file is created if absent); the rest of the file is left as it is. Scratch files live in a temp dir.
 ``--quick`` is a smoke run of a few seconds.
 """
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import re
 import sys
 import tempfile
 import time
@@ -39,7 +39,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import dql_pass
-from bench import inline_onnx_function, race  # tools/bench.py, next to this script
+from bench import inline_onnx_function, race, write_report  # tools/bench.py, next to this script
 
 logger = logging.getLogger("bench_fuse")
 
@@ -79,20 +79,18 @@ def feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndar
     return out
 
 
-def session(model: onnx.ModelProto, optimized: Path | None = None) -> ort.InferenceSession:
+def session(model: onnx.ModelProto, optimized: Path) -> ort.InferenceSession:
+    """A session of ``model`` that also saves the graph ORT optimised to ``optimized``."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if optimized is not None:
-        options.optimized_model_filepath = str(optimized)
-        options.log_severity_level = 3  # not the warning that the saved graph suits this machine only
+    options.optimized_model_filepath = str(optimized)
+    options.log_severity_level = 3  # not the warning that the saved graph suits this machine only
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def dynamic_quantize_matmuls(model: onnx.ModelProto, scratch: Path) -> int:
-    path = scratch / "optimized.onnx"
-    session(model, path)
-    return sum(node.op_type == "DynamicQuantizeMatMul" for node in onnx.load(path).graph.node)
+def dynamic_quantize_matmuls(optimized: Path) -> int:
+    return sum(node.op_type == "DynamicQuantizeMatMul" for node in onnx.load(optimized).graph.node)
 
 
 def chain(sites: int) -> onnx.ModelProto:
@@ -127,13 +125,15 @@ def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
         original = onnx.load(path)
         versions = forms(original)
         data = feeds(original, rng)
-        sessions = {name: session(model) for name, model in versions.items()}
+        # The timed sessions also save the graphs ORT optimised, to count its fused nodes.
+        optimized = {name: scratch / f"{path.stem}.{i}.optimized.onnx" for i, name in enumerate(versions)}
+        sessions = {name: session(model, optimized[name]) for name, model in versions.items()}
         medians, same, _ = race(sessions, data, config.budget, config.min_rounds)  # "original" first
         wrong = [name for name, ok in same.items() if not ok]
         base = medians["original"]
         cells = [f"{_ms(m)} ({m / base:.2f})" for m in medians.values()]
         latency.append(f"| {path.name} | " + " | ".join(cells) + f" | {', '.join(wrong) or 'all'} |")
-        counts = [dynamic_quantize_matmuls(versions[name], scratch)
+        counts = [dynamic_quantize_matmuls(optimized[name])
                   for name in ("original", "expanded", "fused from expanded", "fused from ONNX body")]
         matmuls.append(f"| {path.name} | " + " | ".join(map(str, counts)) + " |")
         logger.info("%s: %s", path.name, ", ".join(f"{n} {m / base:.2f}" for n, m in medians.items()))
@@ -192,14 +192,6 @@ def render(config: Config, mode: str, latency: list[str], matmuls: list[str], pa
     return "\n".join(lines)
 
 
-def write_section(out: Path, text: str) -> None:
-    """Replace the ``## Fusion`` section of ``out`` (up to the next ``## `` heading), or append it."""
-    old = out.read_text() if out.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    new = pattern.sub(lambda _: text + "\n", old, count=1) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    out.write_text(new.rstrip("\n") + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
@@ -212,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_fuse.") as tmp:
         latency, matmuls = bench_models(config, Path(tmp))
     text = render(config, mode, latency, matmuls, bench_pass(config))
-    write_section(args.out, text)
+    write_report(args.out, text)
     print(text)
     return 0
 
