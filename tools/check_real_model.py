@@ -7,19 +7,22 @@ Run from anywhere::
 For each variant and mode of :func:`dql_pass.expand` it:
 
 1. expands MODEL, times it, counts the nodes per site (all nodes after, function bodies once,
-   minus the nodes before, plus the sites, over the sites), runs onnx's full checker on the written file and :func:`dql_pass.verify` (its summary line is printed);
+   minus the nodes before, plus the sites, over the sites), loads the written file with
+   :func:`dql_pass.load_model` (onnx's full checker) and runs :func:`dql_pass.verify` on it (its
+   summary line is printed);
 2. runs MODEL and the expansion on ORT (CPU, one thread), independently of verify, on seeded random
    inputs and on all-zero float inputs: the final outputs at ORT's default optimisation level, and
    at the basic level the final outputs plus every main-graph DQL output made a graph output; each
    compared bit for bit;
-3. when :func:`dql_pass.fuse` exists: fuses the expansion back and checks that the DQL count, the
+3. fuses the expansion back with :func:`dql_pass.fuse` and checks that the DQL count, the
    DQL output names per graph and every output above equal MODEL's. Once per model it does the same
    for ONNX's own expansion (``onnx.inliner`` with the schema's function body).
 
 Exit code 0 when every cell of the table is ok or PASS, 1 otherwise, 2 when MODEL or an option is
 unusable (one line, no traceback).
 
-Rules: the input is never written; expanded models go to a temp dir (or ``--keep DIR``). Inputs are
+Rules: MODEL is checked and loaded once, and read once more with its weights for ORT; each
+expansion reads it from the file again, as ``dql-pass expand`` does. The input is never written; expanded models go to a temp dir (or ``--keep DIR``). Inputs are
 synthesized here, not by verify, so the two checks do not share a mistake: a symbolic or negative
 dimension takes its ``--dim`` size, else 1 for names with "batch", else 8; masks are ones, token
 types zeros, other integers uniform in [0, 16).
@@ -38,11 +41,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx.inliner
 import onnx_ir as ir
 import onnxruntime as ort
 
 import dql_pass
+from bench import inline_onnx_function  # tools/bench.py, next to this script
 
 _DQL_TYPES = (onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8)
 
@@ -55,9 +58,8 @@ def _node_count(model: onnx.ModelProto) -> int:
     return count(model.graph.node) + sum(count(f.node) for f in model.functions)
 
 
-def _dql_outputs(model: ir.Model | str | Path) -> dict[str, list[tuple[str, ...]]]:
+def _dql_outputs(model: ir.Model) -> dict[str, list[tuple[str, ...]]]:
     """The output names of every DQL, per graph path."""
-    model = dql_pass.load_model(model) if not isinstance(model, ir.Model) else model
     return {label: sorted(tuple(v.name for v in n.outputs) for n in nodes)
             for label, nodes in dql_pass.find_sites(model).items()}
 
@@ -90,9 +92,11 @@ def _inputs(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[str,
     return feeds
 
 
-def _run(path: Path, feeds: list[dict[str, np.ndarray]], expose: list[tuple[str, ...]], basic: bool) -> list[dict]:
+def _run(proto: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], expose: list[tuple[str, ...]],
+         basic: bool) -> list[dict]:
     """Run the model on ORT CPU with one thread; ``expose`` makes those main-graph DQL outputs graph outputs."""
-    model = onnx.load(path)
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)  # the caller's model keeps its outputs
     model.graph.output.extend(onnx.helper.make_tensor_value_info(name, dtype, None)
                               for names in expose for name, dtype in zip(names, _DQL_TYPES))
     options = ort.SessionOptions()
@@ -123,32 +127,33 @@ def _attempt(check: Callable[[], str]) -> str:
 class _Checker:
     """Runs MODEL once per setting and compares rewritten models with it."""
 
-    def __init__(self, path: Path, dims: Mapping[str, int], given: Mapping[str, np.ndarray], samples: int):
-        self.dql = _dql_outputs(path)
+    def __init__(self, model: ir.Model, path: Path, dims: Mapping[str, int], given: Mapping[str, np.ndarray],
+                 samples: int):
+        self.dql = _dql_outputs(model)
         self.main = self.dql.get("main", [])
-        proto = onnx.load(path, load_external_data=False)
-        self.feeds = [_inputs(proto, dims, given, seed, zeros=False) for seed in range(samples)]
-        self.feeds.append(_inputs(proto, dims, given, 0, zeros=True))
+        self.proto = onnx.load(path)  # with its weights, for ORT
+        self.feeds = [_inputs(self.proto, dims, given, seed, zeros=False) for seed in range(samples)]
+        self.feeds.append(_inputs(self.proto, dims, given, 0, zeros=True))
         try:
-            self.default = _run(path, self.feeds, [], basic=False)
-            self.exposed = _run(path, self.feeds, self.main, basic=True)
+            self.default = _run(self.proto, self.feeds, [], basic=False)
+            self.exposed = _run(self.proto, self.feeds, self.main, basic=True)
         except Exception as error:  # noqa: BLE001 - ORT's errors share no base class but Exception
             raise dql_pass.InputError(f"ORT cannot run {path} on these inputs (set --dim or --input): {error}") from None
 
-    def compare(self, path: Path) -> str:
+    def compare(self, proto: onnx.ModelProto) -> str:
         """'ok' or the differing outputs, at the default level then at the basic level with DQL outputs."""
-        found = [_differences(self.default, _run(path, self.feeds, [], basic=False)),
-                 _differences(self.exposed, _run(path, self.feeds, self.main, basic=True))]
+        found = [_differences(self.default, _run(proto, self.feeds, [], basic=False)),
+                 _differences(self.exposed, _run(proto, self.feeds, self.main, basic=True))]
         return "ok" if not any(found) else "; ".join(f"{level}: {', '.join(d[:4])}{' ...' if len(d) > 4 else ''}"
                                                      for level, d in zip(("default", "basic"), found) if d)
 
     def fused(self, model: ir.Model, out: Path) -> str:
         fused, report = dql_pass.fuse(model)
         dql_pass.save_model(fused, out)
-        names = _dql_outputs(out)
+        names = _dql_outputs(dql_pass.load_model(out))  # the written file, checked
         if names != self.dql:
             return f"DQL differ: {sum(map(len, names.values()))} sites {sorted(names)} (fused {report.total})"
-        return self.compare(out)
+        return self.compare(onnx.load(out))
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -158,13 +163,12 @@ def _pair(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _rows(model: Path, checker: _Checker, folder: Path, **verify_options) -> list[tuple[str, ...]]:
-    """One table row per variant and mode, and one for ONNX's own expansion when fuse exists."""
+def _rows(model: Path, original: ir.Model, checker: _Checker, folder: Path, **verify_options) -> list[tuple[str, ...]]:
+    """One table row per variant and mode, and one for ONNX's own expansion."""
     sites = sum(map(len, checker.dql.values()))
-    before = _node_count(onnx.load(model, load_external_data=False))
+    before = _node_count(checker.proto)
     print(f"{model}: {sites} DQL sites ({', '.join(f'{k}: {len(v)}' for k, v in checker.dql.items())}), "
           f"{before} nodes, {len(checker.feeds)} input sets")
-    fuse = hasattr(dql_pass, "fuse")
     rows = []
     for variant in dql_pass.VARIANTS:
         for mode in dql_pass.MODES:
@@ -173,20 +177,20 @@ def _rows(model: Path, checker: _Checker, folder: Path, **verify_options) -> lis
             expanded = dql_pass.expand(model, variant=variant, mode=mode)
             seconds = time.perf_counter() - start
             dql_pass.save_model(expanded, out, source=model)
-            added = _node_count(onnx.load(out, load_external_data=False)) - before + sites
+            written = onnx.load(out)
+            added = _node_count(written) - before + sites
+            loaded: list[ir.Model] = []  # the written file, checked once for both columns
             rows.append((
                 variant, mode, f"{seconds:.2f}", f"{added / max(sites, 1):.1f}",
-                _attempt(lambda: onnx.checker.check_model(out, full_check=True) or "ok"),
-                _attempt(lambda: dql_pass.verify(model, out, **verify_options).summary().split(";")[0]),
-                _attempt(lambda: checker.compare(out)),
-                _attempt(lambda: checker.fused(expanded, folder / f"{out.stem}.fused.onnx")) if fuse else "-",
+                _attempt(lambda: loaded.append(dql_pass.load_model(out)) or "ok"),
+                _attempt(lambda: dql_pass.verify(original, loaded[0] if loaded else out, **verify_options)
+                         .summary().split(";")[0]),
+                _attempt(lambda: checker.compare(written)),
+                _attempt(lambda: checker.fused(expanded, folder / f"{out.stem}.fused.onnx")),
             ))
-    if fuse:
-        inlined = onnx.inliner.inline_selected_functions(
-            onnx.load(model), [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
-        body = ir.serde.deserialize_model(inlined)
-        rows.append(("onnx body", "inliner", "-", "-", "-", "-", "-",
-                     _attempt(lambda: checker.fused(body, folder / f"{model.stem}.inliner.fused.onnx"))))
+    body = ir.serde.deserialize_model(inline_onnx_function(checker.proto))
+    rows.append(("onnx body", "inliner", "-", "-", "-", "-", "-",
+                 _attempt(lambda: checker.fused(body, folder / f"{model.stem}.inliner.fused.onnx"))))
     return rows
 
 
@@ -205,11 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     dims = {name: int(size) for name, size in args.dim}
     try:
         given = {name: np.load(file, allow_pickle=False) for name, file in args.input}
-        checker = _Checker(args.model, dims, given, args.samples)
+        original = dql_pass.load_model(args.model)
+        checker = _Checker(original, args.model, dims, given, args.samples)
         with tempfile.TemporaryDirectory() as scratch:
             folder = args.keep or Path(scratch)
             folder.mkdir(parents=True, exist_ok=True)
-            rows = _rows(args.model, checker, folder, dims=dims, inputs=given, samples=args.samples)
+            rows = _rows(args.model, original, checker, folder, dims=dims, inputs=given, samples=args.samples)
     except (dql_pass.InputError, OSError, ValueError) as error:
         print(f"check_real_model: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
