@@ -255,7 +255,7 @@ def bit_difference(name: str, actual: np.ndarray, expected: np.ndarray, *, any_n
 def _compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> _Diff | None:
     """Compare a site's three outputs with the reference's; None when every bit agrees."""
     problems, scalars, elements = [], 0, 0
-    for name, a, e in zip(OUTPUTS, actual, expected):
+    for name, a, e in zip(OUTPUTS, actual, expected, strict=True):
         difference = bit_difference(name, a, e, any_nan=True)
         if difference is None:
             continue

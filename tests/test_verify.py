@@ -69,6 +69,19 @@ def zero_point_first_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
     return ir.to_proto(rewritten)
 
 
+def floored_zero_point_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The arithmetic expansion whose y_zero_point output (only) floors instead of rounding; y is right."""
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    names = {n.outputs[2].name for nodes in dql_pass.find_sites(ir.from_proto(model)).values() for n in nodes}
+    for node in list(ir.traversal.RecursiveGraphIterator(rewritten.graph)):
+        if node.op_type == "Cast" and node.outputs[0].name in names:
+            (rounding,) = [node.inputs[0].producer()]
+            floored = ir.node("Floor", [rounding.inputs[0]])
+            node.graph.insert_before(node, floored)
+            node.replace_input_with(0, floored.outputs[0])
+    return ir.to_proto(rewritten)
+
+
 def onnx_body_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's own function body, inlined by onnx: no guard for a zero range or ±inf."""
     return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
@@ -107,6 +120,16 @@ def test_rejects_reciprocal_of_the_scale(mlp):
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
         _assert_rejected(report, site, "tie")
         assert _row(report, site).worst_class == "tie"
+
+
+def test_rejects_a_wrong_zero_point_alone(mlp):
+    # y is computed right; only the y_zero_point output is wrong (floored), on non-integer zero points.
+    report = dql_pass.verify(mlp, floored_zero_point_rewrite(mlp))
+    for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
+        _assert_rejected(report, site, "zero point")
+    # Downstream sites also see the first site's error through the model; the first sees only its own.
+    detail = _row(report, "input_QuantizeLinear").detail
+    assert "y_zero_point differs" in detail and "y differs" not in detail, detail
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
