@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.backend.test.loader
+import onnx.inliner
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import dql_pass
 from dql_pass.functions import MAX_OPSET
+
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def onnx_body(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every DQL replaced by ONNX's own function body, as onnx's inliner writes it (unguarded)."""
+    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
 
 
 def dql_model(opset: int, rank: int = 1, domain: str = "") -> onnx.ModelProto:
@@ -32,10 +47,21 @@ def dql_model(opset: int, rank: int = 1, domain: str = "") -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
 
 
-def session(model: onnx.ModelProto) -> ort.InferenceSession:
+def session(model: onnx.ModelProto, *, optimize: bool = True) -> ort.InferenceSession:
+    """One-thread CPU session; ``optimize=False`` runs every node as written (no fusion, no folding)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def assert_outputs_bits_equal(actual, expected) -> None:
+    """As many outputs on both sides, each equal in dtype, shape and bits."""
+    actual, expected = list(actual), list(expected)
+    assert len(actual) == len(expected), (len(actual), len(expected))
+    for got, want in zip(actual, expected):
+        assert_bits_equal(got, want)
 
 
 def assert_bits_equal(actual, expected) -> None:
@@ -52,7 +78,9 @@ def assert_bits_equal(actual, expected) -> None:
 def onnx_node_tests() -> list:
     """ONNX's own DQL node tests (the one-node models, not their ``_expanded`` forms), built by its loader."""
     tests = onnx.backend.test.loader.load_model_tests(kind="node")
-    return [t for t in tests if t.name.startswith("test_dynamicquantizelinear") and "expanded" not in t.name]
+    found = [t for t in tests if t.name.startswith("test_dynamicquantizelinear") and "expanded" not in t.name]
+    assert len(found) == 3, [t.name for t in found]  # the spec's three examples
+    return found
 
 
 @functools.cache
@@ -61,8 +89,9 @@ def newest_ort_opset() -> int:
     for opset in range(MAX_OPSET, 10, -1):
         try:
             session(dql_pass.expand(dql_model(opset)))
-        except Exception:  # ORT says NOT_IMPLEMENTED for opsets it does not know yet
+        except ort.capi.onnxruntime_pybind11_state.NotImplemented:  # an opset newer than ORT's kernels
             continue
+        assert opset >= 21, f"the ORT this project needs runs opset 21 and more, not only {opset}"
         return opset
     raise RuntimeError("ORT runs no expanded opset")
 

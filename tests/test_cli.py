@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,17 +10,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import dql_model
+from conftest import MODELS, digest, dql_model
 from onnx import TensorProto, helper
 
 from dql_pass.cli import main
-
-MODELS = Path(__file__).parent.parent / "models"
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
 
 def test_module_entry_point_expands_a_sample(tmp_path):
     out = tmp_path / "expanded.onnx"
@@ -41,9 +32,12 @@ def test_module_entry_point_expands_a_sample(tmp_path):
     onnx.checker.check_model(onnx.load(out), full_check=True)
 
 
-@pytest.mark.skipif(shutil.which("dql-pass") is None, reason="the console script is not installed")
+CONSOLE_SCRIPT = Path(sys.executable).with_name("dql-pass")  # where pip puts it, on PATH or not
+
+
+@pytest.mark.skipif(not CONSOLE_SCRIPT.exists(), reason="the console script is not installed")
 def test_console_script(tmp_path):
-    run = subprocess.run(["dql-pass", "expand", str(MODELS / "mlp_dynamic.onnx"), "-o", str(tmp_path / "o.onnx"),
+    run = subprocess.run([str(CONSOLE_SCRIPT), "expand", str(MODELS / "mlp_dynamic.onnx"), "-o", str(tmp_path / "o.onnx"),
                           "--variant", "arithmetic", "--mode", "function"], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     assert "expanded 3 DynamicQuantizeLinear (variant arithmetic, mode function" in run.stdout
@@ -92,22 +86,22 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 @pytest.mark.parametrize("case", ["missing", "directory", "not onnx", "truncated", "invalid", "float16 input"])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, case):
     path, message = _bad_inputs(tmp_path)[case]
-    before = {p.name: _digest(p) for p in tmp_path.iterdir() if p.is_file()}
+    before = {p.name: digest(p) for p in tmp_path.iterdir() if p.is_file()}
     out = tmp_path / "out.onnx"
     assert main(["expand", str(path), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
     assert not out.exists()
-    assert {p.name: _digest(p) for p in tmp_path.iterdir() if p.is_file()} == before
+    assert {p.name: digest(p) for p in tmp_path.iterdir() if p.is_file()} == before
 
 
 def test_output_equal_to_input_is_refused(tmp_path, capsys):
     source = tmp_path / "m.onnx"
     onnx.save(dql_model(13), source)
-    digest = _digest(source)
+    before = digest(source)
     assert main(["expand", str(source), "-o", str(tmp_path / "." / "m.onnx")]) == 2
     assert "output path is the input path" in capsys.readouterr().err
-    assert _digest(source) == digest
+    assert digest(source) == before
 
 
 @pytest.mark.parametrize("target", ["no/such/folder/out.onnx", "existing_dir"])
@@ -155,7 +149,7 @@ def test_output_over_the_inputs_external_data_is_refused(tmp_path, capsys):
     model = dql_model(13)
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w"))
     onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="weights.bin", size_threshold=0)
-    digest = _digest(tmp_path / "weights.bin")
+    before = digest(tmp_path / "weights.bin")
     assert main(["expand", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "weights.bin")]) == 2
     assert "external data" in capsys.readouterr().err
-    assert _digest(tmp_path / "weights.bin") == digest
+    assert digest(tmp_path / "weights.bin") == before

@@ -8,13 +8,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import assert_bits_equal, dql_model, session
+from conftest import MODELS, assert_bits_equal, assert_outputs_bits_equal, dql_model, session
 from onnx import TensorProto, helper
 
 import dql_pass
 from dql_pass.functions import FUNCTION_DOMAIN
 
-MODELS = Path(__file__).parent.parent / "models"
 SAMPLES = sorted(MODELS.glob("*.onnx"))
 COMBINATIONS = [(v, m) for v in dql_pass.VARIANTS for m in dql_pass.MODES]
 
@@ -80,8 +79,7 @@ def test_sample_models_expand_bit_exactly(path, variant, mode):
     candidate = session(_with_dql_outputs(expanded, dql_outputs))
     assert [o.name for o in candidate.get_outputs()] == [o.name for o in reference.get_outputs()]
     for feed in _feeds(original, seed=len(path.stem)):
-        for want, got in zip(reference.run(None, feed), candidate.run(None, feed)):
-            assert_bits_equal(got, want)
+        assert_outputs_bits_equal(candidate.run(None, feed), reference.run(None, feed))
 
 
 def _site_model(opset: int = 13, sites: int = 3) -> onnx.ModelProto:
@@ -186,8 +184,7 @@ def test_new_names_never_clash_across_scopes(variant, mode):
     x = np.array([0.5, -2.0, 7.25], np.float32)
     want = session(model).run(None, {"x": x, "cond": np.array(True)})
     got = session(expanded).run(None, {"x": x, "cond": np.array(True)})
-    for g, w in zip(got, want):
-        assert_bits_equal(g, w)
+    assert_outputs_bits_equal(got, want)
 
 
 def test_ai_onnx_domain_spelling():
@@ -324,8 +321,7 @@ def test_a_different_function_holding_our_name_is_not_reused():
     expanded = dql_pass.expand(model, mode="function")
     assert sorted(f.name for f in expanded.functions) == [name, f"{name}_1"]
     x = np.array([1, -2, 0.5, 3.25], np.float32)
-    for got, want in zip(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x})):
-        assert_bits_equal(got, want)
+    assert_outputs_bits_equal(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x}))
     again = dql_pass.expand(dql_pass.expand(model, mode="function"), mode="function")
     assert len(again.functions) == 2
 
@@ -348,8 +344,7 @@ def test_dql_in_a_function_with_an_older_opset(mode):
     expanded = dql_pass.expand(model, mode=mode)
     onnx.checker.check_model(expanded, full_check=True)
     x = np.array([0, 2, -3, -2.5, 1.34], np.float32)
-    for got, want in zip(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x})):
-        assert_bits_equal(got, want)
+    assert_outputs_bits_equal(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x}))
 
 
 @pytest.mark.parametrize("mode, ir_version", [("inline", 4), ("function", 8)])

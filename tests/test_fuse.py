@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import onnx.inliner
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from conftest import assert_bits_equal, dql_model, newest_ort_opset, session
+from conftest import MODELS, assert_outputs_bits_equal, digest, dql_model, newest_ort_opset, onnx_body, session
 from onnxscript import rewriter
 
 import dql_pass
@@ -22,7 +21,6 @@ from dql_pass import rules
 from dql_pass.cli import main
 from dql_pass.functions import MAX_OPSET
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
 SAMPLES = ["mlp_dynamic", "conv_dynamic", "control_flow", "relu_dql", "opset21_dynamic"]
 QUANTIZE_DYNAMIC = ["mlp_dynamic", "conv_dynamic", "opset21_dynamic"]
 
@@ -34,11 +32,6 @@ def _sample_bytes(name: str) -> bytes:
 
 def sample(name: str) -> onnx.ModelProto:
     return onnx.load_from_string(_sample_bytes(name))
-
-
-def inlined(model: onnx.ModelProto) -> onnx.ModelProto:
-    """DQL replaced by ONNX's function body, as onnx's inliner writes it (subgraphs and functions too)."""
-    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
 
 
 def dql_outputs(model: onnx.ModelProto | ir.Model) -> dict[str, list[tuple[str, ...]]]:
@@ -55,13 +48,6 @@ def all_nodes(model: onnx.ModelProto) -> list[str]:
     ir_model = ir.serde.deserialize_model(model)
     containers = [ir_model.graph, *ir_model.functions.values()]
     return [node.op_type for c in containers for node in ir.traversal.RecursiveGraphIterator(c)]
-
-
-def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def _feeds(model: onnx.ModelProto, zeros: bool) -> dict[str, np.ndarray]:
@@ -81,8 +67,7 @@ def assert_same_on_ort(actual: onnx.ModelProto, expected: onnx.ModelProto) -> No
     """Every graph output bit-identical on random inputs and on all-zero inputs."""
     for zeros in (False, True):
         feeds = _feeds(expected, zeros)
-        for got, want in zip(_session(actual).run(None, feeds), _session(expected).run(None, feeds)):
-            assert_bits_equal(got, want)
+        assert_outputs_bits_equal(session(actual, optimize=False).run(None, feeds), session(expected, optimize=False).run(None, feeds))
 
 
 def fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dql_pass.FuseReport]:
@@ -91,7 +76,7 @@ def fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dql_pass.FuseReport]
     return result, report
 
 
-# --- Round trips: fuse(expand(m)) and fuse(inlined(m)) give m's DQL nodes back ---------------------------
+# --- Round trips: fuse(expand(m)) and fuse(onnx_body(m)) give m's DQL nodes back ---------------------------
 
 
 @pytest.mark.parametrize("zero_range", dql_pass.ZERO_RANGE_POLICIES)
@@ -108,7 +93,7 @@ def test_fuse_undoes_expand(name, variant, mode, zero_range):
     # Only the onnx-reference policy computed something else than ORT's node (1/255 on a zero range).
     assert [("1/255" in note) for note in report.notes.values()] == ([True] if zero_range == "onnx-reference" else [])
     # No trace of the decomposition is left: no dql_pass function, import or initializer.
-    assert not result.functions or [f.name for f in result.functions] == [f.name for f in original.functions]
+    assert [f.name for f in result.functions] == [f.name for f in original.functions]
     assert [o.domain for o in result.opset_import] == [o.domain for o in original.opset_import]
     assert {t.name for t in result.graph.initializer} == {t.name for t in original.graph.initializer}
     assert sorted(all_nodes(result)) == sorted(all_nodes(original))
@@ -118,7 +103,7 @@ def test_fuse_undoes_expand(name, variant, mode, zero_range):
 @pytest.mark.parametrize("name", SAMPLES)
 def test_onnx_body_fuses_back_and_the_change_is_reported(name):
     original = sample(name)
-    result, report = fused(inlined(original))
+    result, report = fused(onnx_body(original))
     assert dql_outputs(result) == dql_outputs(original)
     assert sorted(all_nodes(result)) == sorted(all_nodes(original))  # the Identity nodes are gone too
     assert set(report.notes) == {"onnx_function_body_11"}
@@ -141,7 +126,7 @@ def _at_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
 @pytest.mark.parametrize("name", QUANTIZE_DYNAMIC)
 def test_onnx_body_fuses_back_at_every_opset(name, opset):
     original = _at_opset(sample(name), opset)
-    result, _ = fused(inlined(original))
+    result, _ = fused(onnx_body(original))
     assert dql_outputs(result) == dql_outputs(original)
     if opset <= newest_ort_opset():
         assert_same_on_ort(result, original)
@@ -150,7 +135,7 @@ def test_onnx_body_fuses_back_at_every_opset(name, opset):
 def test_onnx_body_without_identity_and_with_initializers():
     """Exporters drop the Identity nodes or store the constants as initializers; both still fuse."""
     original = sample("mlp_dynamic")
-    model = ir.serde.deserialize_model(inlined(original))
+    model = ir.serde.deserialize_model(onnx_body(original))
     ir.passes.common.IdentityEliminationPass()(model)
     ir.passes.common.LiftConstantsToInitializersPass(size_limit=0)(model)
     assert not [n for n in model.graph if n.op_type in ("Identity", "Constant")]
@@ -163,7 +148,7 @@ def test_onnx_body_without_identity_and_with_initializers():
 def test_commuted_inputs_fuse():
     original = sample("mlp_dynamic")
     for form in (*dql_pass.VARIANTS, "onnx"):
-        decomposed = inlined(original) if form == "onnx" else dql_pass.expand(original, variant=form)
+        decomposed = onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form)
         model = ir.serde.deserialize_model(decomposed)
         swapped = 0
         for node in model.graph:
@@ -198,7 +183,7 @@ def test_a_consumer_inside_the_block_keeps_the_graph_sorted():
 def test_rules_work_with_the_plain_rewriter():
     """fuse_rules() is an ordinary RewriteRuleSet for onnxscript.rewriter.rewrite."""
     original = sample("control_flow")
-    for decomposed in (dql_pass.expand(original, variant="arithmetic"), inlined(original)):
+    for decomposed in (dql_pass.expand(original, variant="arithmetic"), onnx_body(original)):
         result = rewriter.rewrite(decomposed, pattern_rewrite_rules=rules.fuse_rules())
         onnx.checker.check_model(result, full_check=True)
         # The rewriter names the unnamed If/Loop/Scan nodes, so graph paths differ: compare the outputs.
@@ -222,8 +207,7 @@ def test_onnx_conformance_expanded_models_fuse():
         assert [o.name for o in result.graph.output] == ["y", "y_scale", "y_zero_point"]
         assert report.fused == {"main": {"onnx_function_body_11": 1}}
         for inputs, outputs in test.data_sets:
-            for got, want in zip(_session(result).run(None, {"x": inputs[0]}), outputs):
-                assert_bits_equal(got, want)
+            assert_outputs_bits_equal(session(result, optimize=False).run(None, {"x": inputs[0]}), outputs)
 
 
 def test_input_proto_is_untouched_and_fusing_again_changes_nothing():
@@ -284,8 +268,7 @@ def test_an_ai_onnx_import_fuses_into_a_valid_model():
     assert [(o.domain, o.version) for o in fused.opset_import] == [("", 13)]
     onnx.checker.check_model(fused, full_check=True)
     x = np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32)
-    for got, want in zip(session(fused).run(None, {"x": x}), session(dql_model(13)).run(None, {"x": x})):
-        assert_bits_equal(got, want)
+    assert_outputs_bits_equal(session(fused).run(None, {"x": x}), session(dql_model(13)).run(None, {"x": x}))
 
 
 def test_a_model_without_decomposition_is_left_as_it_was():
@@ -312,7 +295,7 @@ def test_ort_fuses_dynamic_quantize_matmul_again(name, count, tmp_path):
     before = _optimized_op_types(original, tmp_path).count("DynamicQuantizeMatMul")
     assert before == count
     assert _optimized_op_types(dql_pass.expand(original), tmp_path).count("DynamicQuantizeMatMul") == 0
-    for decomposed in (dql_pass.expand(original, variant="arithmetic", mode="function"), inlined(original)):
+    for decomposed in (dql_pass.expand(original, variant="arithmetic", mode="function"), onnx_body(original)):
         assert _optimized_op_types(fused(decomposed)[0], tmp_path).count("DynamicQuantizeMatMul") == before
 
 
@@ -460,7 +443,7 @@ NEAR_MISSES = {
 def test_near_misses_are_left_alone_with_a_reason(case):
     form, edit, reason = NEAR_MISSES[case]
     original = sample("mlp_dynamic")
-    edited = _edit(inlined(original) if form == "onnx" else dql_pass.expand(original, variant=form), edit)
+    edited = _edit(onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form), edit)
     onnx.checker.check_model(edited, full_check=True)
     result, report = fused(edited)
     # The two other sites fuse; the edited one stays as it was.
@@ -496,21 +479,17 @@ def _without_clip_in(function: ir.Function) -> None:
 # --- Command line -------------------------------------------------------------------------------------------
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def test_cli_fuses_and_reports(tmp_path, capsys):
     source = tmp_path / "inlined.onnx"
-    onnx.save(inlined(sample("control_flow")), source)
-    digest = _digest(source)
+    onnx.save(onnx_body(sample("control_flow")), source)
+    before = digest(source)
     assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"fused 7 DynamicQuantizeLinear into {tmp_path / 'out.onnx'}")
     assert "main/Loop(loop_out).body/If(acc_next).then_branch  (onnx_function_body_11)" in out
     assert "function local::FakeQuant  (onnx_function_body_11)" in out
     assert "behaviour change of the 7 node(s) fused by onnx_function_body_11: " in out and "0/0" in out
-    assert _digest(source) == digest
+    assert digest(source) == before
     assert dql_outputs(onnx.load(tmp_path / "out.onnx")) == dql_outputs(sample("control_flow"))
 
 
@@ -542,7 +521,7 @@ def test_cli_bad_input_exits_2(tmp_path, capsys, make, message):
 def test_cli_refuses_to_overwrite_its_input(tmp_path, capsys):
     source = tmp_path / "m.onnx"
     onnx.save(dql_pass.expand(sample("relu_dql")), source)
-    digest = _digest(source)
+    before = digest(source)
     assert main(["fuse", str(source), "-o", str(source)]) == 2
     assert "output path is the input path" in capsys.readouterr().err
-    assert _digest(source) == digest
+    assert digest(source) == before

@@ -8,7 +8,6 @@ rounding, ONNX's unguarded function body, a renamed output.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,11 +22,11 @@ from dql_pass.cli import main
 from dql_pass.graphs import graph_scopes
 from dql_pass.verify import SiteResult, _input_sets, bit_difference, same_bits
 
-from conftest import dql_model
+from conftest import MODELS, dql_model, onnx_body
 
-MODELS = sorted((Path(__file__).parent.parent / "models").glob("*.onnx"))
-MLP = Path(__file__).parent.parent / "models" / "mlp_dynamic.onnx"
-CONTROL_FLOW = Path(__file__).parent.parent / "models" / "control_flow.onnx"
+SAMPLES = sorted(MODELS.glob("*.onnx"))
+MLP = MODELS / "mlp_dynamic.onnx"
+CONTROL_FLOW = MODELS / "control_flow.onnx"
 
 
 def _site_pairs(model: onnx.ModelProto) -> set[tuple[str, str]]:
@@ -80,11 +79,6 @@ def floored_zero_point_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
             node.graph.insert_before(node, floored)
             node.replace_input_with(0, floored.outputs[0])
     return ir.to_proto(rewritten)
-
-
-def onnx_body_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX's own function body, inlined by onnx: no guard for a zero range or ±inf."""
-    return onnx.inliner.inline_selected_functions(model, [("", "DynamicQuantizeLinear")], inline_schema_functions=True)
 
 
 def renamed_output_rewrite(model: onnx.ModelProto, site_output: str) -> onnx.ModelProto:
@@ -148,7 +142,7 @@ def test_rejects_zero_point_added_before_rounding(mlp):
 
 
 def test_rejects_onnx_unguarded_function_body(mlp):
-    report = dql_pass.verify(mlp, onnx_body_rewrite(mlp))
+    report = dql_pass.verify(mlp, onnx_body(mlp))
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
         _assert_rejected(report, site, "zero range")
         assert "inf" in _row(report, site).classes
@@ -156,7 +150,7 @@ def test_rejects_onnx_unguarded_function_body(mlp):
 
 def test_rejects_onnx_body_in_subgraphs_and_functions():
     model = onnx.load(CONTROL_FLOW)
-    report = dql_pass.verify(model, onnx_body_rewrite(model))
+    report = dql_pass.verify(model, onnx_body(model))
     assert {s.graph for s in report.sites} == {
         "main", "main/If(if_out).else_branch", "main/If(if_out).then_branch", "main/Loop(loop_out).body",
         "main/Loop(loop_out).body/If(acc_next).then_branch", "main/Scan(scan_state).body", "function local::FakeQuant",
@@ -190,7 +184,7 @@ def test_rejects_a_rewrite_that_lost_an_output_in_a_function():
 
 @pytest.mark.parametrize("mode", dql_pass.MODES)
 @pytest.mark.parametrize("variant", dql_pass.VARIANTS)
-@pytest.mark.parametrize("path", MODELS, ids=[p.stem for p in MODELS])
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_accepts_own_expansions_of_the_sample_models(path, variant, mode):
     model = onnx.load(path)
     report = dql_pass.verify(model, dql_pass.expand(model, variant=variant, mode=mode))
@@ -289,7 +283,7 @@ def _with_onnx_body_in(model: onnx.ModelProto, expanded: onnx.ModelProto, index:
     """``expanded`` with the ``branch`` of its ``index``-th node replaced by ONNX's unguarded body of the original branch."""
     broken = onnx.ModelProto()
     broken.CopyFrom(expanded)
-    body = onnx_body_rewrite(model).graph.node[index]
+    body = onnx_body(model).graph.node[index]
     (source,) = [a.g for a in body.attribute if a.name == branch]
     (target,) = [a.g for a in broken.graph.node[index].attribute if a.name == branch]
     target.CopyFrom(source)
