@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import gc
 import logging
+import math
 import os
 import signal
 import sys
@@ -23,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass.files import external_tensors
+from dql_pass.files import check_output_path, external_tensors, one_line
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -72,11 +73,28 @@ def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
     return pairs
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def _load_array(name: str, path: str) -> np.ndarray:
+    """Read a .npy file, once its header is known to describe no more bytes than the file holds."""
     try:
-        return np.load(path, allow_pickle=False)
+        with open(path, "rb") as file:
+            version = np.lib.format.read_magic(file)
+            read_header = _NPY_HEADERS.get(version)
+            if read_header is None:
+                raise ValueError(f"it is in .npy format version {version[0]}.{version[1]}; 1.0 and 2.0 are read")
+            shape, _, dtype = read_header(file)
+            available = os.fstat(file.fileno()).st_size - file.tell()
+            if dtype.hasobject:
+                raise ValueError("it holds Python objects, which are not loaded")
+            needed = math.prod(shape) * dtype.itemsize
+            if needed > available:
+                raise ValueError(f"its header declares {needed:,} bytes of data, but the file holds {available:,}")
+            file.seek(0)
+            return np.load(file, allow_pickle=False)
     except (OSError, ValueError) as error:
-        raise dql_pass.InputError(f"--input {name}: cannot read {path}: {error}") from None
+        raise dql_pass.InputError(f"--input {name}: cannot read {path}: {one_line(error)}") from None
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -98,12 +116,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _check_report_path(path: str, models: Mapping[str, ir.Model]) -> None:
-    """Refuse a report path whose folder is missing, or that is a model or one of its external-data files."""
-    report = Path(path).resolve()
-    if not report.parent.is_dir():
-        raise dql_pass.InputError(f"{path}: the folder for the report does not exist")
-    if report.is_dir():
-        raise dql_pass.InputError(f"{path}: is a folder; give a file name for the report")
+    """Refuse a report path that cannot be written, or that is a model or one of its external-data files."""
+    report = check_output_path(path, "report").resolve()
     kept = {Path(model_path).resolve() for model_path in models}
     kept |= {Path(tensor.path).resolve() for model in models.values() for tensor in external_tensors(model)}
     if report in kept:
@@ -121,6 +135,7 @@ def _gen_tests(args: argparse.Namespace) -> int:
     suite = dql_pass.generate_suite(
         args.outdir, opsets=args.opsets, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
         zero_range=args.zero_range, include_unspecified=args.include_unspecified, include_large=not args.no_large,
+        force=args.force,
     )
     size = f"{suite.size_bytes / 1e6:.1f} MB" if suite.size_bytes >= 1e6 else f"{suite.size_bytes / 1e3:.0f} kB"
     print(f"wrote {len(suite.entries)} test folders from {suite.inputs} inputs to {suite.path}: {size} in {suite.seconds:.1f} s")
@@ -188,12 +203,13 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("original", help="the model with DynamicQuantizeLinear")
     verify.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
     verify.add_argument("--samples", type=int, default=2, help="random input sets for the model level (default 2), "
-                        "besides one with every float input at zero")
+                        "besides all-zero, all-negative, all-positive and heavy-tailed sets when there is a float input")
     verify.add_argument("--seed", type=int, default=0, help="seed of the random catalogue cases and model inputs")
     verify.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="use this array for model input NAME in every input set (repeatable)")
     verify.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                        help="size of symbolic dimension NAME (default 1 for batch-like names, else 8; repeatable)")
+                        help="size of symbolic dimension NAME (default: its size in an --input array, else 2 for "
+                             "batch-like names, 1 if ORIGINAL does not run at 2, else 128; repeatable)")
     verify.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
                         help="the policy the reference follows on all-zero and empty inputs (default onnxruntime)")
     verify.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
@@ -215,6 +231,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="also write NaN inputs; their outputs are unspecified, so they are not compared")
     gen_tests.add_argument("--no-large", action="store_true",
                            help="leave out the input of about a million elements (5 MB per folder)")
+    gen_tests.add_argument("--force", action="store_true",
+                           help="replace the suite in OUTDIR even when it holds files that gen-tests did not write")
     gen_tests.set_defaults(run=_gen_tests)
 
     run_tests = commands.add_parser("run-tests", help="run a conformance suite and compare every output bit for bit")
@@ -226,6 +244,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every write on the way out is undone."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
     args = _parser().parse_args(argv)
@@ -235,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except dql_pass.InputError as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupt:
+        # The temporary files are gone by now: every write undoes itself on the way out.
+        print("dql-pass: interrupted", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated) else signal.SIGINT)
 
 
 def run() -> None:
@@ -245,6 +275,7 @@ def run() -> None:
     if hasattr(signal, "SIGPIPE"):
         # Die quietly when the reader goes away (`| head`), as command-line tools do.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, _terminate)
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -6,12 +6,20 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["as_ir_model", "atomic_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
+__all__ = ["as_ir_model", "atomic_path", "check_output_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
 
 import contextlib
 import dataclasses
+import logging
+import math
 import os
+import re
+import secrets
+import shutil
+import signal
+import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +27,13 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: writes there are atomic but not locked against each other
+    fcntl = None
+
+logger = logging.getLogger(__name__)
 
 
 def one_line(error: BaseException) -> str:
@@ -31,7 +46,7 @@ def one_line(error: BaseException) -> str:
 class _ExternalData:
     """The model's tensors kept in external data, found in one walk over every graph and function."""
 
-    initializers: list[ir.ExternalTensor]
+    values: list[ir.Value]
     attributes: list[tuple[ir.Node, ir.Attr]]
 
     @classmethod
@@ -52,7 +67,11 @@ class _ExternalData:
         return found
 
     def _add_initializers(self, graph: ir.Graph) -> None:
-        self.initializers += [v.const_value for v in graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
+        self.values += [v for v in graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
+
+    @property
+    def initializers(self) -> list[ir.ExternalTensor]:
+        return [value.const_value for value in self.values]
 
     @property
     def tensors(self) -> list[ir.ExternalTensor]:
@@ -83,13 +102,36 @@ def _read_attributes(attributes: list[tuple[ir.Node, ir.Attr]]) -> None:
         node.attributes[attr.name] = ir.AttrTensor(attr.name, ir.tensor(attr.value.numpy(), name=attr.value.name))
 
 
+def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
+    """``tensor`` with its offset and length spelled out, once its file is known to hold them.
+
+    The spec makes both optional (offset 0, length to the end of the file); a declared length
+    must be the tensor's size, or the output would declare bytes that are not there.
+    """
+    data = Path(tensor.path)
+    if not data.is_file():
+        raise InputError(f"{path}: the external data file {data} is missing")
+    offset = tensor.offset or 0
+    size = (tensor.dtype.bitwidth * math.prod(tensor.shape.numpy()) + 7) // 8
+    if tensor.length is not None and tensor.length != size:
+        raise InputError(
+            f"{path}: the external tensor {tensor.name!r} declares {tensor.length} bytes, but its type and shape take {size}"
+        )
+    if data.stat().st_size < offset + size:
+        raise InputError(f"{path}: the external data file {data} is shorter than the model says")
+    if tensor.offset == offset and tensor.length == size:
+        return tensor
+    return ir.ExternalTensor(
+        tensor.location, offset, size, tensor.dtype, shape=tensor.shape, name=tensor.name, base_dir=tensor.base_dir
+    )
+
+
 def _check_external_files(model: ir.Model, path: Path) -> None:
-    for tensor in external_tensors(model):
-        data = Path(tensor.path)
-        if not data.is_file():
-            raise InputError(f"{path}: the external data file {data} is missing")
-        if data.stat().st_size < tensor.offset + tensor.length:
-            raise InputError(f"{path}: the external data file {data} is shorter than the model says")
+    external = _ExternalData.of(model)
+    for value in external.values:
+        value.const_value = _checked(value.const_value, path)
+    for node, attr in external.attributes:
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, _checked(attr.value, path))
 
 
 def load_model(path: str | os.PathLike) -> ir.Model:
@@ -116,13 +158,6 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     return model
 
 
-def _give_umask_permissions(path: Path) -> None:
-    # Temporary files are made private; what we leave behind should look like any new file.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-
-
 def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Model:
     """The ``ir.Model`` behind a model argument of the public API.
 
@@ -139,53 +174,235 @@ def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Mod
     return load_model(model)
 
 
+
+
+def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
+    """The output ``path``, refused unless it names a file we may replace.
+
+    An existing output must be a regular file or a symbolic link (the link itself is replaced,
+    never its target); a device, FIFO or socket is never replaced, since as root ``-o /dev/null``
+    would destroy it for the whole machine.
+    """
+    text = os.fspath(path)
+    if not text:
+        raise InputError(f"the {what} path is empty")
+    path = Path(text)
+    if text.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
+        raise InputError(f"{text}: is a folder; give a file name for the {what}")
+    if not path.parent.is_dir():
+        raise InputError(f"{path}: the {what} folder does not exist")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the {what}: {error.strerror}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a folder; give a file name for the {what}")
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise InputError(f"{path}: exists and is not a regular file (a device, FIFO or socket); it is never replaced")
+    return path
+
+
+def _entry(path: Path) -> Path:
+    """The directory entry ``path`` names: its folder resolved, its last part kept even if a link."""
+    return path.parent.resolve() / path.name
+
+
+def _umask_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     """Yield a temporary path beside ``path`` that replaces ``path`` once the block succeeds.
 
-    On any failure the temporary file is removed and ``path`` is left as it was.
+    On any failure or interruption the temporary file is removed and ``path`` is left as it was.
+    Only an ``OSError`` becomes :class:`InputError`: anything else is a bug, and surfaces as one.
     """
-    path = Path(path)
-    folder = path.parent.resolve()
-    if not folder.is_dir():
-        raise InputError(f"{path}: the output folder does not exist")
+    path = check_output_path(path, what)
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise InputError(f"{path}: cannot write the {what}: {error.strerror}") from None
     os.close(handle)
     try:
         yield temporary
-        _give_umask_permissions(Path(temporary))
+        os.chmod(temporary, _umask_mode())
         os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the {what}: {one_line(error)}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        if isinstance(error, Exception) and not isinstance(error, InputError):
-            raise InputError(f"{path}: cannot write the {what}: {one_line(error)}") from None
-        raise
+
+
+# The data file of OUTPUT is OUTPUT.<12 hex>.data: a fresh name for every write, so that a model is
+# never renamed next to data that is not its own.
+def _data_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"{re.escape(name)}\.[0-9a-f]{{12}}\.data")
+
+
+def _stage_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(name)}\.[^/]*\.stage")
+
+
+class _Locked:
+    """An advisory lock (flock) on a folder; the kernel drops it when the process dies."""
+
+    def __init__(self, path: Path, *, block: bool = True) -> None:
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        if fcntl is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(self.fd)
+                raise
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a step and the bookkeeping that must go with it."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sweep(folder: Path, name: str, keep: set[Path]) -> None:
+    """Remove what earlier writes of ``name`` left: unreferenced data files and stage folders.
+
+    Runs under the folder lock, which every writer holds from moving its data in to renaming its
+    model, so a data file seen here is in use only if the new model refers to it (``keep``). A
+    stage folder that its writer still holds locked is in flight, and kept. Links are never ours.
+    """
+    data, stage = _data_pattern(name), _stage_pattern(name)
+    for entry in list(os.scandir(folder)):
+        path = folder / entry.name
+        try:
+            if path in keep:
+                continue
+            if data.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                os.unlink(path)
+            elif stage.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                held = _Locked(path, block=False)
+                try:
+                    shutil.rmtree(path)
+                finally:
+                    held.release()
+            else:
+                continue
+            logger.info("removed %s, left by an earlier write", path)
+        except BlockingIOError:
+            continue
+        except OSError as error:
+            logger.warning("cannot remove %s: %s", path, error.strerror)
+
+
+def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]:
+    """Permission bits for the new model and its data: the input's, so private weights stay private."""
+    model_mode = _umask_mode() if source is None else stat.S_IMODE(os.stat(source).st_mode)
+    data_mode = model_mode
+    for tensor in external_tensors(model):
+        data_mode &= stat.S_IMODE(os.stat(tensor.path).st_mode)
+    return model_mode, data_mode
 
 
 def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None) -> None:
-    """Write ``model`` to ``path`` atomically.
+    """Write ``model`` to ``path`` atomically, with its external data as one unit.
 
     External weights are referenced where they are when ``path`` sits in their folder, so nothing
-    is copied; elsewhere they are streamed into ``<path>.data`` beside the output.
+    is copied; elsewhere they are streamed into a new ``<path>.<12 hex>.data`` beside the output.
+    ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
+    its data or the complete new one. Nothing is written through a link, and no file the input
+    consists of is replaced. A successful write removes the data files and stage folders that
+    earlier writes of ``path`` left unreferenced.
     """
-    path = Path(path)
-    if source is not None and Path(source).resolve() == path.resolve():
-        raise InputError(f"{path}: the output path is the input path; choose another output")
+    path = check_output_path(path)
+    entry = _entry(path)
     external = _ExternalData.of(model)
-    data_files = {Path(tensor.path).resolve() for tensor in external.tensors}
-    if {path.resolve(), path.with_name(f"{path.name}.data").resolve()} & data_files:
+    inputs = {Path(tensor.path).resolve() for tensor in external.tensors}
+    if source is not None:
+        if entry == Path(source).resolve():
+            raise InputError(f"{path}: the output path is the input path; choose another output")
+        inputs.add(Path(source).resolve())
+    if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
-    folder = {path.parent.resolve()}
-    if {Path(attr.value.base_dir).resolve() for _, attr in external.attributes} - folder:
+    folder = entry.parent
+    if {Path(attr.value.base_dir).resolve() for _, attr in external.attributes} - {folder}:
         _read_attributes(external.attributes)
-    external_data = None
-    if {Path(tensor.base_dir).resolve() for tensor in external.initializers} - folder:
-        external_data = f"{path.name}.data"
-    with atomic_path(path) as temporary:
-        ir.save(model, temporary, external_data=external_data)
-    if external_data is not None:
-        _give_umask_permissions(path.with_name(external_data))
+    model_mode, data_mode = _modes(model, source)
+    data_name = None
+    if {Path(tensor.base_dir).resolve() for tensor in external.initializers} - {folder}:
+        data_name = f"{path.name}.{secrets.token_hex(6)}.data"
+    try:
+        _write(model, folder, path.name, data_name, model_mode, data_mode, keep=inputs)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
+
+
+def _write(
+    model: ir.Model, folder: Path, name: str, data_name: str | None, model_mode: int, data_mode: int, keep: set[Path]
+) -> None:
+    """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted."""
+    # The stage folder is made and locked under the folder lock, so no sweep sees it unlocked.
+    stage = stage_lock = None
+    data = folder / data_name if data_name is not None else None
+    try:
+        lock = _Locked(folder)
+        try:
+            with _signals_deferred():  # else Ctrl-C could land between mkdtemp and the assignment
+                stage = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".stage", dir=folder))
+            stage_lock = _Locked(stage)
+        finally:
+            lock.release()
+        staged = stage / name
+        ir.save(model, staged, external_data=data_name)
+        os.chmod(staged, model_mode)
+        _fsync(staged)
+        if data is not None and os.path.getsize(stage / data_name) == 0:
+            data = None  # every tensor was small enough to stay in the model
+        if data is not None:
+            os.chmod(stage / data_name, data_mode)
+            _fsync(stage / data_name)
+        # Under the folder lock, so that no sweep takes the new data before its model is in place.
+        lock = _Locked(folder)
+        try:
+            if data is not None:
+                os.rename(stage / data_name, data)
+            with _signals_deferred():  # the data is the new model's once it is in place: not ours to undo
+                os.replace(staged, folder / name)
+                data = None
+            try:
+                _fsync(folder)
+                _sweep(folder, name, keep | ({folder / data_name} if data_name else set()))
+            except OSError as error:  # the new model is in place: what is left is tidying up
+                logger.warning("%s: written, but not tidied up: %s", folder / name, one_line(error))
+        finally:
+            lock.release()
+    finally:
+        if data is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        if stage_lock is not None:
+            stage_lock.release()
