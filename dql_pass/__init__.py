@@ -55,23 +55,31 @@ from dql_pass.verify import VerifyReport, verify
 
 
 @overload
-def expand(model: onnx.ModelProto, *, variant: str = ..., mode: str = ..., zero_range: str = ...) -> onnx.ModelProto: ...
+def expand(
+    model: onnx.ModelProto, *, variant: str = ..., mode: str = ..., zero_range: str = ..., runtime: str | None = ...
+) -> onnx.ModelProto: ...
 @overload
-def expand(model: ir.Model | str | os.PathLike, *, variant: str = ..., mode: str = ..., zero_range: str = ...) -> ir.Model: ...
+def expand(
+    model: ir.Model | str | os.PathLike, *, variant: str = ..., mode: str = ..., zero_range: str = ..., runtime: str | None = ...
+) -> ir.Model: ...
 def expand(
     model: onnx.ModelProto | ir.Model | str | os.PathLike,
     *,
     variant: str = "quantizelinear",
     mode: str = "inline",
     zero_range: str = "onnxruntime",
+    runtime: str | None = "onnxruntime",
 ) -> onnx.ModelProto | ir.Model:
     """Expand every DynamicQuantizeLinear of ``model`` into primitive ONNX ops.
 
     A ModelProto comes back as a new ModelProto and is left as it was. An ``ir.Model`` is
     rewritten in place and returned. A path is loaded (external weights stay on disk) and the
     rewritten ``ir.Model`` is returned.
+
+    ``runtime`` is where the expansion must load (see :mod:`dql_pass.runtimes`): a variant it
+    cannot load at the model's opset raises :class:`InputError`; ``None`` skips the check.
     """
-    rewrite = ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range)
+    rewrite = ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime)
     return _apply(rewrite, model)[0]
 
 

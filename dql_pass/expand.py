@@ -17,6 +17,9 @@ Rules the pass applies:
 - The three outputs keep their names, so consumers, graph outputs and value_info keep working.
   Every new name is unique across the whole model, subgraphs and their parents included.
 - A DQL whose input is known not to be float32 raises :class:`~dql_pass.errors.InputError`.
+- A variant that ``runtime`` (ORT by default) cannot load at the model's opset, such as
+  QuantizeLinear-28 on ORT 1.32, raises :class:`~dql_pass.errors.InputError` naming a variant that
+  loads; another variant is never chosen silently. The limits are data in :mod:`dql_pass.runtimes`.
 - Without DQL the model is left untouched; the pass is idempotent.
 """
 
@@ -34,7 +37,7 @@ from collections.abc import Callable, Iterator
 
 import onnx_ir as ir
 
-from dql_pass import functions
+from dql_pass import functions, runtimes
 from dql_pass.errors import InputError
 from dql_pass.graphs import Root, ai_onnx_opset, free_name, graph_scopes, sites_by_graph, subgraphs
 from dql_pass.reference import ZERO_RANGE_POLICIES
@@ -183,8 +186,17 @@ def _gc_paused() -> Iterator[None]:
 class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
     """Replace every ai.onnx DynamicQuantizeLinear by primitive ops (see the module docstring)."""
 
-    def __init__(self, variant: str = "quantizelinear", mode: str = "inline", zero_range: str = "onnxruntime"):
+    def __init__(
+        self,
+        variant: str = "quantizelinear",
+        mode: str = "inline",
+        zero_range: str = "onnxruntime",
+        runtime: str | None = "onnxruntime",
+    ):
         super().__init__()
+        if runtime is not None and runtime not in runtimes.RUNTIMES:
+            raise ValueError(f"unknown runtime {runtime!r}; choose from {runtimes.RUNTIMES}")
+        self.runtime = runtime
         if variant not in functions.VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; choose from {functions.VARIANTS}")
         if mode not in MODES:
@@ -213,6 +225,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                         f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, not {dtype.name.lower()}"
                     )
         opset = _ai_onnx_opset(model.graph, "the model")
+        self._check_runs(opset)
         template = _Template(ir.serde.deserialize_function(functions.function_proto(self.variant, opset, self.zero_range)))
         names = _Names.of_model(model)
         rewrites: dict[int, Callable[[ir.Node], None]] = {}
@@ -225,6 +238,17 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
             logger.info("expanded %d DynamicQuantizeLinear in %s", len(nodes), label)
         model.ir_version = max(model.ir_version, _MIN_IR_VERSION[self.mode])
         return ExpandResult(model, modified=True, sites={label: len(nodes) for label, nodes in sites.items()})
+
+    def _check_runs(self, opset: int) -> None:
+        """Refuse to write what ``runtime`` cannot load: the original DQL ran there, so must this."""
+        if self.runtime is None:
+            return
+        lacks = _lacks(self.runtime, self.variant, opset, self.zero_range)
+        if not lacks:
+            return
+        others = [v for v in functions.VARIANTS if v != self.variant and not _lacks(self.runtime, v, opset, self.zero_range)]
+        instead = f"; the variant {' or '.join(others)} runs there" if others else ""
+        raise InputError(f"variant {self.variant} at ai.onnx opset {opset}: {lacks[0].describe()}{instead}")
 
     def _rewrite(
         self, model: ir.Model, root: Root, label: str, template: _Template, names: _Names
@@ -272,6 +296,11 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
             if _same_function(existing, function):
                 return existing
             name = free_name(name, taken, counts)
+
+
+def _lacks(runtime: str, variant: str, opset: int, zero_range: str) -> list[runtimes.Lack]:
+    ops = {(node.domain, node.op_type) for node in functions.function_proto(variant, opset, zero_range).node}
+    return runtimes.lacking(runtime, ops, opset)
 
 
 def _build_function(template: _Template, name: str) -> ir.Function:
