@@ -31,7 +31,7 @@ from onnx_ir.passes.common import TopologicalSortPass
 from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass import rules
-from dql_pass.graphs import called_functions, find_sites, graph_scopes
+from dql_pass.graphs import called_functions, find_sites, free_name, graph_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,17 @@ def _left_alone(model: ir.Model, rule_set) -> list[LeftAlone]:
     return found
 
 
+def _unique_fused_names(model: ir.Model, kept: set[ir.Node]) -> None:
+    """Rename fused nodes whose name another node of the model holds: ORT refuses the model otherwise."""
+    nodes = [node for c in _containers(model) for node in ir.traversal.RecursiveGraphIterator(c)]
+    used = {node.name for node in nodes if node in kept and node.name}
+    counts: collections.Counter[str] = collections.Counter()
+    for node in nodes:
+        if node not in kept:
+            node.name = free_name(node.name or "DynamicQuantizeLinear", used, counts)
+            used.add(node.name)
+
+
 class FuseDynamicQuantizeLinearPass(ir.passes.InPlacePass):
     """Fuse every decomposed DynamicQuantizeLinear back into one node (see the module docstring)."""
 
@@ -183,6 +194,7 @@ class FuseDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         # The rewriter's closing NameFixPass names every unnamed node; only the fused ones need it.
         for node, name in names.items():
             node.name = name
+        _unique_fused_names(model, set(names))
         report = FuseReport()
         if count:
             report.dropped_functions = inventory.remove_orphans(model)
