@@ -203,7 +203,8 @@ def test_accepts_own_expansion_of_a_built_model(variant, mode):
     assert report.passed, report.format()
     (row,) = report.sites
     comparable = sum(c.comparable for c in cases())
-    assert row.cases == comparable + len(report.input_sets) and report.input_sets[-1] == "zeros"
+    assert row.cases == comparable + 2 + len(report.input_sets)  # two large cases
+    assert report.input_sets == ["sample 0", "sample 1", "zeros", "negative", "positive", "heavy tails"]
 
 
 def test_unknown_sizes_written_as_minus_one_get_a_default():
@@ -321,7 +322,7 @@ def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model
     (failed,) = [s for s in report.sites if not s.passed]
     assert failed.graph == _branch_path(model, 0, "else_branch") and "zero range" in failed.classes
     # The all-zero set runs the else branches: the zero range reaches the final outputs.
-    assert report.input_sets == ["sample 0", "sample 1", "zeros"]
+    assert report.input_sets == ["sample 0", "sample 1", "zeros", "negative", "positive", "heavy tails"]
     assert [o.name for o in report.outputs if not o.identical] == ["b0"]
 
 
@@ -331,8 +332,8 @@ def test_boolean_inputs_take_both_values_and_masks_stay_ones():
     model = ir.from_proto(dql_model(13))
     model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask))
     sets = _input_sets(model, 3, 0, {}, {"d0": 2})
-    assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros"]
-    assert [s["flag"].tolist() for s in sets.values()] == [[True, True], [False, False], [True, True], [False, False]]
+    assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
+    assert [s["flag"].tolist() for s in sets.values()] == [[v, v] for v in (True, False, True, False, True, False, True)]
     assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"].all() for s in sets.values())
 
 
@@ -423,7 +424,7 @@ def test_final_output_difference_is_reported_with_its_size(mlp):
 
 
 def test_model_level_checks_each_site_on_its_actual_input():
-    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model."""
+    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model and by the large site cases."""
     model = dql_model(13, rank=2)
     rewritten = ir.from_proto(dql_pass.expand(model))
     x = rewritten.graph.inputs[0]
@@ -439,7 +440,7 @@ def test_model_level_checks_each_site_on_its_actual_input():
     quantize.replace_input_with(0, chosen.outputs[0])
     report = dql_pass.verify(model, ir.to_proto(rewritten), dims={"d0": 64, "d1": 64}, samples=3)
     (row,) = report.sites
-    assert row.classes == {"model input": len(report.input_sets) - 1}, row.classes  # all-zero x is unchanged
+    assert row.classes == {"model input": len(report.input_sets) - 1, "large": 2}, row.classes  # all-zero x is unchanged
 
 
 def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path):
@@ -480,6 +481,320 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
         dql_pass.verify(original, rewritten, inputs={"input_ids": ids})
 
 
+# -- what PASS covers ------------------------------------------------------------------------------
+
+
+def _constant(value: np.ndarray) -> ir.Node:
+    return ir.node("Constant", [], attributes={"value": ir.tensor(value)})
+
+
+def _round_half_up(model: ir.Model) -> None:
+    """Every Round of ``model`` replaced by Floor(v + 0.5): ties round up, not to even."""
+    for node in list(model.graph):
+        if node.op_type == "Round":
+            half = _constant(np.float32(0.5))
+            shifted = ir.node("Add", [node.inputs[0], half.outputs[0]])
+            floored = ir.node("Floor", [shifted.outputs[0]])
+            model.graph.insert_before(node, [half, shifted, floored])
+            node.outputs[0].replace_all_uses_with(floored.outputs[0])
+            model.graph.remove(node, safe=True)
+
+
+def _values(model: ir.Model) -> dict[str, ir.Value]:
+    values = {v.name: v for v in model.graph.inputs}
+    values.update((v.name, v) for node in model.graph for v in node.outputs)
+    return values
+
+
+def dangling_dql_rewrite(model: onnx.ModelProto, *, half_up: bool = True) -> onnx.ModelProto:
+    """The arithmetic expansion with its DQL outputs renamed (the readers follow), and the original
+    DQL nodes kept under the old names, read by nothing; ``half_up`` breaks the expansion's rounding."""
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    if half_up:
+        _round_half_up(rewritten)
+    values = _values(rewritten)
+    for nodes in dql_pass.find_sites(ir.from_proto(model)).values():
+        for site in nodes:
+            dangling = ir.node("DynamicQuantizeLinear", [values[site.inputs[0].name]], num_outputs=3, name=site.name)
+            for copy, output in zip(dangling.outputs, site.outputs):
+                values[output.name].name = f"{output.name}_computed"
+                copy.name = output.name
+            rewritten.graph.append(dangling)
+    return ir.to_proto(rewritten)
+
+
+def test_a_dangling_copy_of_the_dql_does_not_stand_in_for_what_its_readers_read(mlp):
+    """The reviewer's false PASS: the DQL outputs' names held by an unused copy, the readers rewired
+    to a decomposition that rounds ties up. What the readers read is what gets checked."""
+    report = dql_pass.verify(mlp, dangling_dql_rewrite(mlp), samples=50)
+    for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
+        _assert_rejected(report, site, "tie")
+    # The same rewiring to a right decomposition passes: a dangling copy is harmless.
+    report = dql_pass.verify(mlp, dangling_dql_rewrite(mlp, half_up=False))
+    assert report.passed, report.format()
+
+
+def test_a_dangling_copy_with_renamed_readers_is_not_a_pass(mlp):
+    """The readers renamed as well: what they read cannot be found, so the sites are not checked, not passed."""
+    rewritten = ir.from_proto(dangling_dql_rewrite(mlp))
+    for node in rewritten.graph:
+        if node.op_type == "MatMulInteger":
+            node.outputs[0].name += "_renamed"
+    report = dql_pass.verify(mlp, ir.to_proto(rewritten))
+    assert report.verdict == "INCOMPLETE" and report.exit_code == 1, report.format()
+    row = _row(report, "relu1_QuantizeLinear")
+    assert "REWRITTEN has no MatMulInteger node making 'matmul2_output_quantized' in main" in row.not_reachable
+    assert row.model_level == "not checked in the models: what reads it in REWRITTEN is unknown"
+
+
+def test_a_site_whose_readers_read_two_values_checks_both():
+    """y is a graph output and read by a Cast: the output reads the right y, the Cast a y that rounds ties up."""
+    model = dql_model(13)
+    model.graph.node.append(helper.make_node("Cast", ["y"], ["y_float"], to=TensorProto.FLOAT))
+    model.graph.output.append(helper.make_tensor_value_info("y_float", TensorProto.FLOAT, ["d0"]))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    values = _values(rewritten)
+    zero_point = ir.node("Cast", [values["y_zero_point"]], attributes={"to": ir.DataType.FLOAT})
+    low, high, half = _constant(np.float32(0)), _constant(np.float32(255)), _constant(np.float32(0.5))
+    quotient = ir.node("Div", [values["x"], values["y_scale"]])
+    floored = ir.node("Floor", [ir.node("Add", [quotient.outputs[0], half.outputs[0]]).outputs[0]])
+    shifted = ir.node("Add", [floored.outputs[0], zero_point.outputs[0]])
+    clipped = ir.node("Clip", [shifted.outputs[0], low.outputs[0], high.outputs[0]])
+    y_half_up = ir.node("Cast", [clipped.outputs[0]], attributes={"to": ir.DataType.UINT8})
+    reader = values["y_float"].producer()
+    nodes = [zero_point, low, high, half, quotient, floored.inputs[0].producer(), floored, shifted, clipped, y_half_up]
+    rewritten.graph.insert_before(reader, nodes)
+    reader.replace_input_with(0, y_half_up.outputs[0])
+    report = dql_pass.verify(model, ir.to_proto(rewritten), samples=0)
+    _assert_rejected(report, "y", "tie")
+    (row,) = report.sites
+    comparable = sum(c.comparable for c in cases())
+    assert row.cases == 2 * (comparable + 2 + len(report.input_sets))  # both values, every case
+    assert all(o.identical for o in report.outputs), report.format()  # no set holds a tie
+
+
+def test_graph_outputs_are_compared_by_name_and_position():
+    """Reordered or extra graph outputs fail: a caller reads outputs by position, and gets more."""
+    model = onnx.load(MODELS / "relu_dql.onnx")
+    rewritten = ir.from_proto(dql_pass.expand(model))
+    outputs = rewritten.graph.outputs
+    outputs[0], outputs[1] = outputs[1], outputs[0]
+    report = dql_pass.verify(model, ir.to_proto(rewritten), samples=0)
+    assert report.verdict == "FAIL"
+    assert [(o.name, o.detail) for o in report.outputs if not o.identical] == [
+        ("y", "REWRITTEN has 'relu_out_quantized' as output 0"), ("relu_out_quantized", "REWRITTEN has 'y' as output 1"),
+    ]
+    outputs[0], outputs[1] = outputs[1], outputs[0]
+    outputs.append(_values(rewritten)["relu_out"])
+    report = dql_pass.verify(model, ir.to_proto(rewritten), samples=0)
+    assert report.verdict == "FAIL" and report.outputs[-1].name == "relu_out" and not report.outputs[-1].identical
+    assert "relu_out" in report.format() and "output that ORIGINAL does not have" in report.format()
+
+
+def _without_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its symbolic batch dimensions fixed to 1."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for value in [*fixed.graph.input, *fixed.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param == "batch":
+                dim.dim_value = 1
+    return fixed
+
+
+def test_a_rewrite_that_fixes_the_batch_to_one_fails(mlp):
+    report = dql_pass.verify(mlp, _without_batch(dql_pass.expand(mlp)))
+    assert report.verdict == "FAIL" and "ORT cannot run REWRITTEN" in report.model_error
+    assert report.notes == []
+
+
+def test_an_original_that_runs_only_at_batch_one_is_run_at_batch_one_and_the_report_says_so():
+    """x [batch, 4] reshaped to [4]: the model runs at batch 1 only."""
+    shape = numpy_helper.from_array(np.array([4], np.int64), "shape")
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("DynamicQuantizeLinear", ["flat"], ["y", "y_scale", "y_zero_point"], name="dql"),
+    ]
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("y", TensorProto.UINT8, [4]), ("y_scale", TensorProto.FLOAT, []), ("y_zero_point", TensorProto.UINT8, []))]
+    graph = helper.make_graph(nodes, "batch_one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])], outputs, [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    report = dql_pass.verify(model, dql_pass.expand(model))
+    assert report.passed, report.format()
+    (note,) = report.notes
+    assert note.startswith("ORIGINAL does not run at batch 2 (ORT cannot run ORIGINAL: ") and note.endswith("both models ran at batch 1")
+    assert f"note: {note}" in report.format() and report.to_dict()["notes"] == [note]
+    assert report.sites[0].model_level == f"checked on {len(report.input_sets)} input sets"
+
+
+def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
+    """A given input of batch 3 sets the batch of the synthesized ones; the default batch is 2, other sizes 128."""
+    model = ir.from_proto(dql_model(13, rank=2))
+    model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "d1"])) for n in ("a", "b"))
+    given = _input_sets(model, 1, 0, {"a": np.zeros((3, 5), np.float32)}, {})
+    assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(128, 5), (3, 5), (3, 5)]
+    assert _input_sets(model, 1, 0, {}, {})["sample 0"]["b"].shape == (2, 128)
+
+
+def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
+    model = _embedding_model(rows=16)
+    with pytest.raises(dql_pass.InputError, match="--samples 0 leaves no input set"):
+        dql_pass.verify(model, dql_pass.expand(model), samples=0)
+    # Every input given: one set, the given one.
+    report = dql_pass.verify(model, dql_pass.expand(model), samples=0, inputs={"input_ids": np.zeros((2, 3), np.int64)})
+    assert report.passed and report.input_sets == ["given inputs"], report.format()
+
+
+def test_inputs_too_large_to_synthesize_are_bad_input(mlp):
+    with pytest.raises(dql_pass.InputError, match=r"would need 143\.1 GiB \(6 input sets of 23\.8 GiB\)"):
+        dql_pass.verify(mlp, mlp, dims={"batch": 100_000_000})
+
+
+def _site_size_rewrite(model: onnx.ModelProto, defect: str) -> onnx.ModelProto:
+    """The expansion made wrong on large tensors only: ``prefix`` reduces the first 256 elements,
+    ``double`` doubles y_scale (and so the quantization) when x has more than 1000 elements."""
+    rewritten = ir.from_proto(dql_pass.expand(model))
+    graph = rewritten.graph
+    x = graph.inputs[0]
+    if defect == "prefix":
+        flat = ir.node("Reshape", [x, _constant(np.array([-1], np.int64)).outputs[0]])
+        head = ir.node("Slice", [flat.outputs[0], _constant(np.array([0], np.int64)).outputs[0], _constant(np.array([256], np.int64)).outputs[0]])
+        extra = [flat.inputs[1].producer(), flat, head.inputs[1].producer(), head.inputs[2].producer(), head]
+        first = next(n for n in graph if n.op_type in ("ReduceMin", "ReduceMax"))
+        graph.insert_before(first, extra)
+        for node in graph:
+            if node.op_type in ("ReduceMin", "ReduceMax"):
+                node.replace_input_with(0, head.outputs[0])
+    else:
+        scale = _values(rewritten)["y_scale"]
+        scale.name = "y_scale_right"
+        big = ir.node("Greater", [ir.node("Size", [x]).outputs[0], _constant(np.array(1000, np.int64)).outputs[0]])
+        doubled = ir.node("Mul", [scale, _constant(np.float32(2)).outputs[0]])
+        chosen = ir.node("Where", [big.outputs[0], doubled.outputs[0], scale])
+        chosen.outputs[0].name = "y_scale"
+        extra = [big.inputs[0].producer(), big.inputs[1].producer(), big, doubled.inputs[1].producer(), doubled, chosen]
+        graph.insert_after(scale.producer(), extra)
+        for use in list(scale.uses()):
+            if use.node is not doubled and use.node is not chosen:
+                use.node.replace_input_with(use.idx, chosen.outputs[0])
+        graph.outputs[1] = chosen.outputs[0]
+    return ir.to_proto(rewritten)
+
+
+@pytest.mark.parametrize("defect", ["prefix", "double"])
+def test_large_site_cases_catch_a_rewrite_wrong_only_on_large_tensors(defect):
+    model = dql_model(13, rank=3)
+    assert max(c.x.size for c in cases()) <= 256
+    report = dql_pass.verify(model, _site_size_rewrite(model, defect), samples=0, dims={"d0": 1, "d1": 4, "d2": 4})
+    (row,) = report.sites
+    assert row.classes == {"large": 2} and report.verdict == "FAIL", (row.classes, row.detail)
+    assert all(o.identical for o in report.outputs)  # 16 elements: the model level cannot see it
+
+
+def test_model_inputs_have_a_realistic_size():
+    """Without --dim, a DQL on [d0, d1] gets thousands of elements: the model level sees a size-dependent defect."""
+    model = dql_model(13, rank=2)
+    report = dql_pass.verify(model, _site_size_rewrite(model, "double"), samples=0)
+    (row,) = report.sites
+    assert row.classes == {"large": 2, "model input": 4}, row.classes
+    assert not any(o.identical for o in report.outputs if o.name != "y_zero_point")
+
+
+def _embedding_model(rows: int) -> onnx.ModelProto:
+    """Token ids [batch, sequence] (the only input) through an embedding of ``rows`` rows, then a DQL."""
+    embedding = numpy_helper.from_array(np.random.default_rng(0).standard_normal((rows, 8)).astype(np.float32), "embedding")
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["ids"], to=TensorProto.INT32),
+        helper.make_node("Gather", ["embedding", "ids"], ["embedded"]),
+        helper.make_node("DynamicQuantizeLinear", ["embedded"], ["q", "q_scale", "q_zero_point"], name="dql"),
+    ]
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("q", TensorProto.UINT8, ["batch", "sequence", 8]), ("q_scale", TensorProto.FLOAT, []), ("q_zero_point", TensorProto.UINT8, []))]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])]
+    model = helper.make_model(helper.make_graph(nodes, "embedding", inputs, outputs, [embedding]), opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _one_op_model(op: str, **attributes) -> onnx.ModelProto:
+    """x [batch, 16] -> ``op`` -> DQL."""
+    nodes = [helper.make_node(op, ["x"], ["act"], **attributes), helper.make_node("DynamicQuantizeLinear", ["act"], ["q", "q_scale", "q_zero_point"], name="dql")]
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("q", TensorProto.UINT8, ["batch", 16]), ("q_scale", TensorProto.FLOAT, []), ("q_zero_point", TensorProto.UINT8, []))]
+    graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _clip_model(bound: float) -> onnx.ModelProto:
+    model = _one_op_model("Identity")
+    bounds = [numpy_helper.from_array(np.float32(v), n) for v, n in ((-bound, "low"), (bound, "high"))]
+    model.graph.initializer.extend(bounds)
+    model.graph.node[0].CopyFrom(helper.make_node("Clip", ["x", "low", "high"], ["act"]))
+    return model
+
+
+def _zeroed_row(model: onnx.ModelProto, row: int) -> onnx.ModelProto:
+    table = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    table[row] = 0
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    changed.graph.initializer[0].CopyFrom(numpy_helper.from_array(table, "embedding"))
+    return changed
+
+
+@pytest.mark.parametrize(
+    "original, changed",
+    [
+        (_one_op_model("Relu"), _one_op_model("LeakyRelu", alpha=1e-30)),  # differs on negative inputs only
+        (_clip_model(5), _clip_model(6)),  # differs beyond ±5 only
+        (_embedding_model(64), _zeroed_row(_embedding_model(64), 40)),  # differs on token id 40 only
+    ],
+    ids=["leaky-relu", "clip", "embedding-row"],
+)
+def test_non_dql_changes_that_show_only_on_rare_inputs_fail(original, changed):
+    report = dql_pass.verify(original, dql_pass.expand(changed))
+    assert report.verdict == "FAIL" and not all(o.identical for o in report.outputs), report.format()
+
+
+def test_token_ids_reach_every_row_of_the_table_they_index():
+    model = ir.from_proto(_embedding_model(1000))
+    sets = _input_sets(model, 2, 0, {}, {})
+    ids = np.concatenate([s["input_ids"].ravel() for s in sets.values()])
+    assert ids.min() >= 0 and ids.max() < 1000 and ids.max() > 900 and ids.shape == (2 * 2 * 128,)
+    assert _input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {})["negative"]["x"].max() < 0
+    heavy = _input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {})["heavy tails"]["x"]
+    assert (np.abs(heavy) > 6).any() and (np.abs(heavy) < 1).any()
+
+
+# -- models given in memory ------------------------------------------------------------------------
+
+
+def test_a_proto_whose_external_data_is_not_loaded_is_refused(tmp_path, monkeypatch):
+    """Its weights would be read from the current folder: here, a decoy that belongs to neither model."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    path = tmp_path / "model" / "mlp.onnx"
+    onnx.save(onnx.load(MLP), path, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    weights = tmp_path / "model" / "weights.bin"
+    (tmp_path / "elsewhere" / "weights.bin").write_bytes(bytes(weights.stat().st_size))
+    proto = onnx.load(path, load_external_data=False)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(dql_pass.InputError, match="ORIGINAL is a ModelProto with external data that is not loaded"):
+        dql_pass.verify(proto, proto, samples=0)
+    assert dql_pass.verify(path, onnx.load(path), samples=0).passed  # loaded with its data: fine
+
+
+def test_an_ir_model_keeps_its_external_constant_attributes(tmp_path):
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(16, dtype=np.float32), "c_value"))
+    model = _one_op_model("Identity")
+    model.graph.node.insert(0, const)
+    model.graph.node[1].CopyFrom(helper.make_node("Add", ["x", "c"], ["act"]))
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="model.data", size_threshold=0, convert_attribute=True)
+    loaded = dql_pass.load_model(path)
+    attribute = loaded.graph.node(0).attributes["value"]
+    assert isinstance(attribute.value, ir.ExternalTensor)
+    assert dql_pass.verify(loaded, loaded, samples=0).passed
+    assert loaded.graph.node(0).attributes["value"] is attribute
+
+
 # -- CLI -------------------------------------------------------------------------------------------
 
 
@@ -490,7 +805,7 @@ def test_cli_exit_codes_and_json(tmp_path, capsys, mlp):
     report_path = tmp_path / "report.json"
     assert main(["verify", str(MLP), str(good), "--json", str(report_path), "--samples", "1", "--dim", "batch=3"]) == 0
     saved = json.loads(report_path.read_text())
-    assert saved["passed"] and len(saved["sites"]) == 3 and saved["input_sets"] == ["sample 0", "zeros"]
+    assert saved["passed"] and len(saved["sites"]) == 3 and saved["input_sets"] == ["sample 0", "zeros", "negative", "positive", "heavy tails"]
     assert (saved["original"], saved["rewritten"]) == (str(MLP), str(good))
     assert "PASS" in capsys.readouterr().out
 
