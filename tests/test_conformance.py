@@ -16,7 +16,7 @@ import pytest
 from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
-from dql_pass import catalogue, conformance
+from dql_pass import catalogue, conformance, runtimes
 from dql_pass.cli import main
 from dql_pass.errors import InputError
 
@@ -240,3 +240,256 @@ def test_a_pruned_suite_runs_and_reports_the_missing_folders(ort_suite, tmp_path
     report = conformance.run_suite(copy)
     assert report.failed == len([f for f in _manifest(copy) if "opset21" in f or "nan" in f])
     assert report.passed == len([d for d in copy.iterdir() if d.is_dir()])
+
+
+# --- a test passes only with every file of its model, each read from inside the suite, bounded ---
+
+SPEC = "test_dynamicquantizelinear_spec_example_opset18"
+SECRET = bytes([83, 69, 67, 82, 69, 84])  # "SECRET": six uint8, the size of spec_example's y
+
+
+def _not_passed(report):
+    return [o.line() for o in report.outcomes if o.status != "PASS"]
+
+
+def _rewrite(path, tensor):
+    path.write_bytes(tensor.SerializeToString())
+
+
+def _to_external(path, location, data=None):
+    """Rewrite the TensorProto file ``path`` to keep its data at ``location``; ``data`` is written beside it."""
+    tensor = onnx.load_tensor(path)
+    raw = numpy_helper.to_array(tensor).tobytes()
+    if data is not None:
+        (path.parent / data).write_bytes(raw)
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", location
+    _rewrite(path, tensor)
+
+
+@pytest.mark.parametrize("file", ["input_0.pb", "output_0.pb", "output_2.pb"])
+def test_a_missing_data_file_fails_naming_it(small_suite, file):
+    (small_suite / SPEC / "test_data_set_0" / file).unlink()
+    report = conformance.run_suite(small_suite)
+    assert _not_passed(report) == [f"FAIL {SPEC}: test_data_set_0/{file} is missing"]
+    assert report.summary() == "5 passed, 1 failed"
+
+
+def test_a_suite_without_its_last_outputs_fails_everywhere(small_suite):
+    for path in small_suite.glob("*/test_data_set_0/output_2.pb"):
+        path.unlink()
+    report = conformance.run_suite(small_suite, "reference")
+    assert report.summary() == "0 passed, 6 failed"
+    assert {o.detail for o in report.outcomes} == {"test_data_set_0/output_2.pb is missing"}
+
+
+def test_a_known_difference_does_not_excuse_a_missing_file(small_suite):
+    manifest = json.loads((small_suite / conformance.MANIFEST).read_text())
+    for entry in manifest["cases"]:
+        entry["known_differences"] = {"onnxruntime": "listed to check that it does not hide a broken test"}
+        entry["comparable"] = entry["folder"] != SPEC
+    (small_suite / conformance.MANIFEST).write_text(json.dumps(manifest))
+    (small_suite / SPEC / "test_data_set_0" / "output_1.pb").unlink()
+    report = conformance.run_suite(small_suite)
+    assert sorted(_not_passed(report)) == sorted([f"FAIL {SPEC}: test_data_set_0/output_1.pb is missing"] + [
+        f"SKIP {f}: listed as a known difference on onnxruntime (listed to check that it does not hide a broken test), "
+        "but it matched" for f in _manifest(small_suite) if f != SPEC
+    ])
+
+
+def test_a_data_file_the_model_has_no_value_for_fails(small_suite):
+    data_set = small_suite / SPEC / "test_data_set_0"
+    shutil.copy(data_set / "output_2.pb", data_set / "output_3.pb")
+    assert _not_passed(conformance.run_suite(small_suite)) == [
+        f"FAIL {SPEC}: test_data_set_0/output_3.pb: the model has 3 outputs, so no such file is read"
+    ]
+
+
+def test_two_files_of_one_output_fail(small_suite):
+    # output_1.pb holding y again would leave y_scale unchecked.
+    data_set = small_suite / SPEC / "test_data_set_0"
+    shutil.copy(data_set / "output_0.pb", data_set / "output_1.pb")
+    assert _not_passed(conformance.run_suite(small_suite)) == [
+        f"FAIL {SPEC}: test_data_set_0/output_1.pb holds y, as test_data_set_0/output_0.pb does"
+    ]
+
+
+def test_external_data_of_a_test_file_is_read_beside_it(small_suite, tmp_path, monkeypatch):
+    data_set = small_suite / SPEC / "test_data_set_0"
+    _to_external(data_set / "input_0.pb", "input_0.bin", data="input_0.bin")
+    _to_external(data_set / "output_0.pb", "y/data.bin", data=None)
+    (data_set / "y").mkdir()
+    (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 179], np.uint8).tobytes())
+    monkeypatch.chdir(tmp_path)  # not the data set's folder: nothing may be looked up here
+    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 178], np.uint8).tobytes())
+    assert _not_passed(conformance.run_suite(small_suite)) == [
+        f"FAIL {SPEC}: test_data_set_0: y differs in 1 of 6 elements, first at [5]: got 179, expected 178"
+    ]
+
+
+@pytest.mark.parametrize("location", ["secret.bin", "../../../secret.bin", "{tmp}/secret.bin", "link.bin"])
+def test_external_data_outside_the_data_set_is_refused(small_suite, tmp_path, monkeypatch, location):
+    (tmp_path / "secret.bin").write_bytes(SECRET)
+    data_set = small_suite / SPEC / "test_data_set_0"
+    (data_set / "link.bin").symlink_to(tmp_path / "secret.bin")
+    _to_external(data_set / "output_0.pb", location.format(tmp=tmp_path))
+    monkeypatch.chdir(tmp_path)  # where run-tests once looked
+    [line] = _not_passed(conformance.run_suite(small_suite))
+    assert line.startswith(f"FAIL {SPEC}: test_data_set_0/output_0.pb: external data refused: ")
+    assert "expected" not in line and " 83" not in line  # nothing of the secret file is shown
+
+
+def test_a_symlink_to_a_file_inside_the_suite_is_read(small_suite):
+    data_set = small_suite / SPEC / "test_data_set_0"
+    (small_suite / "shared").mkdir()
+    (data_set / "output_1.pb").rename(small_suite / "shared" / "y_scale.pb")
+    (data_set / "output_1.pb").symlink_to("../../shared/y_scale.pb")
+    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+
+
+def test_a_symlink_out_of_the_suite_is_refused(small_suite, tmp_path):
+    data_set = small_suite / SPEC / "test_data_set_0"
+    (data_set / "output_1.pb").rename(tmp_path / "y_scale.pb")  # the right tensor, but not the suite's
+    (data_set / "output_1.pb").symlink_to(tmp_path / "y_scale.pb")
+    outside = tmp_path / "elsewhere"
+    shutil.move(small_suite / "test_dynamicquantizelinear_rank_0_opset18", outside)
+    (small_suite / "test_dynamicquantizelinear_rank_0_opset18").symlink_to(outside)
+    assert _not_passed(conformance.run_suite(small_suite)) == [
+        "FAIL test_dynamicquantizelinear_rank_0_opset18: model.onnx is outside the suite (through a symlink)",
+        f"FAIL {SPEC}: test_data_set_0/output_1.pb is outside the suite (through a symlink)",
+    ]
+
+
+def test_a_data_file_larger_than_its_model_allows_is_refused(small_suite):
+    # A valid tensor, padded: what is read is bounded by the model's type and shape, x float32[6].
+    path = small_suite / SPEC / "test_data_set_0" / "input_0.pb"
+    tensor = onnx.load_tensor(path)
+    tensor.doc_string = "." * 70_000
+    _rewrite(path, tensor)
+    size = path.stat().st_size
+    assert _not_passed(conformance.run_suite(small_suite)) == [
+        f"FAIL {SPEC}: test_data_set_0/input_0.pb holds {size} bytes, more than the {65536 + 1 + 16 * 6} it may hold"
+    ]
+
+
+def test_symbolic_dims_get_a_finite_bound(small_suite, monkeypatch):
+    model_path = small_suite / SPEC / "model.onnx"
+    model = onnx.load(model_path)
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "n"
+    model_path.write_bytes(model.SerializeToString())
+    monkeypatch.setattr(conformance, "_UNKNOWN_SHAPE_LIMIT", 1000)
+    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    data_set = small_suite / SPEC / "test_data_set_0"
+    _to_external(data_set / "input_0.pb", "x.bin", data="x.bin")
+    with (data_set / "x.bin").open("ab") as file:  # the six floats, then more than the bound allows
+        file.write(bytes(1000))
+    assert _not_passed(conformance.run_suite(small_suite)) == [
+        f"FAIL {SPEC}: test_data_set_0/input_0.pb: its external data holds 1024 bytes, more than the 1000 it may hold"
+    ]
+
+
+def test_a_manifest_of_more_than_a_few_megabytes_is_bad_input(small_suite):
+    path = small_suite / conformance.MANIFEST
+    text = path.read_text()
+    path.write_text(text + " " * (1 << 20))  # 1 MB of padding is still read
+    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    path.write_text(text + " " * (9 << 20))
+    with pytest.raises(InputError, match=rf"manifest.json holds {len(text) + (9 << 20)} bytes, more than the"):
+        conformance.run_suite(small_suite)
+
+
+# --- gen-tests: only folders the suite's backend runs; nothing it did not write is replaced ---
+
+
+def test_folders_the_backend_cannot_run_are_left_out_and_listed(tmp_path):
+    reason = runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0].describe()
+    assert reason.startswith("QuantizeLinear-28 does not run on onnxruntime")
+    path = tmp_path / "dql"
+    suite = conformance.generate_suite(path, opsets=(27, 28), names=("spec_example",), include_large=False)
+    left = "test_dynamicquantizelinear_spec_example_expanded_quantizelinear_opset28"
+    assert suite.left_out == [conformance.LeftOut(left, "spec_example", 28, "quantizelinear", reason)]
+    assert not (path / left).exists()
+    manifest = json.loads((path / conformance.MANIFEST).read_text())
+    assert manifest["left_out"] == [
+        {"folder": left, "name": "spec_example", "opset": 28, "variant": "quantizelinear", "reason": reason}
+    ]
+    assert sorted(e["folder"] for e in manifest["cases"]) == sorted(d.name for d in path.iterdir() if d.is_dir())
+    assert len(manifest["cases"]) == 5
+    report = conformance.run_suite(path)
+    assert report.summary() == "5 passed, 0 failed"
+
+
+def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_path):
+    path = tmp_path / "dql"
+    suite = conformance.generate_suite(
+        path, opsets=(28,), forms=("quantizelinear",), names=("spec_example",), zero_range="onnx-reference"
+    )
+    [entry] = suite.entries
+    assert suite.left_out == []
+    assert entry.known_differences == {"onnxruntime": runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0].describe()}
+    assert _statuses(conformance.run_suite(path)) == {entry.folder: "XFAIL"}
+    assert conformance.run_suite(path, "reference").summary() == "1 passed, 0 failed"
+
+
+def test_the_cli_at_opset_28_writes_a_suite_ort_passes(tmp_path, capsys):
+    path = tmp_path / "dql"
+    assert main(["gen-tests", str(path), "--opsets", "28", "--variants", "quantizelinear,arithmetic", "--no-large"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
+    assert len(json.loads((path / conformance.MANIFEST).read_text())["left_out"]) == 56
+    assert main(["run-tests", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "56 passed, 0 failed"
+
+
+def test_a_choice_the_backend_runs_nothing_of_is_bad_input(tmp_path):
+    with pytest.raises(InputError, match="onnxruntime can run none of the chosen folders: QuantizeLinear-28"):
+        conformance.generate_suite(tmp_path / "dql", opsets=(28,), forms=("quantizelinear",), include_large=False)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("added, reported", [
+    ("notes.txt", "notes.txt"),
+    (f"{SPEC}/README", f"{SPEC}/README"),
+    (f"{SPEC}/test_data_set_1/input_0.pb", f"{SPEC}/test_data_set_1"),  # a folder it did not write is named, not entered
+    ("subdir/", "subdir"),
+])
+def test_a_suite_holding_added_files_is_not_replaced_unless_forced(small_suite, added, reported):
+    path = small_suite / added
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if added.endswith("/"):
+        path.mkdir()
+    else:
+        path.write_text("mine")
+    with pytest.raises(InputError, match=rf"holds 1 file\(s\) that gen-tests did not write \({reported}\)"):
+        conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    assert path.exists() and len(_manifest(small_suite)) == 6
+    conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",), force=True)
+    assert sorted(p.name for p in small_suite.iterdir()) == [conformance.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
+
+
+def test_a_file_replaced_by_a_symlink_is_not_what_gen_tests_wrote(small_suite, tmp_path):
+    output = small_suite / SPEC / "test_data_set_0" / "output_0.pb"
+    output.rename(tmp_path / "y.pb")
+    output.symlink_to(tmp_path / "y.pb")
+    with pytest.raises(InputError, match="did not write"):
+        conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    assert output.is_symlink() and (tmp_path / "y.pb").exists()
+
+
+def test_a_suite_with_edited_files_is_replaced(small_suite):
+    (small_suite / SPEC / "test_data_set_0" / "output_0.pb").write_bytes(b"edited")
+    (small_suite / "test_dynamicquantizelinear_rank_0_opset18" / "data.json").unlink()
+    conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    assert [e["folder"] for e in json.loads((small_suite / conformance.MANIFEST).read_text())["cases"]] == [
+        "test_dynamicquantizelinear_rank_0_opset13"
+    ]
+
+
+def test_force_never_replaces_a_folder_without_a_suite(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="holds no dql_pass suite"):
+        conformance.generate_suite(tmp_path, names=("rank_0",), include_large=False, force=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
