@@ -45,12 +45,13 @@ import onnx_ir as ir
 
 from dql_pass.conformance import generate_suite, run_suite
 from dql_pass.errors import InputError
-from dql_pass.expand import MODES, ExpandDynamicQuantizeLinearPass, ExpandResult
-from dql_pass.graphs import find_sites
-from dql_pass.files import as_ir_model, load_model, save_model
+from dql_pass.expand import ExpandDynamicQuantizeLinearPass, ExpandResult
+from dql_pass.walk import find_sites
+from dql_pass.modelfiles import as_ir_model, load_model, save_model
 from dql_pass.fuse import FuseDynamicQuantizeLinearPass, FuseReport
-from dql_pass.functions import VARIANTS, function_proto
-from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
+from dql_pass.decomposition import function_proto
+from dql_pass.op import MODES, VARIANTS, ZERO_RANGE_POLICIES
+from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verify import VerifyReport, verify
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass.files import check_output_path, external_tensors, one_line
+from dql_pass.modelfiles import check_output_path, external_tensors, one_line
 
 
 def _expand(args: argparse.Namespace) -> int:

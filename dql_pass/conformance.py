@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 import dataclasses
-import importlib.metadata
 import json
 import logging
 import math
@@ -68,13 +67,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import onnxruntime
-from onnx import external_data_helper, helper, numpy_helper
+from onnx import external_data_helper, numpy_helper
 
-from dql_pass import catalogue, functions, reference, runtimes
+from dql_pass import catalogue, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expand import ExpandDynamicQuantizeLinearPass
-from dql_pass.files import one_line
-from dql_pass.verify import OUTPUTS, bit_difference
+from dql_pass.modelfiles import one_line
+from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, VARIANTS, check_choice, one_node_model, version
+from dql_pass.compare import bit_difference
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +82,11 @@ logger = logging.getLogger(__name__)
 # (QuantizeLinear, ReduceMin/ReduceMax, Cast); 27 is the newest opset onnxruntime 1.32 runs in
 # full: it has no QuantizeLinear-28 kernel.
 DEFAULT_OPSETS: tuple[int, ...] = (11, 13, 18, 21, 27)
-FORMS: tuple[str, ...] = ("native", *functions.VARIANTS)
+FORMS: tuple[str, ...] = ("native", *VARIANTS)
 BACKENDS: tuple[str, ...] = ("onnxruntime", "reference")
 MANIFEST = "manifest.json"
 
 _FORMAT = "dql_pass conformance suite 1"
-_INPUT = "x"
 _DATA_SET = "test_data_set_0"
 _PREFIX = "test_dynamicquantizelinear_"
 _MODEL = "model.onnx"
@@ -221,40 +220,12 @@ def _known_differences(case: catalogue.Case, form: str, policy: str) -> dict[str
     return known
 
 
-def _native_model(name: str, shape: tuple[int, ...], opset: int, description: str) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [helper.make_node("DynamicQuantizeLinear", [_INPUT], list(OUTPUTS), name="DynamicQuantizeLinear")],
-        name,
-        [helper.make_tensor_value_info(_INPUT, onnx.TensorProto.FLOAT, shape)],
-        [
-            helper.make_tensor_value_info(OUTPUTS[0], onnx.TensorProto.UINT8, shape),
-            helper.make_tensor_value_info(OUTPUTS[1], onnx.TensorProto.FLOAT, ()),
-            helper.make_tensor_value_info(OUTPUTS[2], onnx.TensorProto.UINT8, ()),
-        ],
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    # The oldest IR version the opset allows, so that older runtimes can read the models too.
-    model = helper.make_model(
-        graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets),
-        producer_name="dql_pass", producer_version=_version(),
-    )
-    model.doc_string = description
-    return model
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("dql_pass")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
-        return "unknown"
-
-
 def _write_case(folder: Path, model: onnx.ModelProto, x: np.ndarray, expected: Sequence[np.ndarray]) -> None:
     onnx.checker.check_model(model, full_check=True)
     (folder / _DATA_SET).mkdir(parents=True)
     (folder / _MODEL).write_bytes(model.SerializeToString())
     (folder / _DATA).write_text(json.dumps({"atol": 0, "rtol": 0}) + "\n")
-    (folder / _INPUT_FILE).write_bytes(numpy_helper.from_array(x, _INPUT).SerializeToString())
+    (folder / _INPUT_FILE).write_bytes(numpy_helper.from_array(x, INPUT).SerializeToString())
     for file, name, value in zip(_OUTPUT_FILES, OUTPUTS, expected, strict=True):
         (folder / file).write_bytes(numpy_helper.from_array(np.asarray(value), name).SerializeToString())
 
@@ -280,16 +251,15 @@ def _lacks(model: onnx.ModelProto, runtime: str, opset: int) -> str | None:
 def _check_options(opsets: Collection[int], forms: Collection[str], zero_range: str) -> None:
     if not opsets:
         raise InputError("choose at least one opset")
-    outside = sorted(o for o in opsets if not functions.MIN_OPSET <= o <= functions.MAX_OPSET)
+    outside = sorted(o for o in opsets if not MIN_OPSET <= o <= MAX_OPSET)
     if outside:
-        raise InputError(f"opset {outside[0]} is outside {functions.MIN_OPSET}..{functions.MAX_OPSET}")
+        raise InputError(f"opset {outside[0]} is outside {MIN_OPSET}..{MAX_OPSET}")
     if not forms:
         raise InputError("choose at least one variant")
     unknown = sorted(set(forms) - set(FORMS))
     if unknown:
         raise InputError(f"unknown variant {unknown[0]!r}; choose from {', '.join(FORMS)}")
-    if zero_range not in reference.ZERO_RANGE_POLICIES:
-        raise InputError(f"unknown zero-range policy {zero_range!r}; choose from {', '.join(reference.ZERO_RANGE_POLICIES)}")
+    check_choice("zero-range policy", zero_range)
 
 
 def _written(path: Path) -> set[str] | None:
@@ -412,7 +382,7 @@ def generate_suite(
             case_opsets = opsets[-1:] if case.category == "large" else opsets
             for opset in case_opsets:
                 native_name = _folder_name(case.name, "native", opset)
-                native = _native_model(native_name, case.x.shape, opset, case.description)
+                native = one_node_model(case.x.shape, opset, name=native_name, description=case.description)
                 for form in forms:
                     folder = _folder_name(case.name, form, opset)
                     if form == "native":
@@ -451,7 +421,7 @@ def generate_suite(
             )
         manifest = {
             "format": _FORMAT,
-            "generator": f"dql_pass {_version()}",
+            "generator": f"dql_pass {version()}",
             "onnx": onnx.__version__,
             "policy": zero_range,
             "opsets": opsets,

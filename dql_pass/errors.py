@@ -5,5 +5,8 @@ from __future__ import annotations
 __all__ = ["InputError"]
 
 
-class InputError(Exception):
-    """The input cannot be processed: a bad file, an invalid model or an unsupported DQL."""
+class InputError(ValueError):
+    """The input cannot be processed: a bad file, an invalid model, an unknown choice or an unsupported DQL.
+
+    A ValueError, so that API callers catch a bad argument the usual way.
+    """

@@ -4,7 +4,7 @@ Rules the pass applies:
 
 - Every ai.onnx ``DynamicQuantizeLinear`` (domain ``""`` or ``"ai.onnx"``) is rewritten: in the main
   graph, in If/Loop/Scan bodies at any depth, and in every model-local function.
-- The decomposition comes from :mod:`dql_pass.functions`, built once per (variant, opset, policy)
+- The decomposition comes from :mod:`dql_pass.decomposition`, built once per (variant, opset, policy)
   at the model's ai.onnx opset, and stamped at every site; no pattern matching is involved.
 - ``inline`` mode puts the function's nodes where the DQL was. Its constants are shared by all
   sites: initializers of the main graph, or Constant nodes at the top of a model-local function.
@@ -25,7 +25,7 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["MODES", "ExpandDynamicQuantizeLinearPass", "ExpandResult"]
+__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandResult"]
 
 import collections
 import contextlib
@@ -37,14 +37,13 @@ from collections.abc import Callable, Iterator
 
 import onnx_ir as ir
 
-from dql_pass import functions, runtimes
+from dql_pass import decomposition, runtimes
 from dql_pass.errors import InputError
-from dql_pass.graphs import Root, ai_onnx_opset, free_name, graph_scopes, sites_by_graph, subgraphs
-from dql_pass.reference import ZERO_RANGE_POLICIES
+from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS, ai_onnx_opset, check_choice
+from dql_pass.walk import Root, free_name, graph_scopes, sites_by_graph, subgraphs
 
 logger = logging.getLogger(__name__)
 
-MODES: tuple[str, ...] = ("inline", "function")
 # Initializers that are not graph inputs need IR 4; model-local functions need IR 8.
 _MIN_IR_VERSION = {"inline": 4, "function": 8}
 
@@ -194,18 +193,10 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         runtime: str | None = "onnxruntime",
     ):
         super().__init__()
-        if runtime is not None and runtime not in runtimes.RUNTIMES:
-            raise ValueError(f"unknown runtime {runtime!r}; choose from {runtimes.RUNTIMES}")
-        self.runtime = runtime
-        if variant not in functions.VARIANTS:
-            raise ValueError(f"unknown variant {variant!r}; choose from {functions.VARIANTS}")
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
-        if zero_range not in ZERO_RANGE_POLICIES:
-            raise ValueError(f"unknown zero-range policy {zero_range!r}; choose from {ZERO_RANGE_POLICIES}")
-        self.variant = variant
-        self.mode = mode
-        self.zero_range = zero_range
+        self.runtime = runtime if runtime is None else check_choice("runtime", runtime, runtimes.RUNTIMES)
+        self.variant = check_choice("variant", variant)
+        self.mode = check_choice("mode", mode)
+        self.zero_range = check_choice("zero-range policy", zero_range)
 
     def call(self, model: ir.Model) -> ExpandResult:
         with _gc_paused():
@@ -226,7 +217,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                     )
         opset = _ai_onnx_opset(model.graph, "the model")
         self._check_runs(opset)
-        template = _Template(ir.serde.deserialize_function(functions.function_proto(self.variant, opset, self.zero_range)))
+        template = _Template(ir.serde.deserialize_function(decomposition.function_proto(self.variant, opset, self.zero_range)))
         names = _Names.of_model(model)
         rewrites: dict[int, Callable[[ir.Node], None]] = {}
         for label, nodes in sites.items():
@@ -246,7 +237,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         lacks = _lacks(self.runtime, self.variant, opset, self.zero_range)
         if not lacks:
             return
-        others = [v for v in functions.VARIANTS if v != self.variant and not _lacks(self.runtime, v, opset, self.zero_range)]
+        others = [v for v in VARIANTS if v != self.variant and not _lacks(self.runtime, v, opset, self.zero_range)]
         instead = f"; the variant {' or '.join(others)} runs there" if others else ""
         raise InputError(f"variant {self.variant} at ai.onnx opset {opset}: {lacks[0].describe()}{instead}")
 
@@ -261,7 +252,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
             return functools.partial(self._inline, template=template, constants=constants, names=names)
         function = self._local_function(model, template)
         if isinstance(root, ir.Function):
-            root.opset_imports[functions.FUNCTION_DOMAIN] = 1
+            root.opset_imports[decomposition.FUNCTION_DOMAIN] = 1
         return functools.partial(self._call, function=function, names=names)
 
     @staticmethod
@@ -283,15 +274,15 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
     def _local_function(self, model: ir.Model, template: _Template) -> ir.Function:
         """The model-local function for the template's opset: an identical one is reused, and a
         different function that holds the name pushes ours to another name."""
-        name = functions.function_name(self.variant, self.zero_range)
-        taken = {key_name for domain, key_name, _ in model.functions if domain == functions.FUNCTION_DOMAIN}
+        name = decomposition.function_name(self.variant, self.zero_range)
+        taken = {key_name for domain, key_name, _ in model.functions if domain == decomposition.FUNCTION_DOMAIN}
         counts: collections.Counter[str] = collections.Counter()
         while True:
             function = _build_function(template, name)
-            existing = model.functions.get((functions.FUNCTION_DOMAIN, name, ""))
+            existing = model.functions.get((decomposition.FUNCTION_DOMAIN, name, ""))
             if existing is None:
                 model.functions[function.identifier()] = function
-                model.opset_imports[functions.FUNCTION_DOMAIN] = 1
+                model.opset_imports[decomposition.FUNCTION_DOMAIN] = 1
                 return function
             if _same_function(existing, function):
                 return existing
@@ -299,14 +290,14 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
 
 
 def _lacks(runtime: str, variant: str, opset: int, zero_range: str) -> list[runtimes.Lack]:
-    ops = {(node.domain, node.op_type) for node in functions.function_proto(variant, opset, zero_range).node}
+    ops = {(node.domain, node.op_type) for node in decomposition.function_proto(variant, opset, zero_range).node}
     return runtimes.lacking(runtime, ops, opset)
 
 
 def _build_function(template: _Template, name: str) -> ir.Function:
     x = ir.Value(name=template.input.name, type=ir.TensorType(ir.DataType.FLOAT))
     graph = ir.Graph([x], [], nodes=[], opset_imports=dict(template.opset_imports), name=name)
-    function = ir.Function(functions.FUNCTION_DOMAIN, name, graph=graph, attributes=[])
+    function = ir.Function(decomposition.FUNCTION_DOMAIN, name, graph=graph, attributes=[])
     mapping = {template.input: x, **_Constants(function, _Names({x.name})).mapping(template)}
     graph.extend(template.stamp(mapping, ""))
     graph.outputs.extend(mapping[value] for value in template.outputs)
@@ -333,8 +324,8 @@ def _ai_onnx_opset(root: Root, label: str) -> int:
     opset = ai_onnx_opset(root.opset_imports)
     if opset is None:
         raise InputError(f"{label} holds DynamicQuantizeLinear but imports no ai.onnx opset")
-    if not functions.MIN_OPSET <= opset <= functions.MAX_OPSET:
+    if not MIN_OPSET <= opset <= MAX_OPSET:
         raise InputError(
-            f"{label} imports ai.onnx opset {opset}; dql_pass knows {functions.MIN_OPSET} to {functions.MAX_OPSET}"
+            f"{label} imports ai.onnx opset {opset}; dql_pass knows {MIN_OPSET} to {MAX_OPSET}"
         )
     return opset

@@ -31,7 +31,7 @@ from onnx_ir.passes.common import TopologicalSortPass
 from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass import rules
-from dql_pass.graphs import called_functions, find_sites, free_name, graph_scopes
+from dql_pass.walk import called_functions, find_sites, free_name, graph_scopes
 
 logger = logging.getLogger(__name__)
 

@@ -15,16 +15,14 @@ __all__ = ["ZERO_RANGE_POLICIES", "dynamic_quantize_linear", "zero_range_scale"]
 
 import numpy as np
 
-ZERO_RANGE_POLICIES: tuple[str, ...] = ("onnxruntime", "onnx-reference")
+from dql_pass.op import ZERO_RANGE_POLICIES, check_choice
 
 
 def zero_range_scale(policy: str = "onnxruntime") -> np.float32:
     """The scale a zero range gets: ORT's kernel says 1.0, ``onnx.reference`` says 1/255."""
-    if policy == "onnxruntime":
+    if check_choice("zero-range policy", policy) == "onnxruntime":
         return np.float32(1)
-    if policy == "onnx-reference":
-        return np.float32(1) / np.float32(255)
-    raise ValueError(f"unknown zero-range policy {policy!r}; choose from {ZERO_RANGE_POLICIES}")
+    return np.float32(1) / np.float32(255)
 
 
 def dynamic_quantize_linear(

@@ -14,7 +14,7 @@ The rules, all ``RewriteRuleClassBase`` rules of onnxscript's pattern API:
 
 The body patterns are not written a second time here: each one is generated node by node from the
 FunctionProto that defines the decomposition (``onnx.defs`` for ONNX's body,
-:func:`dql_pass.functions.function_proto` for ours). ``fuse_rules()`` asks for commuted inputs,
+:func:`dql_pass.decomposition.function_proto` for ours). ``fuse_rules()`` asks for commuted inputs,
 so ``Min(0, ReduceMin(x))``, ``Equal(0, range)`` or ``Add(zp, Round(q))`` fuse as well.
 
 What a rule checks before it fuses, so that the fused node computes exactly what the block did:
@@ -75,11 +75,9 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter.pattern import MatchResult, MatchStatus, RewriteRule, RewriteRuleSet
 
-from dql_pass import functions
-from dql_pass.graphs import ai_onnx_opset
-from dql_pass.reference import ZERO_RANGE_POLICIES
+from dql_pass import decomposition
+from dql_pass.op import MIN_OPSET, NAME, VARIANTS, ZERO_RANGE_POLICIES, ai_onnx_opset
 
-_DQL = "DynamicQuantizeLinear"
 
 # Attributes a matched node may carry beyond the body's own, with the values that leave a uint8,
 # per-tensor quantization unchanged (None: any value). Everything else blocks the fusion.
@@ -190,8 +188,8 @@ def _ai_onnx_opset(context) -> int:
 def _input_mismatch(context, x: ir.Value) -> str | None:
     if x.dtype is not None and x.dtype != ir.DataType.FLOAT:
         return f"x is {x.dtype.name.lower()}, DynamicQuantizeLinear takes float32"
-    if _ai_onnx_opset(context) < functions.MIN_OPSET:
-        return f"the ai.onnx opset is below {functions.MIN_OPSET}: no DynamicQuantizeLinear there"
+    if _ai_onnx_opset(context) < MIN_OPSET:
+        return f"the ai.onnx opset is below {MIN_OPSET}: no DynamicQuantizeLinear there"
     return None
 
 
@@ -328,7 +326,7 @@ class OnnxFunctionBodyFusion(_BodyFusion):
     """ONNX's function body of DynamicQuantizeLinear, at one of its function versions."""
 
     def __init__(self, version: int, *, keep_identity: bool):
-        body = onnx.FunctionProto.FromString(onnx.defs.get_schema(_DQL).get_function_with_opset_version(version))
+        body = onnx.FunctionProto.FromString(onnx.defs.get_schema(NAME).get_function_with_opset_version(version))
         name = f"onnx_function_body_{version}" + ("" if keep_identity else "_without_identity")
         super().__init__(name, body, keep_identity=keep_identity, note=_ONNX_BODY_NOTE)
 
@@ -337,7 +335,7 @@ class DqlPassBodyFusion(_BodyFusion):
     """One of dql_pass's decompositions, as ``expand(mode="inline")`` stamps it."""
 
     def __init__(self, variant: str, zero_range: str):
-        body = functions.function_proto(variant, functions.MIN_OPSET, zero_range)
+        body = decomposition.function_proto(variant, MIN_OPSET, zero_range)
         note = _ONNX_REFERENCE_NOTE if zero_range == "onnx-reference" else None
         super().__init__(f"dql_pass_{variant}_{zero_range.replace('-', '_')}", body, note=note)
 
@@ -348,12 +346,12 @@ class DqlPassCallFusion(_FusionRule):
     def __init__(self, variant: str, zero_range: str, bodies: Sequence[RewriteRule]):
         super().__init__(f"dql_pass_call_{variant}_{zero_range.replace('-', '_')}")
         self.note = _ONNX_REFERENCE_NOTE if zero_range == "onnx-reference" else None
-        self._op_type = functions.function_name(variant, zero_range)
+        self._op_type = decomposition.function_name(variant, zero_range)
         self._bodies = bodies
 
     def pattern(self, op, x):
         return getattr(op, self._op_type)(
-            x, _domain=functions.FUNCTION_DOMAIN, _outputs=["y", "y_scale", "y_zero_point"]
+            x, _domain=decomposition.FUNCTION_DOMAIN, _outputs=["y", "y_scale", "y_zero_point"]
         )
 
     def check(self, context, x: ir.Value, y: ir.Value, **_) -> MatchResult:
@@ -375,7 +373,7 @@ def _body_mismatch(model: ir.Model, function: ir.Function, bodies: Sequence[Rewr
         return "does not have one input, three outputs and no attributes"
     x, outputs = function.inputs[0], list(function.outputs)
     nodes = [n for n in function if not (n.op_type == "Constant" and n.domain == "")]
-    if len(nodes) == 1 and nodes[0].op_type == _DQL and nodes[0].domain == "":
+    if len(nodes) == 1 and nodes[0].op_type == NAME and nodes[0].domain == "":
         # Already fused: the rewriter visits the function's own body too.
         if list(nodes[0].inputs) == [x] and list(nodes[0].outputs) == outputs:
             return None
@@ -454,12 +452,12 @@ def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]
 
     Built afresh on every call: a rule's matcher keeps state while it matches.
     """
-    versions = onnx.defs.get_schema(_DQL).function_opset_versions
+    versions = onnx.defs.get_schema(NAME).function_opset_versions
     bodies: list[_FusionRule] = [OnnxFunctionBodyFusion(v, keep_identity=k) for v in versions for k in (True, False)]
-    bodies += [DqlPassBodyFusion(v, p) for v in functions.VARIANTS for p in ZERO_RANGE_POLICIES]
+    bodies += [DqlPassBodyFusion(v, p) for v in VARIANTS for p in ZERO_RANGE_POLICIES]
     commuted = RewriteRuleSet([b.to_rule() for b in bodies], commute=True).rules
     calls: list[_FusionRule] = [
-        DqlPassCallFusion(v, p, commuted) for v in functions.VARIANTS for p in ZERO_RANGE_POLICIES
+        DqlPassCallFusion(v, p, commuted) for v in VARIANTS for p in ZERO_RANGE_POLICIES
     ]
     return bodies, commuted, calls
 

@@ -11,7 +11,7 @@ depth, model-local functions):
   at that input, and for a graph output the value at that position; an output nothing reads is
   looked up by name. A copy of the DQL left dangling under the old names is therefore not what gets
   checked. Rewrites keep the names: a site output whose name is missing from the graph of REWRITTEN
-  at the same path (:func:`dql_pass.graphs.graph_scopes`, or the one graph that has them all when a
+  at the same path (:func:`dql_pass.walk.graph_scopes`, or the one graph that has them all when a
   rewrite renamed a control-flow node) is a mismatch ("lost output"); a reader that REWRITTEN lacks
   makes the site "not reachable";
 - the computation of those values is walked back to the value named like the DQL's input, taking
@@ -56,7 +56,7 @@ be looked for in the current folder; pass a path). A REWRITTEN that ORT cannot r
 
 from __future__ import annotations
 
-__all__ = ["OUTPUTS", "BitDifference", "OutputResult", "SiteResult", "VerifyReport", "bit_difference", "same_bits", "verify"]
+__all__ = ["OutputResult", "SiteResult", "VerifyReport", "verify"]
 
 import contextlib
 import dataclasses
@@ -77,15 +77,15 @@ import onnxruntime as ort
 
 from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
-from dql_pass.graphs import Root, called_functions, graph_scopes, sites_by_graph
-from dql_pass.files import as_ir_model, atomic_path, external_base_dirs, external_tensors, one_line
-from dql_pass.reference import ZERO_RANGE_POLICIES, dynamic_quantize_linear
+from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph
+from dql_pass.modelfiles import as_ir_model, atomic_path, external_base_dirs, external_tensors, one_line
+from dql_pass.compare import SiteDifference, compare_site, same_bits
+from dql_pass.op import OUTPUT_TYPES, OUTPUTS, check_choice
+from dql_pass.reference import dynamic_quantize_linear
 
 logger = logging.getLogger(__name__)
 
 # The outputs of DynamicQuantizeLinear, as the operator names them.
-OUTPUTS: tuple[str, ...] = ("y", "y_scale", "y_zero_point")
-_OUTPUT_TYPES = (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
 # Batch 2 catches a batch fixed to 1; 128 is a realistic sequence length, and gives DQL sites
 # thousands of elements.
@@ -224,75 +224,6 @@ class VerifyReport:
             Path(temporary).write_text(text)
 
 
-# -- comparison ------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Diff:
-    """What differs between actual and expected outputs for one input; larger ``severity`` is worse."""
-
-    severity: tuple[int, int]
-    detail: str
-
-
-@dataclasses.dataclass(frozen=True)
-class BitDifference:
-    """How an array differs from the expected one: ``elements`` that differ (None when the dtype or
-    shape differs) and one sentence on the first difference."""
-
-    elements: int | None
-    text: str
-
-
-def same_bits(actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False) -> np.ndarray:
-    """Element-wise bit equality of two arrays of one dtype and shape, so -0.0 differs from 0.0.
-
-    With ``any_nan``, NaN equals NaN whatever its payload.
-    """
-    if actual.dtype.kind != "f":
-        return actual == expected
-    same = actual.view(f"u{actual.itemsize}") == expected.view(f"u{expected.itemsize}")
-    if any_nan:
-        same |= np.isnan(actual) & np.isnan(expected)
-    return same
-
-
-def bit_difference(name: str, actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False) -> BitDifference | None:
-    """None when ``actual`` (called ``name``) equals ``expected`` in dtype, shape and every bit (see :func:`same_bits`)."""
-    actual = np.asarray(actual)
-    if actual.dtype != expected.dtype:
-        return BitDifference(None, f"{name} has dtype {actual.dtype}, expected {expected.dtype}")
-    if actual.shape != expected.shape:
-        return BitDifference(None, f"{name} has shape {list(actual.shape)}, expected {list(expected.shape)}")
-    differs = ~same_bits(actual, expected, any_nan=any_nan)
-    if not differs.any():
-        return None
-    count = int(differs.sum())
-    if not differs.ndim:
-        return BitDifference(count, f"{name} differs: got {actual[()]}, expected {expected[()]}")
-    where = tuple(int(i) for i in np.argwhere(differs)[0])
-    return BitDifference(count, (
-        f"{name} differs in {count} of {differs.size} elements, first at {list(where)}: "
-        f"got {actual[where]}, expected {expected[where]}"
-    ))
-
-
-def _compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> _Diff | None:
-    """Compare a site's three outputs with the reference's; None when every bit agrees."""
-    problems, scalars, elements = [], 0, 0
-    for name, a, e in zip(OUTPUTS, actual, expected, strict=True):
-        difference = bit_difference(name, a, e, any_nan=True)
-        if difference is None:
-            continue
-        problems.append(difference.text)
-        # Worse is a wrong scalar or type before more wrong elements of y.
-        if name == "y" and difference.elements is not None:
-            elements = difference.elements
-        else:
-            scalars += 1
-    return _Diff((scalars, elements), "; ".join(problems)) if problems else None
-
-
 class _Tally:
     """Counts the mismatches of one site and keeps the worst.
 
@@ -305,10 +236,10 @@ class _Tally:
         self.result = SiteResult(site.name, site.graph)
         # The values that the site's readers read in REWRITTEN, as triples (see _Scopes.read).
         self.read: list[tuple[ir.Value, ...]] = []
-        self.worst: _Diff | None = None
+        self.worst: SiteDifference | None = None
         self.classes: Counter[str] = Counter()
 
-    def add(self, case: str, category: str, diff: _Diff | None, *, run: bool = True) -> None:
+    def add(self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True) -> None:
         self.result.cases += run
         if diff is None:
             return
@@ -480,7 +411,7 @@ def _canonical(graph: ir.Graph) -> None:
         node.metadata_props.clear()
     graph.inputs[0].name = "x"
     graph.inputs[0].type, graph.inputs[0].shape = ir.TensorType(ir.DataType.FLOAT), None
-    for value, name, dtype in zip(graph.outputs, OUTPUTS, _OUTPUT_TYPES):
+    for value, name, dtype in zip(graph.outputs, OUTPUTS, OUTPUT_TYPES):
         value.name = name
         if value.type is None:
             value.type = ir.TensorType(dtype)
@@ -876,25 +807,25 @@ class _SiteRunner:
     def __init__(self, catalogue: Sequence[Case], zero_range: str):
         self.catalogue = catalogue
         self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
-        self._results: dict[bytes, list[_Diff | None]] = {}
+        self._results: dict[bytes, list[SiteDifference | None]] = {}
 
-    def run(self, model: ir.Model) -> list[_Diff | None]:
+    def run(self, model: ir.Model) -> list[SiteDifference | None]:
         key = ir.serde.serialize_model(model).SerializeToString(deterministic=True)
         if key not in self._results:
             self._results[key] = self._run(model)
         return self._results[key]
 
-    def _run(self, model: ir.Model) -> list[_Diff | None]:
+    def _run(self, model: ir.Model) -> list[SiteDifference | None]:
         try:
             session = _session(model, threads=1)
         except Exception as error:  # noqa: BLE001 - whatever ORT refuses, the rewrite is at fault
-            return [_Diff(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
+            return [SiteDifference(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
             try:
-                diffs.append(_compare(session.run(list(OUTPUTS), {"x": case.x}), expected))
+                diffs.append(compare_site(session.run(list(OUTPUTS), {"x": case.x}), expected))
             except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
-                diffs.append(_Diff(_WORST, f"ORT failed: {one_line(error)}"))
+                diffs.append(SiteDifference(_WORST, f"ORT failed: {one_line(error)}"))
         return diffs
 
 
@@ -913,8 +844,7 @@ def verify(
     Models are paths (checked and loaded with :func:`dql_pass.load_model`), ModelProtos or
     ``ir.Model`` objects, which are read and left as they were.
     """
-    if zero_range not in ZERO_RANGE_POLICIES:
-        raise InputError(f"unknown zero-range policy {zero_range!r}; choose from {', '.join(ZERO_RANGE_POLICIES)}")
+    check_choice("zero-range policy", zero_range)
     if samples < 0:
         raise InputError(f"--samples must be 0 or more, not {samples}")
     if any(size < 0 for size in (dims or {}).values()):
@@ -950,7 +880,7 @@ def _check_sites(model: ir.Model, sites: Sequence[_Site], seed: int, zero_range:
             tally.read = scopes.read(tally.site)
             extracted = [_extract(model, graph, tally.site, values) for values in tally.read]
         except _LostOutput as lost:
-            tally.add("-", "lost output", _Diff(_WORST, str(lost)), run=False)
+            tally.add("-", "lost output", SiteDifference(_WORST, str(lost)), run=False)
             continue
         except _NotReachable as reason:
             tally.result.not_reachable = str(reason)
@@ -1017,7 +947,7 @@ def _check_model(
                 else "not checked in the models: what reads it in REWRITTEN is unknown"
             )
     original_names = {t.site.input: ir.DataType.FLOAT for t in exposed}
-    rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, _OUTPUT_TYPES)}
+    rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, OUTPUT_TYPES)}
     sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
     try:
         actual_runs = _run_all(rewritten, rewritten_names, sets)
@@ -1031,5 +961,5 @@ def _check_model(
         for label in sets:
             expected = dynamic_quantize_linear(expected_runs[label][tally.site.input], zero_range)
             for values in tally.read:
-                tally.add(label, "model input", _compare([actual_runs[label][v.name] for v in values], expected))
+                tally.add(label, "model input", compare_site([actual_runs[label][v.name] for v in values], expected))
     return _ModelCheck(_compare_outputs(original, rewritten, expected_runs, actual_runs), sets, notes=notes)

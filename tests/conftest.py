@@ -12,10 +12,10 @@ import onnx.backend.test.loader
 import onnx.inliner
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+
 
 import dql_pass
-from dql_pass.functions import MAX_OPSET
+from dql_pass.op import MAX_OPSET, one_node_model
 
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -32,19 +32,7 @@ def onnx_body(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def dql_model(opset: int, rank: int = 1, domain: str = "") -> onnx.ModelProto:
     """A model holding one DynamicQuantizeLinear node on an input of ``rank`` symbolic dims."""
-    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "y_scale", "y_zero_point"], domain=domain)
-    dims = [f"d{i}" for i in range(rank)]
-    graph = helper.make_graph(
-        [node],
-        "dql",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
-        [
-            helper.make_tensor_value_info("y", TensorProto.UINT8, dims),
-            helper.make_tensor_value_info("y_scale", TensorProto.FLOAT, []),
-            helper.make_tensor_value_info("y_zero_point", TensorProto.UINT8, []),
-        ],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+    return one_node_model([f"d{i}" for i in range(rank)], opset, domain=domain)
 
 
 def session(model: onnx.ModelProto, *, optimize: bool = True) -> ort.InferenceSession:

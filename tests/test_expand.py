@@ -13,7 +13,7 @@ from conftest import MODELS, assert_bits_equal, assert_outputs_bits_equal, dql_m
 from onnx import TensorProto, helper
 
 import dql_pass
-from dql_pass.functions import FUNCTION_DOMAIN
+from dql_pass.decomposition import FUNCTION_DOMAIN
 
 SAMPLES = sorted(MODELS.glob("*.onnx"))
 COMBINATIONS = [(v, m) for v in dql_pass.VARIANTS for m in dql_pass.MODES]
@@ -360,7 +360,7 @@ def test_ir_version_rises_to_what_the_output_needs(mode, ir_version):
 
 def test_opsets_beyond_onnx_are_refused_plainly():
     with pytest.raises(dql_pass.InputError, match="opset"):
-        dql_pass.expand(dql_model(dql_pass.functions.MAX_OPSET + 1))
+        dql_pass.expand(dql_model(dql_pass.op.MAX_OPSET + 1))
 
 
 def test_many_unnamed_sites_get_distinct_names_in_both_modes():

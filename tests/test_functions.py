@@ -13,7 +13,8 @@ from hypothesis.extra import numpy as hnp
 
 import dql_pass
 from dql_pass.catalogue import cases
-from dql_pass.functions import MAX_OPSET, MIN_OPSET, VARIANTS, function_proto
+from dql_pass.decomposition import function_proto
+from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS
 from dql_pass.reference import dynamic_quantize_linear
 
 F = np.float32

@@ -19,7 +19,7 @@ from onnxscript import rewriter
 import dql_pass
 from dql_pass import rules
 from dql_pass.cli import main
-from dql_pass.functions import MAX_OPSET
+from dql_pass.op import MAX_OPSET
 
 SAMPLES = ["mlp_dynamic", "conv_dynamic", "control_flow", "relu_dql", "opset21_dynamic"]
 QUANTIZE_DYNAMIC = ["mlp_dynamic", "conv_dynamic", "opset21_dynamic"]

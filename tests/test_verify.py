@@ -19,8 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass.catalogue import cases
 from dql_pass.cli import main
-from dql_pass.graphs import graph_scopes
-from dql_pass.verify import SiteResult, _input_sets, bit_difference, same_bits
+from dql_pass.walk import graph_scopes
+from dql_pass.compare import bit_difference, same_bits
+from dql_pass.verify import SiteResult, _input_sets
 
 from conftest import MODELS, dql_model, onnx_body
 

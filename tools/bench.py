@@ -81,8 +81,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass.files import atomic_path, external_tensors
-from dql_pass.verify import bit_difference
+from dql_pass.modelfiles import atomic_path, external_tensors
+from dql_pass.compare import bit_difference
 
 logger = logging.getLogger("bench")
 

@@ -25,7 +25,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from bench import quantize  # tools/bench.py, next to this script
-from dql_pass.files import atomic_path
+from dql_pass.modelfiles import atomic_path
 
 PRODUCER = "dql_pass tools/make_models.py"
 MAX_BYTES = 1 << 20

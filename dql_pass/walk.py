@@ -8,19 +8,16 @@ graph has its own path.
 
 from __future__ import annotations
 
-__all__ = ["Root", "ai_onnx_opset", "called_functions", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs"]
+__all__ = ["Root", "called_functions", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs"]
 
 import collections
 from collections.abc import Iterator
 
 import onnx_ir as ir
 
+from dql_pass.op import is_dql
+
 Root = ir.Graph | ir.Function
-
-
-def ai_onnx_opset(opset_imports: dict[str, int]) -> int | None:
-    """The ai.onnx version in ``opset_imports``, spelled ``""`` or ``"ai.onnx"``; onnx_ir keeps both spellings."""
-    return opset_imports.get("", opset_imports.get("ai.onnx"))
 
 
 def free_name(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:
@@ -64,14 +61,10 @@ def graph_scopes(model: ir.Model) -> dict[ir.Graph, tuple[str, Root]]:
     return scopes
 
 
-def _is_dql(node: ir.Node) -> bool:
-    return node.op_type == "DynamicQuantizeLinear" and node.domain in ("", "ai.onnx")
-
-
 def sites_by_graph(scopes: dict[ir.Graph, tuple[str, Root]]) -> dict[str, list[ir.Node]]:
     sites: dict[str, list[ir.Node]] = collections.defaultdict(list)
     for graph, (label, _) in scopes.items():
-        sites[label] += [node for node in graph if _is_dql(node)]
+        sites[label] += [node for node in graph if is_dql(node)]
     return {label: nodes for label, nodes in sites.items() if nodes}
 
 

@@ -21,14 +21,7 @@ all, Clip takes its bounds as inputs, Round is half to even), so one script serv
 
 from __future__ import annotations
 
-__all__ = [
-    "FUNCTION_DOMAIN",
-    "MAX_OPSET",
-    "MIN_OPSET",
-    "VARIANTS",
-    "function_name",
-    "function_proto",
-]
+__all__ = ["FUNCTION_DOMAIN", "function_name", "function_proto"]
 
 import functools
 
@@ -41,11 +34,10 @@ from onnxscript import FLOAT
 from onnxscript import opset11 as op
 
 from dql_pass import reference
+from dql_pass.errors import InputError
+from dql_pass.op import MAX_OPSET, MIN_OPSET, NAME, check_choice
 
-VARIANTS: tuple[str, ...] = ("quantizelinear", "arithmetic")
 FUNCTION_DOMAIN = "dql_pass"
-MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
-MAX_OPSET = onnx.defs.onnx_opset_version()
 
 
 def _tensor(value: float) -> onnx.TensorProto:
@@ -96,15 +88,14 @@ def _scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
 def function_name(variant: str, zero_range: str) -> str:
     """The name of the model-local function for a variant and zero-range policy."""
-    return f"DynamicQuantizeLinear_{variant}_{zero_range.replace('-', '_')}"
+    return f"{NAME}_{variant}_{zero_range.replace('-', '_')}"
 
 
 @functools.cache
 def _function_proto(variant: str, opset: int, zero_range: str) -> bytes:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
+    check_choice("variant", variant)
     if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ValueError(f"ai.onnx opset {opset} is outside {MIN_OPSET}..{MAX_OPSET}")
+        raise InputError(f"ai.onnx opset {opset} is outside {MIN_OPSET}..{MAX_OPSET}")
     # The variant calls the shared part; onnx_ir's inliner flattens the call into one body.
     model = ir.serde.deserialize_model(_scripts(zero_range)[variant].to_model_proto())
     ir.passes.common.InlinePass()(model)
