@@ -66,7 +66,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime
 from onnx import external_data_helper, numpy_helper
 
 from dql_pass import catalogue, reference, runtimes
@@ -83,7 +82,7 @@ logger = logging.getLogger(__name__)
 # full: it has no QuantizeLinear-28 kernel.
 DEFAULT_OPSETS: tuple[int, ...] = (11, 13, 18, 21, 27)
 FORMS: tuple[str, ...] = ("native", *VARIANTS)
-BACKENDS: tuple[str, ...] = ("onnxruntime", "reference")
+BACKENDS: tuple[str, ...] = tuple(runtimes.RUNTIMES)
 MANIFEST = "manifest.json"
 
 _FORMAT = "dql_pass conformance suite 1"
@@ -193,31 +192,6 @@ def _folder_name(case: str, form: str, opset: int) -> str:
     stem = re.sub(r"[^A-Za-z0-9_]", "_", case)
     expanded = "" if form == "native" else f"_expanded_{form}"
     return f"{_PREFIX}{stem}{expanded}_opset{opset}"
-
-
-def _known_differences(case: catalogue.Case, form: str, policy: str) -> dict[str, str]:
-    """Backends that are known to give other outputs than the expected ones, with the reason.
-
-    These are the measured behaviours of onnx 1.23 and onnxruntime 1.32 (see docs/SEMANTICS.md).
-    """
-    known: dict[str, str] = {}
-    if form == "native" and case.zero_range:
-        if case.x.size == 0:
-            known["reference"] = "onnx.reference's DynamicQuantizeLinear raises on an empty input (a reduction of no elements)"
-        elif policy == "onnxruntime":
-            known["reference"] = "onnx.reference gives a zero range the scale 1/255; the onnxruntime policy expects 1.0"
-        if policy == "onnx-reference":
-            known["onnxruntime"] = "ORT's kernel gives a zero range the scale 1.0; the onnx-reference policy expects 1/255"
-    if form == "quantizelinear" and case.comparable:
-        _, scale, _ = reference.dynamic_quantize_linear(case.x, policy)
-        with np.errstate(all="ignore"):
-            overflows = bool(np.isposinf(case.x / scale).any())
-        if overflows:
-            known["reference"] = (
-                "onnx.reference's QuantizeLinear sends x/scale = +inf to 0 (rint(inf) cast to int32); "
-                "the expected value saturates to 255"
-            )
-    return known
 
 
 def _write_case(folder: Path, model: onnx.ModelProto, x: np.ndarray, expected: Sequence[np.ndarray]) -> None:
@@ -400,7 +374,7 @@ def generate_suite(
                     if reason is not None:
                         left_out.append(LeftOut(folder, case.name, opset, form, reason))
                         continue
-                    known = _known_differences(case, form, zero_range)
+                    known = {r.name: "; ".join(d) for r in runtimes.RUNTIMES.values() if (d := r.differences(case.x, form, zero_range))}
                     for other in runtimes.RUNTIMES:
                         other_reason = None if other == runtime else _lacks(model, other, opset)
                         if other_reason is not None:
@@ -442,7 +416,6 @@ def generate_suite(
 
 # --- running ----------------------------------------------------------------------------------
 
-_Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 
 class _Refused(Exception):
@@ -552,31 +525,7 @@ def _data_set_tensors(
     return found
 
 
-def _onnxruntime(model: Path) -> _Runner:
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # errors only: the runner reports failures itself
-    session = onnxruntime.InferenceSession(os.fspath(model), options, providers=["CPUExecutionProvider"])
-    return lambda feeds: session.run(None, feeds)
-
-
-def _reference(model: Path) -> _Runner:
-    from onnx.reference import ReferenceEvaluator
-
-    evaluator = ReferenceEvaluator(os.fspath(model))
-
-    def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        # 0/0 and inf/inf are part of the tests: numpy's warnings about them are noise.
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return evaluator.run(None, feeds)
-
-    return run
-
-
-_BACKENDS = {"onnxruntime": _onnxruntime, "reference": _reference}
-
-
-def _mismatch(folder: Path, root: Path, load: Callable[[Path], _Runner]) -> str | None:
+def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None:
     """Run every data set of one test folder; None when all outputs match, else the first difference.
 
     Every file is read and checked before the backend loads the model, so a missing or refused one
@@ -606,9 +555,9 @@ def _mismatch(folder: Path, root: Path, load: Callable[[Path], _Runner]) -> str 
             _data_set_tensors(data_set, root, "input", inputs),
             _data_set_tensors(data_set, root, "output", outputs),
         ))
-    run = load(folder / _MODEL)
+    session = runtime.load(folder / _MODEL)
     for data_set, feeds, expected in tensors:
-        got = run(feeds)
+        got = session.run(feeds)
         for value, actual in zip(outputs, got, strict=True):
             problem = bit_difference(value.name, actual, expected[value.name])
             if problem is not None:
@@ -619,7 +568,7 @@ def _mismatch(folder: Path, root: Path, load: Callable[[Path], _Runner]) -> str 
 def _outcome(folder: Path, root: Path, entry: dict, backend: str) -> Outcome:
     crash = mismatch = None
     try:
-        mismatch = _mismatch(folder, root, _BACKENDS[backend])
+        mismatch = _mismatch(folder, root, runtimes.get(backend))
     except _Refused as refusal:  # the test itself is broken: no known difference or NaN input excuses that
         return Outcome(folder.name, "FAIL", str(refusal))
     except Exception as error:  # whatever the backend raises is the case's result, not the runner's
@@ -669,8 +618,7 @@ def run_suite(
     and which differences of a backend are known (reported as XFAIL, not as failures).
     ``progress`` is called with each outcome as soon as it is known.
     """
-    if backend not in _BACKENDS:
-        raise InputError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    runtimes.get(backend)
     path = Path(outdir)
     if not path.is_dir():
         raise InputError(f"{path}: no such folder")

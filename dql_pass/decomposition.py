@@ -4,9 +4,11 @@ This module is the single source of the decomposition: the pass, the function mo
 conformance suites all stamp what it builds. Two variants exist:
 
 - ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
-  QuantizeLinear; 14 nodes, as cheap as ONNX's own function body (16 nodes).
+  QuantizeLinear; as cheap as ONNX's own function body.
 - ``arithmetic``: no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack
-  QuantizeLinear too; 19 nodes.
+  QuantizeLinear too.
+
+:func:`variant` gives each one's record (summary, node count, longest path), read off its body.
 
 Both carry the guards that ``docs/SEMANTICS.md`` asks for, on scalars only:
 
@@ -21,8 +23,9 @@ all, Clip takes its bounds as inputs, Round is half to even), so one script serv
 
 from __future__ import annotations
 
-__all__ = ["FUNCTION_DOMAIN", "function_name", "function_proto"]
+__all__ = ["FUNCTION_DOMAIN", "Variant", "function_name", "function_proto", "variant"]
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -112,3 +115,32 @@ def function_proto(
     proto = onnx.FunctionProto()
     proto.ParseFromString(_function_proto(variant, opset, zero_range))
     return proto
+
+
+_SUMMARIES = {
+    "quantizelinear": "two reductions, scalar arithmetic for the scale and the zero point, then QuantizeLinear",
+    "arithmetic": "no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack QuantizeLinear too",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One variant's facts, read off its FunctionProto so that no other file copies them."""
+
+    name: str
+    summary: str
+    nodes: int  # compute nodes per site, Constant nodes left out (inline mode shares them)
+    longest_path: int  # compute nodes on the longest path from x to an output
+    op_types: frozenset[str]
+
+
+@functools.cache
+def variant(name: str, opset: int = MAX_OPSET) -> Variant:
+    """The record of variant ``name`` at ai.onnx ``opset``."""
+    check_choice("variant", name)
+    nodes = [node for node in function_proto(name, opset).node if node.op_type != "Constant"]
+    depth: dict[str, int] = {}
+    for node in nodes:  # a FunctionProto lists its nodes in topological order
+        depth.update((output, 1 + max((depth.get(i, 0) for i in node.input), default=0)) for output in node.output)
+    return Variant(name, _SUMMARIES[name], len(nodes), max(depth.values()), frozenset(n.op_type for n in nodes))
+

@@ -73,12 +73,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 
 from dql_pass.catalogue import Case, cases
 from dql_pass.errors import InputError
 from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph
-from dql_pass.modelfiles import as_ir_model, atomic_path, external_base_dirs, external_tensors, one_line
+from dql_pass import runtimes
+from dql_pass.modelfiles import as_ir_model, atomic_path, external_tensors, one_line
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS, check_choice
 from dql_pass.reference import dynamic_quantize_linear
@@ -94,7 +94,7 @@ _MAX_INPUT_BYTES = 4 << 30  # all synthesized input sets together
 _SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
 # Ops that hand token ids on unchanged, on the way to the Gather that reads them.
 _ID_PASS_THROUGH = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
-_IN_MEMORY_BYTES = 1 << 20
+_ORT = runtimes.get("onnxruntime")
 _WORST = (9, 0)  # the severity of a site that cannot run at all
 
 
@@ -249,55 +249,6 @@ class _Tally:
         if self.worst is None or diff.severity > self.worst.severity:
             self.worst = diff
             self.result.worst_case, self.result.worst_class, self.result.detail = case, category, diff.detail
-
-
-# -- ORT -------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _small_tensors_in_memory(model: ir.Model):
-    """Temporarily read external tensor attributes and small external initializers.
-
-    The session gets the model as bytes: an attribute's external data would not be found, and ORT's
-    shape inference needs the initializers' values (axes, shapes). The caller's model gets its
-    tensors back afterwards.
-    """
-    swapped = [
-        (value, value.const_value) for graph in model.graphs() for value in graph.initializers.values()
-        if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.nbytes <= _IN_MEMORY_BYTES
-    ]
-    roots: list[Root] = [model.graph, *model.functions.values()]
-    attributes = [
-        (node, attr) for root in roots for node in ir.traversal.RecursiveGraphIterator(root)
-        for attr in node.attributes.values()
-        if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor)
-    ]
-    for value, tensor in swapped:
-        value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
-    for node, attr in attributes:
-        node.attributes[attr.name] = ir.AttrTensor(attr.name, ir.tensor(attr.value.numpy(), name=attr.value.name))
-    try:
-        yield
-    finally:
-        for value, tensor in swapped:
-            value.const_value = tensor
-        for node, attr in attributes:
-            node.attributes[attr.name] = attr
-
-
-def _session(model: ir.Model, *, threads: int = 0) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = threads
-    # "basic" folds constants and drops no-ops but fuses nothing: each kernel runs as written.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    folders = external_base_dirs(model)
-    if folders:
-        # Large weights stay on disk; ORT reads them from their folder.
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(min(folders)))
-    with _small_tensors_in_memory(model):
-        proto = ir.serde.serialize_model(model)
-    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 # -- site extraction -------------------------------------------------------------------------------
@@ -684,15 +635,14 @@ def _run_all(
 ) -> dict[str, dict[str, np.ndarray]]:
     """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
     with _exposed(model, names):
-        session = _session(model)
-    fetched = [o.name for o in session.get_outputs()]
-    fed = {i.name for i in session.get_inputs()}
+        session = _ORT.load(model, optimize="basic")
+    fetched = session.output_names
     values = _values_by_name(model.graph)
     constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
     results = {}
     for label, feeds in sets.items():
         out = {**constants, **feeds}
-        out.update(zip(fetched, session.run(fetched, {n: a for n, a in feeds.items() if n in fed})))
+        out.update(zip(fetched, session.run(feeds)))
         results[label] = out
     return results
 
@@ -817,13 +767,13 @@ class _SiteRunner:
 
     def _run(self, model: ir.Model) -> list[SiteDifference | None]:
         try:
-            session = _session(model, threads=1)
+            session = _ORT.load(model, threads=1, optimize="basic")
         except Exception as error:  # noqa: BLE001 - whatever ORT refuses, the rewrite is at fault
             return [SiteDifference(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
             try:
-                diffs.append(compare_site(session.run(list(OUTPUTS), {"x": case.x}), expected))
+                diffs.append(compare_site(session.run({"x": case.x}, OUTPUTS), expected))
             except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
                 diffs.append(SiteDifference(_WORST, f"ORT failed: {one_line(error)}"))
         return diffs

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import MODELS, digest, dql_model, session
+from helpers import MODELS, digest, dql_model, session
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
@@ -74,7 +74,7 @@ def weighted_model(folder: Path, name: str, weight: float, offset: float, *, dat
 
 def computed(path: Path) -> float:
     """What the model at ``path`` computes for ``out`` (one value: w + offset everywhere)."""
-    out = session(onnx.load(path)).run(["out"], {"x": np.ones(4, np.float32)})[0]
+    out = session(onnx.load(path)).run({"x": np.ones(4, np.float32)}, ["out"])[0]
     assert np.unique(out).size == 1, "a torn model: its weights are not one value"
     return float(out.flat[0])
 

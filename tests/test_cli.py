@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import MODELS, digest, dql_model
+from helpers import MODELS, digest, dql_model
 from onnx import TensorProto, helper
 
 from dql_pass.cli import main

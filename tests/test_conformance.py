@@ -229,7 +229,7 @@ def test_the_api_rejects_bad_options(tmp_path):
         conformance.generate_suite(tmp_path / "dql", names=("no_such_case",))
     with pytest.raises(InputError, match="unknown zero-range policy"):
         conformance.generate_suite(tmp_path / "dql", zero_range="half")
-    with pytest.raises(InputError, match="unknown backend"):
+    with pytest.raises(InputError, match="unknown runtime"):
         conformance.run_suite(tmp_path, "tvm")
 
 

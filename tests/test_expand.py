@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import MODELS, assert_bits_equal, assert_outputs_bits_equal, dql_model, session
+from helpers import MODELS, assert_bits_equal, assert_outputs_bits_equal, dql_model, session
 from onnx import TensorProto, helper
 
 import dql_pass
@@ -78,9 +78,9 @@ def test_sample_models_expand_bit_exactly(path, variant, mode):
 
     reference = session(_with_dql_outputs(original, dql_outputs))
     candidate = session(_with_dql_outputs(expanded, dql_outputs))
-    assert [o.name for o in candidate.get_outputs()] == [o.name for o in reference.get_outputs()]
+    assert candidate.output_names == reference.output_names
     for feed in _feeds(original, seed=len(path.stem)):
-        assert_outputs_bits_equal(candidate.run(None, feed), reference.run(None, feed))
+        assert_outputs_bits_equal(candidate.run(feed), reference.run(feed))
 
 
 def _site_model(opset: int = 13, sites: int = 3) -> onnx.ModelProto:
@@ -183,8 +183,8 @@ def test_new_names_never_clash_across_scopes(variant, mode):
                 names += [o for n in attr.g.node for o in n.output]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
     x = np.array([0.5, -2.0, 7.25], np.float32)
-    want = session(model).run(None, {"x": x, "cond": np.array(True)})
-    got = session(expanded).run(None, {"x": x, "cond": np.array(True)})
+    want = session(model).run({"x": x, "cond": np.array(True)})
+    got = session(expanded).run({"x": x, "cond": np.array(True)})
     assert_outputs_bits_equal(got, want)
 
 
@@ -195,7 +195,7 @@ def test_ai_onnx_domain_spelling():
     assert {o.version for o in expanded.opset_import if o.domain in ("", "ai.onnx")} == {13}
     onnx.checker.check_model(expanded, full_check=True)
     x = np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32)
-    assert_bits_equal(session(expanded).run(None, {"x": x})[0], np.array([153, 255, 0, 26, 221, 179], np.uint8))
+    assert_bits_equal(session(expanded).run({"x": x})[0], np.array([153, 255, 0, 26, 221, 179], np.uint8))
 
 
 def test_idempotent_and_no_dql_is_unchanged():
@@ -243,8 +243,8 @@ def test_external_data_is_referenced_next_to_the_input(tmp_path):
     dql_pass.save_model(expanded, tmp_path / "expanded.onnx", source=source)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["expanded.onnx", "model.onnx", "weights.bin"]
     x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
-    want = session(onnx.load(source)).run(None, {"x": x})[0]
-    got = session(onnx.load(tmp_path / "expanded.onnx")).run(None, {"x": x})[0]
+    want = session(onnx.load(source)).run({"x": x})[0]
+    got = session(onnx.load(tmp_path / "expanded.onnx")).run({"x": x})[0]
     assert_bits_equal(got, want)
 
 
@@ -256,8 +256,8 @@ def test_external_data_follows_an_output_elsewhere(tmp_path):
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert len(written) == 2 and written[0] == "expanded.onnx" and re.fullmatch(r"expanded\.onnx\.[0-9a-f]{12}\.data", written[1])
     x = np.ones((2, 64), np.float32)
-    want = session(onnx.load(source)).run(None, {"x": x})[0]
-    got = session(onnx.load(tmp_path / "out" / "expanded.onnx")).run(None, {"x": x})[0]
+    want = session(onnx.load(source)).run({"x": x})[0]
+    got = session(onnx.load(tmp_path / "out" / "expanded.onnx")).run({"x": x})[0]
     assert_bits_equal(got, want)
 
 
@@ -303,8 +303,8 @@ def test_external_tensors_in_attributes_and_subgraphs_follow_the_output(tmp_path
     x = np.array([[1.0, -2.0, 0.25, 3.0]], np.float32)
     for flag in (True, False):
         feed = {"x": x, "c": np.array(flag)}
-        want = session(onnx.load(source)).run(None, feed)[0]
-        got = session(onnx.load(target)).run(None, feed)[0]
+        want = session(onnx.load(source)).run(feed)[0]
+        got = session(onnx.load(target)).run(feed)[0]
         assert_bits_equal(got, want)
 
 
@@ -323,7 +323,7 @@ def test_a_different_function_holding_our_name_is_not_reused():
     expanded = dql_pass.expand(model, mode="function")
     assert sorted(f.name for f in expanded.functions) == [name, f"{name}_1"]
     x = np.array([1, -2, 0.5, 3.25], np.float32)
-    assert_outputs_bits_equal(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x}))
+    assert_outputs_bits_equal(session(expanded).run({"x": x}), session(model).run({"x": x}))
     again = dql_pass.expand(dql_pass.expand(model, mode="function"), mode="function")
     assert len(again.functions) == 2
 
@@ -346,7 +346,7 @@ def test_dql_in_a_function_with_an_older_opset(mode):
     expanded = dql_pass.expand(model, mode=mode)
     onnx.checker.check_model(expanded, full_check=True)
     x = np.array([0, 2, -3, -2.5, 1.34], np.float32)
-    assert_outputs_bits_equal(session(expanded).run(None, {"x": x}), session(model).run(None, {"x": x}))
+    assert_outputs_bits_equal(session(expanded).run({"x": x}), session(model).run({"x": x}))
 
 
 @pytest.mark.parametrize("mode, ir_version", [("inline", 4), ("function", 8)])

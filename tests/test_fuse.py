@@ -13,7 +13,7 @@ import onnx.inliner
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from conftest import MODELS, assert_outputs_bits_equal, digest, dql_model, newest_ort_opset, onnx_body, session
+from helpers import MODELS, assert_outputs_bits_equal, digest, dql_model, newest_ort_opset, onnx_body, session
 from onnxscript import rewriter
 
 import dql_pass
@@ -67,7 +67,7 @@ def assert_same_on_ort(actual: onnx.ModelProto, expected: onnx.ModelProto) -> No
     """Every graph output bit-identical on random inputs and on all-zero inputs."""
     for zeros in (False, True):
         feeds = _feeds(expected, zeros)
-        assert_outputs_bits_equal(session(actual, optimize=False).run(None, feeds), session(expected, optimize=False).run(None, feeds))
+        assert_outputs_bits_equal(session(actual, optimize=False).run(feeds), session(expected, optimize=False).run(feeds))
 
 
 def fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dql_pass.FuseReport]:
@@ -207,7 +207,7 @@ def test_onnx_conformance_expanded_models_fuse():
         assert [o.name for o in result.graph.output] == ["y", "y_scale", "y_zero_point"]
         assert report.fused == {"main": {"onnx_function_body_11": 1}}
         for inputs, outputs in test.data_sets:
-            assert_outputs_bits_equal(session(result, optimize=False).run(None, {"x": inputs[0]}), outputs)
+            assert_outputs_bits_equal(session(result, optimize=False).run({"x": inputs[0]}), outputs)
 
 
 def test_input_proto_is_untouched_and_fusing_again_changes_nothing():
@@ -268,7 +268,7 @@ def test_an_ai_onnx_import_fuses_into_a_valid_model():
     assert [(o.domain, o.version) for o in fused.opset_import] == [("", 13)]
     onnx.checker.check_model(fused, full_check=True)
     x = np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32)
-    assert_outputs_bits_equal(session(fused).run(None, {"x": x}), session(dql_model(13)).run(None, {"x": x}))
+    assert_outputs_bits_equal(session(fused).run({"x": x}), session(dql_model(13)).run({"x": x}))
 
 
 def test_a_model_without_decomposition_is_left_as_it_was():

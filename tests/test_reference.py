@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_bits_equal, assert_outputs_bits_equal, onnx_node_tests, run_cached
+from helpers import assert_bits_equal, assert_outputs_bits_equal, onnx_node_tests, run_cached
 
 from dql_pass.catalogue import cases
 from dql_pass.reference import dynamic_quantize_linear

@@ -23,7 +23,7 @@ from dql_pass.walk import graph_scopes
 from dql_pass.compare import bit_difference, same_bits
 from dql_pass.verify import SiteResult, _input_sets
 
-from conftest import MODELS, dql_model, onnx_body
+from helpers import MODELS, dql_model, onnx_body
 
 SAMPLES = sorted(MODELS.glob("*.onnx"))
 MLP = MODELS / "mlp_dynamic.onnx"
