@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,14 +14,16 @@ import onnx.backend.test.loader
 import onnx.inliner
 import onnx_ir as ir
 import onnxruntime as ort
+import onnxscript
 import pytest
 from helpers import MODELS, assert_outputs_bits_equal, digest, dql_model, newest_ort_opset, onnx_body, session
 from onnxscript import rewriter
 
 import dql_pass
-from dql_pass import rules
 from dql_pass.cli import main
-from dql_pass.op import MAX_OPSET
+from dql_pass.fusion import UnsupportedOnnxscript, _onnxscript_compat, fuse_rules
+from dql_pass.fusion.rules import _BodyFusion, body_problems
+from dql_pass.op import MAX_OPSET, MIN_OPSET
 
 SAMPLES = ["mlp_dynamic", "conv_dynamic", "control_flow", "relu_dql", "opset21_dynamic"]
 QUANTIZE_DYNAMIC = ["mlp_dynamic", "conv_dynamic", "opset21_dynamic"]
@@ -42,6 +46,11 @@ def dql_outputs(model: onnx.ModelProto | ir.Model) -> dict[str, list[tuple[str, 
         label: sorted(tuple(v.name for v in node.outputs) for node in nodes)
         for label, nodes in dql_pass.find_sites(model).items()
     }
+
+
+def dql_names(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Graph path -> the names of its DQL nodes."""
+    return {label: sorted(n.name for n in nodes) for label, nodes in dql_pass.find_sites(ir.serde.deserialize_model(model)).items()}
 
 
 def all_nodes(model: onnx.ModelProto) -> list[str]:
@@ -89,6 +98,7 @@ def test_fuse_undoes_expand(name, variant, mode, zero_range):
     assert not dql_outputs(expanded)
     result, report = fused(expanded)
     assert dql_outputs(result) == dql_outputs(original)
+    assert dql_names(result) == dql_names(original)  # named and unnamed alike
     assert report.total == sum(map(len, dql_outputs(original).values())) and not report.left_alone
     # Only the onnx-reference policy computed something else than ORT's node (1/255 on a zero range).
     assert [("1/255" in note) for note in report.notes.values()] == ([True] if zero_range == "onnx-reference" else [])
@@ -184,7 +194,7 @@ def test_rules_work_with_the_plain_rewriter():
     """fuse_rules() is an ordinary RewriteRuleSet for onnxscript.rewriter.rewrite."""
     original = sample("control_flow")
     for decomposed in (dql_pass.expand(original, variant="arithmetic"), onnx_body(original)):
-        result = rewriter.rewrite(decomposed, pattern_rewrite_rules=rules.fuse_rules())
+        result = rewriter.rewrite(decomposed, pattern_rewrite_rules=fuse_rules())
         onnx.checker.check_model(result, full_check=True)
         # The rewriter names the unnamed If/Loop/Scan nodes, so graph paths differ: compare the outputs.
         assert sorted(sum(dql_outputs(result).values(), [])) == sorted(sum(dql_outputs(original).values(), []))
@@ -525,3 +535,89 @@ def test_cli_refuses_to_overwrite_its_input(tmp_path, capsys):
     assert main(["fuse", str(source), "-o", str(source)]) == 2
     assert "output path is the input path" in capsys.readouterr().err
     assert digest(source) == before
+
+
+# --- The onnxscript seam: the version check, and the invariant the matcher relies on ------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [("0.7.0", True), ("0.7.2", True), ("0.6.2", False), ("0.8.0", False), ("0.8.0.dev20260101", False),
+     ("0.70.1", False), ("1.0", False), ("unknown", False)],
+)
+def test_the_onnxscript_version_check(version, supported):
+    if supported:
+        _onnxscript_compat.check_version(version)
+        return
+    with pytest.raises(UnsupportedOnnxscript) as raised:
+        _onnxscript_compat.check_version(version)
+    message = str(raised.value)
+    assert isinstance(raised.value, ImportError)
+    assert message.count("\n") == 0 and message.count(". ") == 0, message  # one sentence
+    assert f"onnxscript 0.7.x, and onnxscript {version} is installed" in message
+
+
+def test_importing_the_fusion_with_an_unsupported_onnxscript_says_so(monkeypatch):
+    """The check runs when dql_pass.fusion is imported, before any of the rewriter's internals are used."""
+    monkeypatch.setattr(onnxscript, "__version__", "0.8.0")
+    for name in [m for m in sys.modules if m == "dql_pass.fusion" or m.startswith("dql_pass.fusion.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ImportError, match=r"^dql_pass's fusion works with onnxscript 0\.7\.x, and onnxscript 0\.8\.0 is installed"):
+        importlib.import_module("dql_pass.fusion")
+
+
+def _bodies() -> dict[str, onnx.FunctionProto]:
+    """Every body a rule fuses, at every opset: dql_pass's variants and policies, and ONNX's own."""
+    schema = onnx.defs.get_schema("DynamicQuantizeLinear")
+    bodies = {
+        f"onnx-{v}": onnx.FunctionProto.FromString(schema.get_function_with_opset_version(v))
+        for v in schema.function_opset_versions
+    }
+    for opset in range(MIN_OPSET, MAX_OPSET + 1):
+        for variant in dql_pass.VARIANTS:
+            for zero_range in dql_pass.ZERO_RANGE_POLICIES:
+                bodies[f"{variant}-{zero_range}-{opset}"] = dql_pass.function_proto(variant, opset, zero_range)
+    return bodies
+
+
+def test_every_body_keeps_the_matchers_invariant():
+    bodies = _bodies()
+    assert len(bodies) == 1 + len(dql_pass.VARIANTS) * len(dql_pass.ZERO_RANGE_POLICIES) * (MAX_OPSET - MIN_OPSET + 1)
+    assert {name: body_problems(body) for name, body in bodies.items() if body_problems(body)} == {}
+
+
+def _reversed(body: onnx.FunctionProto) -> None:
+    body.node.reverse()
+
+
+def _zero_point_from_x(body: onnx.FunctionProto) -> None:
+    """y_zero_point computed from x by a node of its own, away from y's nodes."""
+    (cast,) = [n for n in body.node if n.output == ["y_zero_point"]]
+    cast.input[0] = "x"
+
+
+def _third_reduction(body: onnx.FunctionProto) -> None:
+    body.node.append(onnx.helper.make_node("ReduceMin", ["x"], ["unused_min"], keepdims=0))
+
+
+def _constant_as_float(body: onnx.FunctionProto) -> None:
+    constant = next(n for n in body.node if n.op_type == "Constant")
+    constant.ClearField("attribute")
+    constant.attribute.append(onnx.helper.make_attribute("value_float", 255.0))
+
+
+@pytest.mark.parametrize(
+    ("break_body", "problem"),
+    [
+        (_reversed, "before they are computed"),
+        (_zero_point_from_x, "y_zero_point is computed away from y's nodes"),
+        (_third_reduction, "exactly one ReduceMin and one ReduceMax"),
+        (_constant_as_float, "does not hold its tensor in 'value'"),
+    ],
+)
+def test_a_body_that_breaks_the_invariant_is_refused(break_body, problem):
+    body = dql_pass.function_proto("arithmetic", MIN_OPSET)
+    break_body(body)
+    assert any(problem in p for p in body_problems(body)), body_problems(body)
+    with pytest.raises(ValueError, match="breaks the matcher's invariant"):
+        _BodyFusion("broken", body)

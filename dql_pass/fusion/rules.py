@@ -1,6 +1,6 @@
 """onnxscript rewriter rules that fuse a decomposed DynamicQuantizeLinear back into one node.
 
-The rules, all ``RewriteRuleClassBase`` rules of onnxscript's pattern API:
+The rules, each a small class whose ``rule()`` gives an onnxscript ``RewriteRule``:
 
 - ``OnnxFunctionBodyFusion``: ONNX's own function body of the operator, as ``onnx.inliner``
   (``inline_schema_functions=True``) and exporters write it, with the two Identity nodes that name
@@ -35,20 +35,24 @@ What a rule checks before it fuses, so that the fused node computes exactly what
 
 The fused node keeps the three output values' names (the rewriter hands them over) and takes the
 name of the node that produced y, without the ``/QuantizeLinear`` or ``/Cast`` suffix that
-dql_pass's expansion adds. The rewriter puts it where y was computed, the block's last node in
-what onnx.inliner, exporters and dql_pass write; a block whose y_scale is consumed between its own
+dql_pass's expansion adds: ``fuse(expand(m))`` gives m's DQL nodes their names back. A name that
+is y's own comes back as no name, since expand names an unnamed DQL's nodes after y (so a DQL
+named exactly like its y output comes back unnamed). The rewriter puts the node where y was
+computed, the block's last node in what onnx.inliner, exporters and dql_pass write; a block whose y_scale is consumed between its own
 nodes would need a topological sort afterwards, which :func:`dql_pass.fuse` always does.
 ``expand_rules()`` is left out on purpose: expansion needs names that are unique across subgraphs,
 which :mod:`dql_pass.expand` provides and the rewriter does not.
 
 Also here: ``behaviour_notes()`` (how the nodes fused by a rule differ from the block) and
-``closest_miss()`` (how far the rules got at some nodes, and why they stopped) for reports.
+``body_problems()`` (whether a body keeps the invariant that the rules' matcher and the diagnosis
+rely on: x read by one ReduceMin and one ReduceMax, nodes in topological order, each Constant
+node's tensor in ``value``, and every output but y computed in y's backward slice or next to it;
+see :mod:`dql_pass.fusion._onnxscript_compat`). Every body a rule is built from is checked.
 
-The patterns of ONNX's body with its Identity nodes and of the arithmetic body have several
-output nodes; onnxscript's default matcher tries every node of the graph with the same op type
-for each of them, which is quadratic in the number of Identity or Cast nodes of a real model
-(100 inlined sites in 2,400 nodes: over 500 s, against 0.6 s). ``_NeighbourMatcher`` tries only
-the consumers of the nodes that the first output node matched.
+Each rule class has ``pattern``, ``check`` and ``rewrite`` as onnxscript's rule classes have them;
+``rule()`` builds the ``RewriteRule`` with onnxscript's public constructor and the matcher of
+:mod:`dql_pass.fusion._onnxscript_compat` (not ``RewriteRuleClassBase.rule()``, which takes no
+matcher). ``fuse_rules()`` at the end composes them into the ``RewriteRuleSet`` callers apply.
 """
 
 from __future__ import annotations
@@ -56,18 +60,16 @@ from __future__ import annotations
 __all__ = [
     "DqlPassBodyFusion",
     "DqlPassCallFusion",
-    "Miss",
     "OnnxFunctionBodyFusion",
     "behaviour_notes",
-    "closest_miss",
+    "body_problems",
     "fuse_rules",
 ]
 
 import collections
 import dataclasses
-import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -76,6 +78,8 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter.pattern import MatchResult, MatchStatus, RewriteRule, RewriteRuleSet
 
 from dql_pass import decomposition
+from dql_pass.fusion._onnxscript_compat import NAME_TAG, NeighbourMatcher
+from dql_pass.fusion.diagnosis import closest_miss
 from dql_pass.op import MIN_OPSET, NAME, VARIANTS, ZERO_RANGE_POLICIES, ai_onnx_opset
 
 
@@ -106,77 +110,29 @@ _ONNX_REFERENCE_NOTE = (
 )
 
 
-class _NeighbourMatcher(pattern.SimplePatternMatcher):
-    """SimplePatternMatcher that looks for the other output nodes next to the first one only.
-
-    A pattern's first output node is matched at the candidate node as usual; the other output
-    nodes are then searched among the consumers of the nodes that match bound, not among every
-    node of the graph. Each other output node must consume a value of the first one's match,
-    which holds for every pattern of this module.
-    """
-
-    def match(
-        self,
-        model: ir.Model,
-        graph_or_function: ir.Graph | ir.Function,
-        node: ir.Node,
-        *,
-        verbose: int = 0,
-        remove_nodes: bool = True,
-        tracer: pattern.MatchingTracer | None = None,
-    ) -> MatchResult:
-        if self.pattern.has_single_output_node:
-            return super().match(
-                model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes, tracer=tracer
-            )
-        self._tracer = tracer
-        self._graph = graph_or_function if isinstance(graph_or_function, ir.Graph) else graph_or_function.graph
-        first, *others = self.pattern.output_nodes
-        self._init_match(verbose)
-        if not self._match_node(first, node):
-            return self._match
-        neighbours = list(
-            dict.fromkeys(
-                consumer
-                for matched in self._match.nodes
-                for value in matched.outputs
-                for consumer in value.consumers()
-                if consumer.graph is node.graph
-            )
-        )
-        candidates = [[node]] + [
-            [n for n in neighbours if other.op_identifier() in (None, n.op_identifier())] for other in others
-        ]
-        for combination in itertools.product(*candidates):
-            self._init_match(verbose)
-            match = self._multi_match(combination, check_removable=remove_nodes)
-            if match:
-                return match
-        if all(candidates[1:]):
-            return match
-        missing = ", ".join(other.op_type for other, found in zip(others, candidates[1:]) if not found)
-        return MatchResult().fail(f"no {missing} node next to the block produces its other outputs", node)
-
-
-class _FusionRule(pattern.RewriteRuleClassBase):
+class _FusionRule:
     """A fusion into one DynamicQuantizeLinear node; ``note`` says how the fused node behaves differently."""
 
-    note: str | None = None
+    def __init__(self, name: str, note: str | None = None):
+        self.name = name
+        self.note = note
 
-    @classmethod
-    def rule(cls, *args, **kwargs) -> RewriteRule:
-        return cls(*args, **kwargs).to_rule()
-
-    def to_rule(self) -> RewriteRule:
-        return RewriteRule(self.pattern, self.rewrite, self.check, matcher=_NeighbourMatcher, name=self.name)
+    def rule(self) -> RewriteRule:
+        return RewriteRule(self.pattern, self.rewrite, self.check, matcher=NeighbourMatcher, name=self.name)
 
     def rewrite(self, op, x: ir.Value, y: ir.Value, **_) -> Sequence[ir.Value]:
-        return op.DynamicQuantizeLinear(x, _outputs=3, _name=_fused_name(y.producer()))
+        name = _fused_name(y)
+        outputs = op.DynamicQuantizeLinear(x, _outputs=3, _name=name)
+        outputs[0].producer().metadata_props[NAME_TAG] = name or ""  # what fusing names it, not NameFixPass
+        return outputs
 
 
-def _fused_name(root: ir.Node) -> str | None:
-    """The name of the node that produced y, without the ``/<op>[_<n>]`` suffix of dql_pass's expansion."""
-    return re.sub(rf"/{root.op_type}(_\d+)?$", "", root.name or "") or None
+def _fused_name(y: ir.Value) -> str | None:
+    """The name of the node that produced y, without the ``/<op>[_<n>]`` suffix of dql_pass's
+    expansion; None when what is left is y's own name (expand names an unnamed DQL's nodes after y)."""
+    root = y.producer()
+    name = re.sub(rf"/{root.op_type}(_\d+)?$", "", root.name or "")
+    return None if name in ("", y.name) else name
 
 
 def _ai_onnx_opset(context) -> int:
@@ -249,6 +205,47 @@ def _attribute_mismatch(node: ir.Node, expected: set[str]) -> str | None:
     return None
 
 
+def body_problems(body: onnx.FunctionProto) -> list[str]:
+    """How ``body`` breaks the invariant the rules and the diagnosis rely on; empty when it keeps it.
+
+    The invariant: one input x and the outputs y, y_scale, y_zero_point; nodes in topological
+    order; each Constant node holds its tensor in ``value``; x is read by exactly one ReduceMin
+    and one ReduceMax (how :mod:`dql_pass.fusion.diagnosis` finds blocks left alone), and y is
+    computed from both; every output but y is computed in y's backward slice or by a node that
+    reads a value computed there (where :class:`~dql_pass.fusion._onnxscript_compat.NeighbourMatcher`
+    looks for it).
+    """
+    if len(body.input) != 1 or len(body.output) != 3:
+        return [f"{len(body.input)} input(s) and {len(body.output)} output(s), not x and y, y_scale, y_zero_point"]
+    x, (y, *others) = body.input[0], body.output
+    problems = []
+    producer: dict[str, int] = {}  # value name -> index of the node that computes it
+    for index, node in enumerate(body.node):
+        if late := [name for name in node.input if name and name != x and name not in producer]:
+            problems.append(f"{node.op_type} node {index} reads {late} before they are computed")
+        if node.op_type == "Constant" and [a.name for a in node.attribute] != ["value"]:
+            problems.append(f"Constant node {index} does not hold its tensor in 'value'")
+        producer.update(dict.fromkeys(node.output, index))
+    reductions = [i for i, n in enumerate(body.node) if x in n.input and n.op_type in ("ReduceMin", "ReduceMax")]
+    if sorted(body.node[i].op_type for i in reductions) != ["ReduceMax", "ReduceMin"]:
+        problems.append("x is not read by exactly one ReduceMin and one ReduceMax")
+    if missing := [name for name in body.output if name not in producer]:
+        return [*problems, f"no node computes {missing}"]
+    backward, pending = set(), [producer[y]]
+    while pending:
+        index = pending.pop()
+        if index not in backward:
+            backward.add(index)
+            pending += [producer[name] for name in body.node[index].input if name in producer]
+    if not set(reductions) <= backward:
+        problems.append("y is not computed from both reductions")
+    for name in others:
+        node = body.node[producer[name]]
+        if producer[name] not in backward and not any(producer.get(i) in backward for i in node.input):
+            problems.append(f"{name} is computed away from y's nodes, where the matcher does not look")
+    return problems
+
+
 @dataclasses.dataclass(frozen=True)
 class _Use:
     """An input of a body node: a value of the body, or a constant (a pattern variable)."""
@@ -261,8 +258,9 @@ class _BodyFusion(_FusionRule):
     """Fuse the nodes of one FunctionProto that computes DQL (inputs x; outputs y, y_scale, y_zero_point)."""
 
     def __init__(self, name: str, body: onnx.FunctionProto, *, keep_identity: bool = True, note: str | None = None):
-        super().__init__(name)
-        self.note = note
+        super().__init__(name, note)
+        if problems := body_problems(body):
+            raise ValueError(f"{name}: the body breaks the matcher's invariant: {'; '.join(problems)}")
         function = ir.serde.deserialize_function(body)
         self._input = function.inputs[0]
         self._outputs = list(function.outputs)
@@ -344,8 +342,8 @@ class DqlPassCallFusion(_FusionRule):
     """A call to dql_pass's model-local function, fused when the function's body computes DQL."""
 
     def __init__(self, variant: str, zero_range: str, bodies: Sequence[RewriteRule]):
-        super().__init__(f"dql_pass_call_{variant}_{zero_range.replace('-', '_')}")
-        self.note = _ONNX_REFERENCE_NOTE if zero_range == "onnx-reference" else None
+        note = _ONNX_REFERENCE_NOTE if zero_range == "onnx-reference" else None
+        super().__init__(f"dql_pass_call_{variant}_{zero_range.replace('-', '_')}", note)
         self._op_type = decomposition.function_name(variant, zero_range)
         self._bodies = bodies
 
@@ -380,71 +378,14 @@ def _body_mismatch(model: ir.Model, function: ir.Function, bodies: Sequence[Rewr
     root = outputs[0].producer()
     if root is None:
         return "does not compute y"
-    tracer = _ClosestTracer()
     for rule in bodies:
-        match = rule.match(model, function, root, tracer=tracer)
+        match = rule.match(model, function, root)
         if match and list(match.outputs) == outputs and match.bindings.get("x") is x and set(match.nodes) == set(nodes):
             return None
-    if tracer.best is not None and tracer.best[1].status != MatchStatus.SUCCESS:
-        miss = tracer.best[1]
+    miss = closest_miss(bodies, model, function, [root])
+    if miss is not None and miss.status != MatchStatus.SUCCESS:
         return f"is not a DQL body ({miss.rule}: {miss.reason})"
     return "computes more than DQL"
-
-
-@dataclasses.dataclass(frozen=True)
-class Miss:
-    """The closest any rule came to fusing at a node: how many nodes matched, and why it stopped."""
-
-    rule: str
-    matched_nodes: int
-    status: MatchStatus
-    reason: str
-
-
-class _ClosestTracer(pattern.MatchingTracer):
-    """Keeps the single attempt that went furthest: a failed check beats a partial structure.
-
-    On a tie the later root wins: roots come in the order they are reached from the block's
-    start, and the reason found at the block's last node (the one that computes y) says most.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.best: tuple[tuple[int, int, int], Miss] | None = None
-        self.root_index = 0
-
-    def log(self, rule, container, node, match_result, status) -> None:
-        score = (int(status), len(match_result.nodes), self.root_index)
-        if score[:2] > (0, 0) and (self.best is None or score > self.best[0]):
-            reason = (match_result.reason or "no reason given") if status != MatchStatus.SUCCESS else ""
-            places = [_where(s) for s in match_result.failure_nodes_and_values if isinstance(s, ir.Node)]
-            if places and status != MatchStatus.SUCCESS:
-                reason = f"{reason} (at {places[0]})"
-            self.best = (score, Miss(str(rule), score[1], status, reason))
-
-
-def _where(node: ir.Node) -> str:
-    if node.name:
-        return f"{node.op_type} {node.name!r}"
-    return f"the {node.op_type} computing {node.outputs[0].name!r}" if node.outputs else node.op_type
-
-
-def closest_miss(
-    rules: Iterable[RewriteRule],
-    model: ir.Model,
-    container: ir.Graph | ir.Function,
-    roots: Iterable[ir.Node],
-) -> Miss | None:
-    """Try every rule at every root without rewriting; the attempt that went furthest.
-
-    None when nothing matched a single node.
-    """
-    tracer = _ClosestTracer()
-    rules = list(rules)
-    for tracer.root_index, root in enumerate(roots):
-        for rule in rules:
-            rule.match(model, container, root, tracer=tracer)
-    return None if tracer.best is None else tracer.best[1]
 
 
 def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]:
@@ -455,7 +396,7 @@ def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]
     versions = onnx.defs.get_schema(NAME).function_opset_versions
     bodies: list[_FusionRule] = [OnnxFunctionBodyFusion(v, keep_identity=k) for v in versions for k in (True, False)]
     bodies += [DqlPassBodyFusion(v, p) for v in VARIANTS for p in ZERO_RANGE_POLICIES]
-    commuted = RewriteRuleSet([b.to_rule() for b in bodies], commute=True).rules
+    commuted = RewriteRuleSet([b.rule() for b in bodies], commute=True).rules
     calls: list[_FusionRule] = [
         DqlPassCallFusion(v, p, commuted) for v in VARIANTS for p in ZERO_RANGE_POLICIES
     ]
@@ -465,7 +406,7 @@ def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]
 def fuse_rules() -> RewriteRuleSet:
     """The rules that fuse decomposed DQL back into one node (commuted inputs included)."""
     _, commuted, calls = _fusions()
-    return RewriteRuleSet([*commuted, *(call.to_rule() for call in calls)])
+    return RewriteRuleSet([*commuted, *(call.rule() for call in calls)])
 
 
 def behaviour_notes() -> dict[str, str]:
