@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python tools/bench.py [--quick] [--out BENCHMARKS.md]
+    python -m tools.bench [--quick] [--out BENCHMARKS.md]
 
 What it measures, each part in its own section with its targets:
 
@@ -18,13 +18,12 @@ What it measures, each part in its own section with its targets:
 4. Whole models: ORT latency of the sample ``quantize_dynamic`` models in ``models/`` and of a
    MiniLM-sized synthetic transformer (quantized into a temp dir): original, expanded, fused.
 
-Rules it applies:
+Rules it applies (the timing rules are :mod:`tools.harness`'s, the models :mod:`tools.models`'):
 
-- Every comparison runs side by side in one process run, interleaved round robin (the start rotates
-  each round so no contender always runs first), and is reported as a median and a ratio to the
-  baseline. Each timed sample repeats a call often enough to last about 2 ms, so microsecond
-  latencies are not lost in timer noise.
-- Every contender's outputs are compared bit for bit with the baseline's, so a fast wrong answer shows.
+- Every comparison runs side by side in one process run, interleaved round robin, and is reported
+  as a median and a ratio to the baseline; every contender's outputs are compared bit for bit
+  with the baseline's.
+- Every model runs on ORT CPU through ``dql_pass.runtimes``.
 - Targets are checked in code; BENCHMARKS.md states met or not met from the measured values only.
 - Scratch models live in a temp dir and are deleted; nothing but BENCHMARKS.md and its plot is written.
 - matplotlib is an optional extra (``pip install '.[bench]'``), imported lazily; without it the plot
@@ -34,97 +33,50 @@ Rules it applies:
 
 from __future__ import annotations
 
-__all__ = [
-    "CONFIGS",
-    "MINILM",
-    "Config",
-    "Section",
-    "Target",
-    "TransformerShape",
-    "big_external_model",
-    "chain_model",
-    "dql_model",
-    "inline_onnx_function",
-    "interleaved",
-    "main",
-    "minilm_model",
-    "quantize",
-    "race",
-    "run",
-]
+__all__ = ["CONFIGS", "Config", "bench_memory", "bench_models", "bench_ops", "bench_pass", "main", "render", "run"]
 
 import argparse
 import cProfile
 import dataclasses
 import datetime
-import importlib.metadata
 import io
-import json
 import logging
 import os
 import platform
 import pstats
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx.inliner
 import onnx_ir as ir
-import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass.modelfiles import atomic_path, external_tensors
-from dql_pass.compare import bit_difference
+from dql_pass import op, runtimes
+from dql_pass.modelfiles import external_tensors
+from tools import harness, models
+from tools.harness import Section, Target, format_time
+from tools.models import MINILM, TransformerShape
 
 logger = logging.getLogger("bench")
 
-REPO = Path(__file__).resolve().parent.parent
-DQL = "DynamicQuantizeLinear"
-FLOAT, UINT8 = TensorProto.FLOAT, TensorProto.UINT8
+ORT = runtimes.get("onnxruntime")
 THREADS: dict[str, int] = {"1 thread": 1, "default threads": 0}  # 0 lets ORT choose
 TARGET_THREADS = "1 thread"  # the issue's anchors are measured with one intra-op thread
-SAMPLE_SECONDS = 2e-3
-MAX_ROUNDS = 2000
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx")
 # Benchmarks of other commands; listed in BENCHMARKS.md when present, never run from here.
 OTHER_TOOLS = {
-    "tools/bench_fuse.py": "the fusion pass and the fused models on ORT; it writes the *Fusion* section of this file",
-    "tools/bench_verify.py": "the whole `dql-pass verify` process on a 24-site quantized transformer; it prints its figures",
+    "bench_fuse": "the fusion pass and the fused models on ORT; it writes the *Fusion* section of this file",
+    "bench_verify": "the whole `dql-pass verify` process on a 24-site quantized transformer; it prints its figures",
 }
 INLINER_SCRIPT = (
     "import sys, onnx, onnx.inliner; m = onnx.load(sys.argv[1]); "
     "m = onnx.inliner.inline_selected_functions(m, [('', 'DynamicQuantizeLinear')], inline_schema_functions=True); "
     "onnx.save(m, sys.argv[2])"
 )
-# Runs the CLI in a fresh process that reports its own peak RSS and bytes read. VmHWM, not
-# getrusage: ru_maxrss survives exec, so a child of a big parent would report the parent's peak.
-MEASURED_CLI_SCRIPT = (
-    "import json, sys; from dql_pass.cli import main; code = main(sys.argv[1:]); "
-    "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines()); "
-    "io = dict(l.split(':', 1) for l in open('/proc/self/io').read().splitlines()); "
-    "print(json.dumps({'code': code, 'peak_kib': int(status['VmHWM'].split()[0]), 'rchar': int(io['rchar'])}))"
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Configuration and results
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerShape:
-    layers: int
-    hidden: int
-    heads: int
-    intermediate: int
-    seq: int | None  # None: symbolic batch and sequence dimensions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +96,6 @@ class Config:
     transformer: TransformerShape
 
 
-MINILM = TransformerShape(layers=6, hidden=384, heads=12, intermediate=1536, seq=128)
 CONFIGS: dict[str, Config] = {
     "full": Config(
         op_sizes=(1 << 10, 1 << 16, 1 << 20, 1 << 24), op_budget=8.0, op_min_rounds=20,
@@ -163,307 +114,11 @@ CONFIGS: dict[str, Config] = {
 }
 
 
-@dataclasses.dataclass
-class Target:
-    """A goal, what was measured, and whether the goal is met (None when not measured in this run)."""
-
-    goal: str
-    measured: str
-    met: bool | None
-
-    @property
-    def verdict(self) -> str:
-        return {True: "met", False: "**not met**", None: "not measured"}[self.met]
-
-
-@dataclasses.dataclass
-class Section:
-    """One part of BENCHMARKS.md: prose, tables (header + rows), targets and notes."""
-
-    title: str
-    intro: str
-    tables: list[tuple[str, list[str], list[list[str]]]] = dataclasses.field(default_factory=list)
-    targets: list[Target] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)
-
-
-def _ratio_target(goal: str, ratio: float | None, limit: float) -> Target:
-    if ratio is None:
-        return Target(goal, "-", None)
-    return Target(goal, f"{ratio:.3f}x", ratio <= limit)
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing
-
-
-def interleaved(
-    contenders: Mapping[str, Callable[[], object]], *, budget: float, min_rounds: int, inner: int = 1
-) -> dict[str, list[float]]:
-    """Seconds per call of each contender, sampled round robin until ``budget`` seconds and ``min_rounds``.
-
-    Each sample times ``inner`` calls. The first contender of a round rotates, so none is always
-    first (or always right after the slowest one). One untimed call each warms up first.
-    """
-    for call in contenders.values():
-        call()
-    names = list(contenders)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < min_rounds or (time.perf_counter() - start < budget and rounds < MAX_ROUNDS):
-        shift = rounds % len(names)
-        for name in names[shift:] + names[:shift]:
-            call = contenders[name]
-            began = time.perf_counter()
-            for _ in range(inner):
-                call()
-            samples[name].append((time.perf_counter() - began) / inner)
-        rounds += 1
-    return samples
-
-
-def _inner(call: Callable[[], object]) -> int:
-    """How many calls make a sample of about SAMPLE_SECONDS."""
-    call()
-    began = time.perf_counter()
-    call()
-    once = max(time.perf_counter() - began, 1e-7)
-    return max(1, round(SAMPLE_SECONDS / once))
-
-
-def _time(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
 def _floats(count: int) -> str:
     for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
         if count >= scale and count % scale == 0:
             return f"{count // scale}{unit}"
     return str(count)
-
-
-# ---------------------------------------------------------------------------------------------
-# Model builders
-
-
-def dql_model(opset: int = 21) -> onnx.ModelProto:
-    """One DynamicQuantizeLinear node, x of any length."""
-    graph = helper.make_graph(
-        [helper.make_node(DQL, ["x"], ["y", "y_scale", "y_zero_point"], name="dql")],
-        "dql",
-        [helper.make_tensor_value_info("x", FLOAT, ["n"])],
-        [
-            helper.make_tensor_value_info("y", UINT8, ["n"]),
-            helper.make_tensor_value_info("y_scale", FLOAT, []),
-            helper.make_tensor_value_info("y_zero_point", UINT8, []),
-        ],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def inline_onnx_function(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX's own function body of DynamicQuantizeLinear, inlined at every site."""
-    return onnx.inliner.inline_selected_functions(model, [("", DQL)], inline_schema_functions=True)
-
-
-def chain_model(sites: int, width: int = 16, opset: int = 13) -> onnx.ModelProto:
-    """``sites`` DQLs in a chain: each site's y is dequantized back to float and fed to the next."""
-    nodes = []
-    for i in range(sites):
-        q = [f"q{i}", f"scale{i}", f"zero_point{i}"]
-        nodes.append(helper.make_node(DQL, [f"x{i}"], q, name=f"dql{i}"))
-        nodes.append(helper.make_node("DequantizeLinear", q, [f"x{i + 1}"], name=f"dequantize{i}"))
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x0", FLOAT, [width])],
-        [helper.make_tensor_value_info(f"x{sites}", FLOAT, [width])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def big_external_model(folder: Path, sites: int, side: int, opset: int = 13) -> Path:
-    """A chain of ``sites`` DQL -> MatMulInteger(y, W_i) -> Cast -> Mul(scale) in ``folder/big.onnx``.
-
-    Each W_i is a ``side`` x ``side`` uint8 initializer in external data, all in one
-    ``weights.bin``. The file is made by truncation: sparse, all zeros, written in no time.
-    """
-    weight_bytes = side * side
-    (folder / "weights.bin").open("wb").truncate(sites * weight_bytes)
-    weights, nodes = [], []
-    for i in range(sites):
-        weight = TensorProto(name=f"W{i}", data_type=UINT8, dims=[side, side], data_location=TensorProto.EXTERNAL)
-        for key, value in (("location", "weights.bin"), ("offset", i * weight_bytes), ("length", weight_bytes)):
-            weight.external_data.add(key=key, value=str(value))
-        weights.append(weight)
-        nodes += [
-            helper.make_node(DQL, [f"h{i}"], [f"q{i}", f"scale{i}", f"zp{i}"], name=f"dql{i}"),
-            helper.make_node("MatMulInteger", [f"q{i}", f"W{i}", f"zp{i}", "W_zp"], [f"acc{i}"], name=f"mmi{i}"),
-            helper.make_node("Cast", [f"acc{i}"], [f"accf{i}"], to=FLOAT, name=f"cast{i}"),
-            helper.make_node("Mul", [f"accf{i}", f"scale{i}"], [f"h{i + 1}"], name=f"mul{i}"),
-        ]
-    graph = helper.make_graph(
-        nodes,
-        "big",
-        [helper.make_tensor_value_info("h0", FLOAT, [1, side])],
-        [helper.make_tensor_value_info(f"h{sites}", FLOAT, [1, side])],
-        [*weights, numpy_helper.from_array(np.array(0, np.uint8), "W_zp")],
-    )
-    path = folder / "big.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
-    return path
-
-
-def minilm_model(
-    shape: TransformerShape = MINILM, opset: int = 17, seed: int = 0, vocab: int | None = None
-) -> onnx.ModelProto:
-    """A float BERT-style encoder: attention, LayerNormalization, Erf GELU; four weight MatMuls a layer.
-
-    Without ``vocab`` the input is ``hidden_states``, float [1, seq, hidden]. With it the inputs are
-    int64 ``input_ids`` and ``attention_mask`` [1, seq], looked up in a word embedding of ``vocab``
-    rows, the mask added to the attention scores. ``shape.seq`` None makes the batch and sequence
-    dimensions symbolic.
-    """
-    rng = np.random.default_rng(seed)
-    hidden, heads = shape.hidden, shape.heads
-    head = hidden // heads
-    dims: list[int | str] = ["batch", "sequence"] if shape.seq is None else [1, shape.seq]
-    inits: list[TensorProto] = [
-        # Reshape's 0 keeps the batch and sequence dimensions, fixed or symbolic.
-        numpy_helper.from_array(np.array([0, 0, heads, head], np.int64), "heads_shape"),
-        numpy_helper.from_array(np.array([0, 0, hidden], np.int64), "hidden_shape"),
-        numpy_helper.from_array(np.array(head**-0.5, np.float32), "attention_scale"),
-        numpy_helper.from_array(np.array(2**-0.5, np.float32), "inv_sqrt2"),
-        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
-    ]
-    nodes: list[onnx.NodeProto] = []
-
-    def param(name: str, *dims: int, std: float = 0.02, mean: float = 0.0) -> str:
-        inits.append(numpy_helper.from_array(rng.normal(mean, std, dims).astype(np.float32), name))
-        return name
-
-    def op(op_type: str, inputs: list[str], output: str, **attrs: object) -> str:
-        nodes.append(helper.make_node(op_type, inputs, [output], name=output, **attrs))
-        return output
-
-    def dense(x: str, name: str, n_in: int, n_out: int) -> str:
-        y = op("MatMul", [x, param(f"{name}.weight", n_in, n_out)], f"{name}.matmul")
-        return op("Add", [y, param(f"{name}.bias", n_out)], f"{name}.out")
-
-    def norm(x: str, name: str) -> str:
-        scale, bias = param(f"{name}.gamma", hidden, std=0.1, mean=1.0), param(f"{name}.beta", hidden)
-        return op("LayerNormalization", [x, scale, bias], f"{name}.out", axis=-1, epsilon=1e-12)
-
-    mask = None
-    if vocab is None:
-        inputs = [helper.make_tensor_value_info("hidden_states", FLOAT, [*dims, hidden])]
-        x = "hidden_states"
-    else:
-        inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, dims) for n in ("input_ids", "attention_mask")]
-        inits += [numpy_helper.from_array(np.array([1, 2], np.int64), "mask_axes"),
-                  numpy_helper.from_array(np.array(-10000.0, np.float32), "mask_value")]
-        x = norm(op("Gather", [param("word_embeddings", vocab, hidden), "input_ids"], "embedded"), "embeddings.ln")
-        mask = op("Cast", ["attention_mask"], "mask.float", to=FLOAT)
-        mask = op("Mul", [op("Sub", ["one", mask], "mask.inverted"), "mask_value"], "mask.additive")
-        mask = op("Unsqueeze", [mask, "mask_axes"], "mask.broadcast")
-    for layer in range(shape.layers):
-        p = f"layer{layer}"
-        split = {
-            part: op("Reshape", [dense(x, f"{p}.{part}", hidden, hidden), "heads_shape"], f"{p}.{part}.heads")
-            for part in ("query", "key", "value")
-        }
-        q = op("Transpose", [split["query"]], f"{p}.q", perm=[0, 2, 1, 3])
-        k = op("Transpose", [split["key"]], f"{p}.k", perm=[0, 2, 3, 1])
-        v = op("Transpose", [split["value"]], f"{p}.v", perm=[0, 2, 1, 3])
-        scores = op("Mul", [op("MatMul", [q, k], f"{p}.qk"), "attention_scale"], f"{p}.scores")
-        if mask is not None:
-            scores = op("Add", [scores, mask], f"{p}.scores.masked")
-        context = op("MatMul", [op("Softmax", [scores], f"{p}.probs", axis=-1), v], f"{p}.context")
-        context = op("Transpose", [context], f"{p}.context.t", perm=[0, 2, 1, 3])
-        context = op("Reshape", [context, "hidden_shape"], f"{p}.context.merged")
-        attended = norm(op("Add", [x, dense(context, f"{p}.output", hidden, hidden)], f"{p}.residual1"), f"{p}.ln1")
-        up = dense(attended, f"{p}.intermediate", hidden, shape.intermediate)
-        erf = op("Erf", [op("Mul", [up, "inv_sqrt2"], f"{p}.gelu.scaled")], f"{p}.gelu.erf")
-        gate = op("Mul", [op("Add", [erf, "one"], f"{p}.gelu.shift"), "half"], f"{p}.gelu.gate")
-        gelu = op("Mul", [up, gate], f"{p}.gelu")
-        down = dense(gelu, f"{p}.ffn_output", shape.intermediate, hidden)
-        x = norm(op("Add", [attended, down], f"{p}.residual2"), f"{p}.ln2")
-    graph = helper.make_graph(
-        nodes,
-        "minilm",
-        inputs,
-        [helper.make_tensor_value_info(x, FLOAT, [*dims, hidden])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def quantize(model: onnx.ModelProto, folder: Path, name: str, op_types: Sequence[str] = ("MatMul",)) -> Path:
-    """``quantize_dynamic`` (``op_types``, uint8 weights) of ``model``, saved as ``folder/name``."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    source, target = folder / f"{name}.float.onnx", folder / name
-    onnx.save(model, source)
-    # quantize_dynamic warns on the root logger that pre-processing is advised; the model is already minimal.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        quantize_dynamic(source, target, op_types_to_quantize=list(op_types), weight_type=QuantType.QUInt8)
-    finally:
-        root.setLevel(level)
-    return target
-
-
-def _dql_count(model: onnx.ModelProto) -> int:
-    return sum(node.op_type == DQL for node in model.graph.node)
-
-
-# ---------------------------------------------------------------------------------------------
-# ORT helpers
-
-
-def _session(model: onnx.ModelProto | Path, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-def _feeds(session: ort.InferenceSession, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random normal float32 for every input; symbolic dimensions become 1."""
-    feeds = {}
-    for arg in session.get_inputs():
-        if arg.type != "tensor(float)":
-            raise ValueError(f"input {arg.name} is {arg.type}; the benchmark feeds float32 only")
-        shape = [d if isinstance(d, int) else 1 for d in arg.shape]
-        feeds[arg.name] = rng.standard_normal(shape, dtype=np.float32)
-    return feeds
-
-
-def _same_bits(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> bool:
-    """The same number of outputs, each equal in dtype, shape and every bit."""
-    return len(expected) == len(actual) and all(
-        bit_difference(str(i), a, e) is None for i, (e, a) in enumerate(zip(expected, actual))
-    )
-
-
-def race(
-    sessions: Mapping[str, ort.InferenceSession], feeds: dict[str, np.ndarray], budget: float, min_rounds: int
-) -> tuple[dict[str, float], dict[str, bool], int]:
-    """Interleaved medians of ``session.run``, whether each output matches the first session's bits, rounds."""
-    outputs = {name: s.run(None, feeds) for name, s in sessions.items()}
-    baseline = next(iter(outputs.values()))
-    same = {name: _same_bits(baseline, out) for name, out in outputs.items()}
-    calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
-    inner = _inner(next(iter(calls.values())))
-    samples = interleaved(calls, budget=budget, min_rounds=min_rounds, inner=inner)
-    return {name: statistics.median(v) for name, v in samples.items()}, same, len(next(iter(samples.values())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,10 +128,10 @@ OP_BASELINE = "native DQL"
 
 
 def _op_contenders() -> dict[str, onnx.ModelProto]:
-    model = dql_model()
+    model = op.one_node_model(["n"], 21)
     contenders = {OP_BASELINE: model}
     contenders.update({f"dql_pass {v}": dql_pass.expand(model, variant=v) for v in dql_pass.VARIANTS})
-    contenders["ONNX function body"] = inline_onnx_function(model)
+    contenders["ONNX function body"] = models.inline_onnx_function(model)
     return contenders
 
 
@@ -487,16 +142,16 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
     rows, curves = [], {label: {name: [] for name in contenders} for label in THREADS}
     ratios: dict[tuple[str, str, int], float] = {}
     for label, threads in THREADS.items():
-        sessions = {name: _session(model, threads) for name, model in contenders.items()}
+        sessions = {name: ORT.load(model, threads=threads) for name, model in contenders.items()}
         for size in config.op_sizes:
             feeds = {"x": rng.standard_normal(size, dtype=np.float32)}
             logger.info("op level: %s floats, %s", _floats(size), label)
-            medians, same, rounds = race(sessions, feeds, config.op_budget, config.op_min_rounds)
+            medians, same, rounds = harness.race(sessions, feeds, config.op_budget, config.op_min_rounds)
             for name, median in medians.items():
                 ratio = median / medians[OP_BASELINE]
                 ratios[(label, name, size)] = ratio
                 curves[label][name].append((size, ratio))
-                rows.append([label, _floats(size), name, _time(median), f"{ratio:.2f}x",
+                rows.append([label, _floats(size), name, format_time(median), f"{ratio:.2f}x",
                              "yes" if same[name] else "**no**", str(rounds)])
     node_rows = [
         [name, str(len(model.graph.node)), str(len(model.graph.initializer)),
@@ -525,8 +180,8 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
     # Each ratio target also shows ONNX's own function body at the same point: the floor it sets.
     for variant, size, limit in (("quantizelinear", 1 << 20, 1.5), ("quantizelinear", 1 << 24, 1.5),
                                  ("quantizelinear", 1 << 10, 1.6), ("arithmetic", 1 << 20, 5.0)):
-        target = _ratio_target(f"{variant} ≤ {limit:g}x native at {_floats(size)} floats, {one}",
-                               ratios.get((one, f"dql_pass {variant}", size)), limit)
+        target = harness.ratio_target(f"{variant} ≤ {limit:g}x native at {_floats(size)} floats, {one}",
+                                      ratios.get((one, f"dql_pass {variant}", size)), limit)
         if target.met is not None:
             target.measured += f" (ONNX function body: {ratios[(one, 'ONNX function body', size)]:.3f}x)"
         section.targets.append(target)
@@ -535,19 +190,6 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
 
 # ---------------------------------------------------------------------------------------------
 # 2. Pass throughput
-
-
-def _dql_pass_command() -> list[str]:
-    """The installed ``dql-pass`` script next to this interpreter, else ``python -m dql_pass``."""
-    script = Path(sys.executable).with_name("dql-pass")
-    return [os.fspath(script)] if script.is_file() else [sys.executable, "-m", "dql_pass"]
-
-
-def _process(command: Sequence[str]) -> Callable[[], None]:
-    def call() -> None:
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-
-    return call
 
 
 def profile_expand(source: Path, target: Path, report: Path, top: int = 25) -> list[str]:
@@ -564,34 +206,34 @@ def bench_pass(config: Config, scratch: Path, profile: Path) -> Section:
     rows, times = [], {}
     for sites in config.chain_sites:
         source = scratch / f"chain{sites}.onnx"
-        onnx.save(chain_model(sites), source)
+        onnx.save(models.chain_model(sites), source)
         logger.info("pass throughput: %d sites", sites)
-        samples = interleaved(
+        samples = harness.interleaved(
             {
-                "dql-pass expand": _process([*_dql_pass_command(), "expand", os.fspath(source), "-o",
-                                             os.fspath(scratch / f"chain{sites}.dql_pass.onnx")]),
-                "onnx inliner": _process([sys.executable, "-c", INLINER_SCRIPT, os.fspath(source),
-                                          os.fspath(scratch / f"chain{sites}.inlined.onnx")]),
+                "dql-pass expand": harness.process([*harness.dql_pass_command(), "expand", os.fspath(source), "-o",
+                                                    os.fspath(scratch / f"chain{sites}.dql_pass.onnx")]),
+                "onnx inliner": harness.process([sys.executable, "-c", INLINER_SCRIPT, os.fspath(source),
+                                                 os.fspath(scratch / f"chain{sites}.inlined.onnx")]),
             },
             budget=config.pass_budget, min_rounds=config.pass_min_rounds,
         )
         ours, theirs = statistics.median(samples["dql-pass expand"]), statistics.median(samples["onnx inliner"])
         times[sites] = (ours, theirs)
-        rows.append([f"{sites:,}", _time(ours), _time(theirs), f"{ours / theirs:.2f}x",
-                     _time(ours / sites), str(len(samples["onnx inliner"]))])
+        rows.append([f"{sites:,}", format_time(ours), format_time(theirs), f"{ours / theirs:.2f}x",
+                     format_time(ours / sites), str(len(samples["onnx inliner"]))])
     marginal_rows, marginals = [], []
     for (small, (o1, i1)), (large, (o2, i2)) in zip(list(times.items()), list(times.items())[1:]):
         ours, theirs = (o2 - o1) / (large - small), (i2 - i1) / (large - small)
         marginals.append(ours)
-        marginal_rows.append([f"{small:,} → {large:,}", _time(ours), _time(theirs)])
-    startup = interleaved(
+        marginal_rows.append([f"{small:,} → {large:,}", format_time(ours), format_time(theirs)])
+    startup = harness.interleaved(
         {
-            "import dql_pass.cli": _process([sys.executable, "-c", "import dql_pass.cli"]),
-            "import onnx, onnx.inliner": _process([sys.executable, "-c", "import onnx, onnx.inliner"]),
+            "import dql_pass.cli": harness.process([sys.executable, "-c", "import dql_pass.cli"]),
+            "import onnx, onnx.inliner": harness.process([sys.executable, "-c", "import onnx, onnx.inliner"]),
         },
         budget=config.pass_budget / 4, min_rounds=config.pass_min_rounds,
     )
-    startup_rows = [[name, _time(statistics.median(v))] for name, v in startup.items()]
+    startup_rows = [[name, format_time(statistics.median(v))] for name, v in startup.items()]
     startup_gap = statistics.median(startup["import dql_pass.cli"]) - statistics.median(startup["import onnx, onnx.inliner"])
 
     largest = max(config.chain_sites)
@@ -611,13 +253,13 @@ def bench_pass(config: Config, scratch: Path, profile: Path) -> Section:
             ("Marginal cost per site (linearity)", ["sites", "dql-pass expand", "onnx inliner"], marginal_rows),
             ("Start-up floor (a process that only imports)", ["process", "median"], startup_rows),
         ],
-        notes=[f"Start-up alone (imports) costs dql-pass {_time(startup_gap)} more than the inliner process; at "
+        notes=[f"Start-up alone (imports) costs dql-pass {format_time(startup_gap)} more than the inliner process; at "
                f"{max(times):,} sites that is {startup_gap / times[max(times)][0]:.0%} of dql-pass's time.",
                f"A cProfile of the in-process load + expand + save of the {largest:,}-site chain "
                f"({total}) is written to `{profile}` (not committed)."],
     )
     big = 10_000
-    section.targets.append(_ratio_target(
+    section.targets.append(harness.ratio_target(
         f"{big:,} sites: dql-pass expand ≤ 1.5x the inliner process",
         times[big][0] / times[big][1] if big in times else None, 1.5,
     ))
@@ -649,7 +291,7 @@ def _external_locations(path: Path) -> set[str]:
 def bench_memory(config: Config) -> Section:
     with tempfile.TemporaryDirectory(prefix="bench_memory.") as tmp:
         folder = Path(tmp)
-        source = big_external_model(folder, config.memory_sites, config.memory_side)
+        source = models.big_external_model(folder, config.memory_sites, config.memory_side)
         target = folder / "big_expanded.onnx"
         weight_bytes = config.memory_sites * config.memory_side**2
         before = _disk(folder)
@@ -657,19 +299,13 @@ def bench_memory(config: Config) -> Section:
         runs = []
         for _ in range(3):
             target.unlink(missing_ok=True)
-            began = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-c", MEASURED_CLI_SCRIPT, "expand", os.fspath(source), "-o", os.fspath(target)],
-                check=True, capture_output=True, text=True,
-            )
-            wall = time.perf_counter() - began
-            runs.append((wall, json.loads(done.stdout.strip().splitlines()[-1])))
+            runs.append(harness.measure_cli(["expand", os.fspath(source), "-o", os.fspath(target)]))
         after = _disk(folder)
         new_files = {name: after[name] for name in after.keys() - before.keys()}
         locations = _external_locations(target)
-        session = _session(target, 0)
-        feeds = _feeds(session, np.random.default_rng(0))
-        (result,) = session.run(None, feeds)
+        session = ORT.load(target)
+        feeds = models.random_feeds(onnx.load(target, load_external_data=False), np.random.default_rng(0))
+        (result,) = session.run(feeds)
         del session
         runs_ok = result.shape == (1, config.memory_side) and bool(np.isfinite(result).all())
 
@@ -681,7 +317,7 @@ def bench_memory(config: Config) -> Section:
         ["external weights", f"{weight_bytes / 2**30:.2f} GiB in one file, {config.memory_sites} × "
                              f"{config.memory_side}×{config.memory_side} uint8"],
         ["DQL sites", str(config.memory_sites)],
-        ["wall time, whole process (median of 3)", _time(wall)],
+        ["wall time, whole process (median of 3)", format_time(wall)],
         ["peak RSS (max of 3)", f"{peak_mib:.0f} MiB"],
         ["bytes read through read() by the process", f"{read_mib:.0f} MiB"],
         ["new files", ", ".join(f"{n} ({s / 1024:.0f} KiB)" for n, (s, _) in sorted(new_files.items()))],
@@ -699,7 +335,7 @@ def bench_memory(config: Config) -> Section:
         tables=[("Expansion of a model with external weights", ["measure", "value"], rows)],
     )
     section.targets += [
-        Target("wall time < 5 s", _time(wall), wall < 5.0),
+        Target("wall time < 5 s", format_time(wall), wall < 5.0),
         Target("peak RSS < 300 MB", f"{peak_mib * 1.048576:.0f} MB", peak_mib * 1.048576 < 300),
         Target("weights never copied", "copied" if copied else "not copied", not copied),
         # Python reads some 30 MiB of modules, so reads only tell when the weights are far larger.
@@ -732,13 +368,13 @@ def _model_rows(name: str, model: onnx.ModelProto, config: Config, budget: float
     rng = np.random.default_rng(0)
     for label, threads in THREADS.items():
         logger.info("whole models: %s, %s", name, label)
-        sessions = {c: _session(m, threads) for c, m in available.items()}
-        feeds = _feeds(next(iter(sessions.values())), rng)
-        medians, same, rounds = race(sessions, feeds, budget, config.model_min_rounds)
-        row = [name, str(_dql_count(model)), label, _time(medians["original"])]
+        sessions = {c: ORT.load(m, threads=threads) for c, m in available.items()}
+        feeds = models.random_feeds(model, rng)
+        medians, same, rounds = harness.race(sessions, feeds, budget, config.model_min_rounds)
+        row = [name, str(models.dql_count(model)), label, format_time(medians["original"])]
         for contender in CONTENDERS[1:]:
             ratios[(label, contender)] = medians[contender] / medians["original"]
-            row.append(f"{_time(medians[contender])} ({ratios[(label, contender)]:.3f}x)"
+            row.append(f"{format_time(medians[contender])} ({ratios[(label, contender)]:.3f}x)"
                        + ("" if same[contender] else ", **outputs differ**"))
         rows.append(row + [str(rounds)])
     return rows, ratios
@@ -747,15 +383,15 @@ def _model_rows(name: str, model: onnx.ModelProto, config: Config, budget: float
 def bench_models(config: Config, scratch: Path) -> Section:
     rows, notes = [], []
     for name in SAMPLE_MODELS:
-        path = REPO / "models" / name
+        path = harness.REPO / "models" / name
         if not path.is_file():
-            notes.append(f"`models/{name}` is missing; run `python tools/make_models.py`.")
+            notes.append(f"`models/{name}` is missing; run `python -m tools.make_models`.")
             continue
         rows += _model_rows(name, onnx.load(path), config, config.model_budget)[0]
     shape = config.transformer
     label = f"MiniLM-sized ({shape.layers} layers, hidden {shape.hidden}, seq {shape.seq})"
     logger.info("whole models: building and quantizing %s", label)
-    minilm = onnx.load(quantize(minilm_model(shape), scratch, "minilm_dynamic.onnx"))
+    minilm = onnx.load(models.quantize(models.minilm_model(shape), scratch, "minilm_dynamic.onnx"))
     minilm_rows, ratios = _model_rows(label, minilm, config, 4 * config.model_budget)
     rows += minilm_rows
     headers = ["model", "DQL sites", "threads", *CONTENDERS, "rounds"]
@@ -770,7 +406,7 @@ def bench_models(config: Config, scratch: Path) -> Section:
         tables=[("Latency", headers, rows)],
         notes=notes,
     )
-    section.targets.append(_ratio_target(
+    section.targets.append(harness.ratio_target(
         f"MiniLM-sized model: expanded ≤ 1.05x original, {TARGET_THREADS}",
         ratios.get((TARGET_THREADS, "expanded")) if shape == MINILM else None, 1.05,
     ))
@@ -808,51 +444,6 @@ def plot(curves: Mapping[str, Mapping[str, list[tuple[int, float]]]], path: Path
     return matplotlib.__version__
 
 
-def _git_commit() -> str:
-    """The commit of the dql_pass actually imported (which may not be this script's checkout)."""
-    package = Path(dql_pass.__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "-C", os.fspath(package), "rev-parse", "--short", "HEAD"],
-                                check=True, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", os.fspath(package), "status", "--porcelain", "--", "."],
-                               check=True, capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + (" (dql_pass/ has uncommitted changes)" if dirty else "")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _memory() -> str:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
-    except OSError:
-        pass
-    return "unknown"
-
-
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def render(
     sections: Sequence[Section], mode: str, plot_name: str, plot_version: str | None, load: Sequence[float]
 ) -> str:
@@ -865,7 +456,7 @@ def render(
     lines = [
         "# Benchmarks",
         "",
-        f"Written by `python tools/bench.py{' --quick' if mode == 'quick' else ''}` on "
+        f"Written by `python -m tools.bench{' --quick' if mode == 'quick' else ''}` on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; regenerate it with the same "
         "command, do not edit it by hand. Every comparison is measured side by side in one run, interleaved "
         "round robin, and reported as a median and a ratio to its baseline. Targets are checked by the script."
@@ -874,22 +465,22 @@ def render(
         "",
         "## Machine and versions",
         "",
-        *_table(["item", "value"], [
+        *harness.table(["item", "value"], [
             ["CPUs (nproc)", str(cpus)],
-            ["CPU model", _cpu_model()],
-            ["memory", _memory()],
+            ["CPU model", harness.cpu_model()],
+            ["memory", harness.memory()],
             ["OS", platform.platform()],
             ["load average (1 min) before / after the run", " / ".join(f"{x:.2f}" for x in load)],
             ["python", platform.python_version()],
-            *[[d, _version(d)] for d in ("onnx", "onnxruntime", "onnxscript", "onnx_ir", "numpy")],
+            *[[d, harness.version(d)] for d in ("onnx", "onnxruntime", "onnxscript", "onnx_ir", "numpy")],
             ["matplotlib", plot_version or "not installed"],
-            ["dql_pass commit", _git_commit()],
+            ["dql_pass commit", harness.git_commit()],
         ]),
         "",
         "## Targets",
         "",
-        *_table(["section", "target", "measured", "verdict"],
-                [[s.title, t.goal, t.measured, t.verdict] for s in sections for t in s.targets]),
+        *harness.table(["section", "target", "measured", "verdict"],
+                       [[s.title, t.goal, t.measured, t.verdict] for s in sections for t in s.targets]),
         "",
     ]
     for section in sections:
@@ -899,39 +490,15 @@ def render(
         elif section.title.startswith("1."):
             lines += ["The plot is skipped: matplotlib is not installed (`pip install '.[bench]'`).", ""]
         for caption, headers, rows in section.tables:
-            lines += [f"**{caption}**", "", *_table(headers, rows), ""]
+            lines += [f"**{caption}**", "", *harness.table(headers, rows), ""]
         lines += ["Targets:", "", *[f"- {t.goal}: {t.measured}, {t.verdict}" for t in section.targets], ""]
         lines += [f"{note}\n" for note in section.notes]
-    others = [(tool, what) for tool, what in OTHER_TOOLS.items() if (REPO / tool).is_file()]
+    others = [(tool, what) for tool, what in OTHER_TOOLS.items() if (harness.REPO / "tools" / f"{tool}.py").is_file()]
     if others:
         lines += ["## Other benchmarks", "",
                   "These tools time other commands; this script does not run them:",
-                  "", *[f"- `python {tool}`: {what}." for tool, what in others], ""]
+                  "", *[f"- `python -m tools.{tool}`: {what}." for tool, what in others], ""]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def write_report(out: Path, text: str) -> None:
-    """Write ``text``'s sections into ``out`` atomically, keeping verbatim the sections other tools wrote.
-
-    A section runs from a ``## `` heading to the next; the head before the first heading counts as
-    one when ``text`` has a head. ``text`` replaces the sections of ``out`` with its headings (and
-    the head, if it has one) as one block, where the first of them was, else at the end; the other
-    sections stay where they were. tools/bench.py writes the head and its sections this way, and
-    tools/bench_fuse.py its ``## Fusion`` section.
-    """
-    head, *sections = re.split(r"(?m)^(?=## )", text)
-    old_head, *old_sections = re.split(r"(?m)^(?=## )", out.read_text() if out.exists() else "# Benchmarks\n")
-    own = {section.splitlines()[0] for section in sections}
-    kept, at = ([], 0) if head.strip() else ([old_head], None)
-    for section in old_sections:
-        if section.splitlines()[0] not in own:
-            kept.append(section)
-        elif at is None:
-            at = len(kept)
-    at = len(kept) if at is None else at
-    parts = [*kept[:at], head, *sections, *kept[at:]]
-    with atomic_path(out, "report") as temporary:
-        Path(temporary).write_text("\n\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n")
 
 
 def run(mode: str, out: Path, profile: Path) -> list[Section]:
@@ -945,7 +512,7 @@ def run(mode: str, out: Path, profile: Path) -> list[Section]:
     plot_name = "benchmarks/op_ratio.png"
     plot_version = plot(curves, out.parent / plot_name)
     load.append(os.getloadavg()[0])
-    write_report(out, render(sections, mode, plot_name, plot_version, load))
+    harness.write_report(out, render(sections, mode, plot_name, plot_version, load))
     logger.info("wrote %s", out)
     return sections
 
@@ -953,7 +520,7 @@ def run(mode: str, out: Path, profile: Path) -> list[Section]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few repetitions")
-    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the report to write")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "BENCHMARKS.md", help="the report to write")
     parser.add_argument("--profile", type=Path, default=Path(tempfile.gettempdir()) / "bench_profile.txt",
                         help="where to write the cProfile of the largest pass run")
     args = parser.parse_args(argv)

@@ -2,23 +2,24 @@
 
 Run from the repository root::
 
-    python tools/bench_fuse.py [--quick] [--out BENCHMARKS.md]
+    python -m tools.bench_fuse [--quick] [--out BENCHMARKS.md]
 
 What it measures:
 
 1. Latency on ORT (CPU, one intra-op thread, all graph optimisations) of each sample model of
    ``models/`` in five forms: the original, ONNX's function body inlined by ``onnx.inliner``,
    dql_pass's expansion (quantizelinear, inline), and each of those two fused back by
-   :func:`dql_pass.fuse`. The forms run interleaved by tools/bench.py's ``race``: round robin, the
+   :func:`dql_pass.fuse`. The forms run interleaved by :func:`tools.harness.race`: round robin, the
    first one rotating every round, each sample repeating a run as often as the original's takes
    about 2 ms; the table gives medians and ratios to the original. Every form's outputs are
    compared bit for bit with the original's.
 2. ORT's ``DynamicQuantizeMatMul`` fusion: the nodes of that type in the graph ORT optimises for
-   the original, the expansion and the fused models (saved by the timed sessions through
-   ``SessionOptions.optimized_model_filepath``).
+   the original, the expansion and the fused models, saved through ORT's
+   ``SessionOptions.optimized_model_filepath``. That option is ORT's own, so these sessions, built
+   with the timed ones' settings, are the only ones not loaded through ``dql_pass.runtimes``.
 3. The pass itself: in-process ``dql_pass.fuse`` on a chain of N inlined DQL sites, best of three.
 
-The results replace the ``## Fusion`` section of ``--out`` through tools/bench.py's ``write_report``
+The results replace the ``## Fusion`` section of ``--out`` through :func:`tools.harness.write_report`
 (added at the end if missing; the file is created if absent); the rest of the file is left as it is. Scratch files live in a temp dir.
 ``--quick`` is a smoke run of a few seconds.
 """
@@ -35,15 +36,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import dql_pass
-from bench import inline_onnx_function, race, write_report  # tools/bench.py, next to this script
+from dql_pass import runtimes
+from tools import harness
+from tools.models import inline_onnx_function, random_feeds
 
 logger = logging.getLogger("bench_fuse")
 
-REPO = Path(__file__).resolve().parent.parent
 SECTION = "## Fusion"
 BATCH = 32  # the size of every symbolic dimension
 FORMS = ("original", "ONNX body", "expanded", "fused from ONNX body", "fused from expanded")
@@ -66,30 +67,21 @@ def forms(original: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
     return dict(zip(FORMS, models))
 
 
-def feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Standard normal floats, True booleans; symbolic dimensions of size BATCH."""
-    out = {}
-    for value in model.graph.input:
-        tensor = value.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else BATCH for d in tensor.shape.dim]
-        if tensor.elem_type == TensorProto.BOOL:
-            out[value.name] = np.ones(shape, bool)
-        else:
-            out[value.name] = rng.standard_normal(shape).astype(np.float32)
-    return out
+def dynamic_quantize_matmuls(model: onnx.ModelProto, scratch: Path) -> int:
+    """``DynamicQuantizeMatMul`` nodes in the graph ORT optimises ``model`` into, as the timed sessions run it.
 
+    ``SessionOptions.optimized_model_filepath`` is an ORT-only option that ``dql_pass.runtimes``
+    does not offer, so this session is built here directly, with the timed sessions' settings.
+    """
+    import onnxruntime as ort
 
-def session(model: onnx.ModelProto, optimized: Path) -> ort.InferenceSession:
-    """A session of ``model`` that also saves the graph ORT optimised to ``optimized``."""
+    optimized = scratch / "optimized.onnx"
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.optimized_model_filepath = str(optimized)
     options.log_severity_level = 3  # not the warning that the saved graph suits this machine only
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def dynamic_quantize_matmuls(optimized: Path) -> int:
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return sum(node.op_type == "DynamicQuantizeMatMul" for node in onnx.load(optimized).graph.node)
 
 
@@ -121,19 +113,18 @@ def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
     """Latency table rows and DynamicQuantizeMatMul rows for every sample model."""
     latency, matmuls = [], []
     rng = np.random.default_rng(0)
-    for path in sorted((REPO / "models").glob("*.onnx")):
+    runtime = runtimes.get("onnxruntime")
+    for path in sorted((harness.REPO / "models").glob("*.onnx")):
         original = onnx.load(path)
         versions = forms(original)
-        data = feeds(original, rng)
-        # The timed sessions also save the graphs ORT optimised, to count its fused nodes.
-        optimized = {name: scratch / f"{path.stem}.{i}.optimized.onnx" for i, name in enumerate(versions)}
-        sessions = {name: session(model, optimized[name]) for name, model in versions.items()}
-        medians, same, _ = race(sessions, data, config.budget, config.min_rounds)  # "original" first
+        data = random_feeds(original, rng, size=BATCH)
+        sessions = {name: runtime.load(model, threads=1, optimize="all") for name, model in versions.items()}
+        medians, same, _ = harness.race(sessions, data, config.budget, config.min_rounds)  # "original" first
         wrong = [name for name, ok in same.items() if not ok]
         base = medians["original"]
         cells = [f"{_ms(m)} ({m / base:.2f})" for m in medians.values()]
         latency.append(f"| {path.name} | " + " | ".join(cells) + f" | {', '.join(wrong) or 'all'} |")
-        counts = [dynamic_quantize_matmuls(optimized[name])
+        counts = [dynamic_quantize_matmuls(versions[name], scratch)
                   for name in ("original", "expanded", "fused from expanded", "fused from ONNX body")]
         matmuls.append(f"| {path.name} | " + " | ".join(map(str, counts)) + " |")
         logger.info("%s: %s", path.name, ", ".join(f"{n} {m / base:.2f}" for n, m in medians.items()))
@@ -160,8 +151,8 @@ def render(config: Config, mode: str, latency: list[str], matmuls: list[str], pa
     lines = [
         SECTION,
         "",
-        f"Written by `python tools/bench_fuse.py{' --quick' if mode == 'quick' else ''}` "
-        f"(onnxruntime {ort.__version__}, onnx {onnx.__version__}); regenerate it with the same command. "
+        f"Written by `python -m tools.bench_fuse{' --quick' if mode == 'quick' else ''}` "
+        f"(onnxruntime {harness.version('onnxruntime')}, onnx {onnx.__version__}); regenerate it with the same command. "
         + ("**A `--quick` smoke run: the figures are not meaningful.** " if mode == "quick" else "")
         + "ORT CPU, one intra-op thread, all graph optimisations, symbolic dimensions of size "
         f"{BATCH}. *ONNX body* is every DQL inlined by `onnx.inliner` (`inline_schema_functions=True`), "
@@ -195,7 +186,7 @@ def render(config: Config, mode: str, latency: list[str], matmuls: list[str], pa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the report to update")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "BENCHMARKS.md", help="the report to update")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)
@@ -204,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_fuse.") as tmp:
         latency, matmuls = bench_models(config, Path(tmp))
     text = render(config, mode, latency, matmuls, bench_pass(config))
-    write_report(args.out, text)
+    harness.write_report(args.out, text)
     print(text)
     return 0
 

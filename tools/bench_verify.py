@@ -1,26 +1,33 @@
-"""Time ``dql-pass verify`` on a 24-site transformer-like model (issue 3: at most 30 s on 2 cores).
+"""Time the whole ``dql-pass verify`` process: on a quantized transformer, and on chains of sites.
 
 Run from the repository root::
 
-    python tools/bench_verify.py [--layers 6] [--hidden 384] [--runs 3]
+    python -m tools.bench_verify [--layers 6] [--hidden 384] [--runs 3]
+    python -m tools.bench_verify --chain 1250,2500,5000 [--runs 3] [--tree PATH]
 
 What it does:
 
-1. Builds a float BERT-like encoder with ``minilm_model`` of tools/bench.py: int64 ``input_ids``
-   and ``attention_mask`` of symbolic shape ``[batch, sequence]``, a word embedding, then per layer
-   attention, LayerNormalization and an Erf GELU feed-forward, four weight MatMuls per layer.
-2. Quantizes it with tools/bench.py's ``quantize`` (``quantize_dynamic``, weight MatMuls, uint8) in
-   a temp dir: query, key and value share one DynamicQuantizeLinear, so each layer has four sites
-   and 6 layers give 24. Then expands it with ``dql-pass expand`` (variant and mode selectable).
-3. Times the whole ``python -m dql_pass verify ORIGINAL REWRITTEN`` process (interpreter start,
-   imports, checker, site and model level) ``--runs`` times and prints the median; each run must
-   exit 0. Nothing is left on disk.
+- Transformer (issue 3: at most 30 s on 2 cores): builds a float BERT-like encoder with
+  ``tools.models.minilm_model`` (int64 ``input_ids`` and ``attention_mask`` of symbolic shape
+  ``[batch, sequence]``), quantizes it with ``tools.models.quantize`` in a temp dir (four sites per
+  layer, 24 for 6 layers), expands it with ``dql-pass expand`` (variant and mode selectable), and
+  times ``python -m dql_pass verify ORIGINAL REWRITTEN`` ``--runs`` times; each run must exit 0.
+- Chains (``--chain``): ``tools.models.chain_model`` with each number of sites (a DQL whose y is
+  dequantized and fed to the next), expanded, then the verify processes of all sizes run side by
+  side, interleaved round robin ``--runs`` times; the median wall time and peak RSS of each size,
+  and the ratio of the largest size's time to the smallest's, against the target that verify's
+  cost is linear in the sites (at most 4x for 4x the sites, the fixed start-up included).
+  ``--tree`` runs the verify processes from another checkout of the repository (say, the last
+  commit in a worktree), so the same figures can be taken before and after a change.
+
+Nothing is left on disk.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import subprocess
 import sys
@@ -30,16 +37,84 @@ from pathlib import Path
 
 import onnx
 
-from bench import MINILM, minilm_model, quantize  # tools/bench.py, next to this script
+import dql_pass
+from tools import models
 
 VOCAB, HEAD_SIZE, FFN_FACTOR = 1000, 64, 4
 TARGET_SECONDS = 30.0
+CHAIN_RATIO = 4.0  # the largest chain's time over the smallest's, for 4x the sites
 
 
-def _dql_pass(*args: str) -> tuple[float, subprocess.CompletedProcess]:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "dql_pass", *args], capture_output=True, text=True)
-    return time.perf_counter() - start, done
+def _verify_process(original: Path, rewritten: Path, tree: Path) -> tuple[float, float, str]:
+    """Wall seconds and peak RSS (MiB) of one ``python -m dql_pass verify`` run from ``tree``, and its last line."""
+    environment = {**os.environ, "PYTHONPATH": os.fspath(tree)}
+    with tempfile.TemporaryFile("w+") as out:
+        began = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-m", "dql_pass", "verify", os.fspath(original), os.fspath(rewritten)],
+                                 cwd=tree, env=environment, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(child.pid, 0)  # reaped here, so its own peak RSS is known
+        child.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - began
+        out.seek(0)
+        text = out.read()
+    if child.returncode:
+        raise SystemExit(f"verify exited {child.returncode}:\n{text[-4000:]}")
+    return seconds, usage.ru_maxrss / 1024, text.strip().splitlines()[-1]
+
+
+def bench_chains(sizes: list[int], runs: int, tree: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench_verify.") as tmp:
+        pairs = {}
+        for sites in sizes:
+            model = models.chain_model(sites)
+            original, rewritten = Path(tmp, f"chain{sites}.onnx"), Path(tmp, f"chain{sites}_expanded.onnx")
+            onnx.save(model, original)
+            onnx.save(dql_pass.expand(model), rewritten)
+            pairs[sites] = original, rewritten
+        times: dict[int, list[float]] = {sites: [] for sites in sizes}
+        peaks: dict[int, list[float]] = {sites: [] for sites in sizes}
+        for run in range(runs):
+            shift = run % len(sizes)  # no size always runs first
+            for sites in sizes[shift:] + sizes[:shift]:
+                seconds, peak, last = _verify_process(*pairs[sites], tree)
+                times[sites].append(seconds)
+                peaks[sites].append(peak)
+                print(f"  run {run + 1}, {sites} sites: {seconds:.2f} s, peak RSS {peak:.0f} MiB  ({last[:60]})")
+    print(f"dql-pass verify on chains, from {tree}, medians over {runs} runs:")
+    for sites in sizes:
+        print(f"  {sites:6d} sites: {statistics.median(times[sites]):7.2f} s  peak RSS {statistics.median(peaks[sites]):6.0f} MiB")
+    ratio = statistics.median(times[sizes[-1]]) / statistics.median(times[sizes[0]])
+    target = CHAIN_RATIO * sizes[-1] / sizes[0] / 4
+    verdict = "met" if ratio <= target else "NOT met"
+    print(f"  {sizes[-1]} over {sizes[0]} sites: x{ratio:.2f} (target <= x{target:.1f}: {verdict})")
+    return 0 if ratio <= target else 1
+
+
+def bench_transformer(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench_verify.") as tmp:
+        folder = Path(tmp)
+        shape = dataclasses.replace(models.MINILM, layers=args.layers, hidden=args.hidden, heads=args.hidden // HEAD_SIZE,
+                                    intermediate=FFN_FACTOR * args.hidden, seq=None)
+        original = models.quantize(models.minilm_model(shape, vocab=VOCAB), folder, "encoder_dynamic.onnx")
+        sites = models.dql_count(onnx.load(original))
+        rewritten = folder / "encoder_expanded.onnx"
+        done = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(original), "-o", str(rewritten),
+                               "--variant", args.variant, "--mode", args.mode], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"expand failed: {done.stderr.strip()}")
+        size = original.stat().st_size / 2**20
+        print(f"model: {args.layers} layers, hidden {args.hidden}, {sites} DQL sites, {size:.1f} MiB; "
+              f"rewrite: {args.variant}/{args.mode}")
+        times = []
+        for run in range(args.runs):
+            seconds, _, last = _verify_process(original, rewritten, args.tree)
+            times.append(seconds)
+            print(f"  run {run + 1}: {seconds:.2f} s  ({last})")
+        median = statistics.median(times)
+        verdict = "met" if median <= TARGET_SECONDS else "NOT met"
+        print(f"dql-pass verify, whole process: median {median:.2f} s over {args.runs} runs "
+              f"(target <= {TARGET_SECONDS:.0f} s: {verdict})")
+    return 0 if median <= TARGET_SECONDS else 1
 
 
 def main() -> int:
@@ -49,33 +124,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--variant", default="quantizelinear")
     parser.add_argument("--mode", default="inline")
+    parser.add_argument("--chain", help="comma-separated site counts, smallest first: time chains instead")
+    parser.add_argument("--tree", type=Path, default=Path.cwd(), help="the checkout whose dql_pass runs verify")
     args = parser.parse_args()
-
-    with tempfile.TemporaryDirectory(prefix="bench_verify.") as tmp:
-        folder = Path(tmp)
-        shape = dataclasses.replace(MINILM, layers=args.layers, hidden=args.hidden, heads=args.hidden // HEAD_SIZE,
-                                    intermediate=FFN_FACTOR * args.hidden, seq=None)
-        original = quantize(minilm_model(shape, vocab=VOCAB), folder, "encoder_dynamic.onnx")
-        sites = sum(n.op_type == "DynamicQuantizeLinear" for n in onnx.load(original).graph.node)
-        rewritten = folder / "encoder_expanded.onnx"
-        _, done = _dql_pass("expand", str(original), "-o", str(rewritten), "--variant", args.variant, "--mode", args.mode)
-        if done.returncode:
-            raise SystemExit(f"expand failed: {done.stderr.strip()}")
-        size = original.stat().st_size / 2**20
-        print(f"model: {args.layers} layers, hidden {args.hidden}, {sites} DQL sites, {size:.1f} MiB; "
-              f"rewrite: {args.variant}/{args.mode}")
-        times = []
-        for run in range(args.runs):
-            seconds, done = _dql_pass("verify", str(original), str(rewritten))
-            if done.returncode:
-                raise SystemExit(f"verify exited {done.returncode}:\n{done.stdout}{done.stderr}")
-            times.append(seconds)
-            print(f"  run {run + 1}: {seconds:.2f} s  ({done.stdout.strip().splitlines()[-1]})")
-        median = statistics.median(times)
-        verdict = "met" if median <= TARGET_SECONDS else "NOT met"
-        print(f"dql-pass verify, whole process: median {median:.2f} s over {args.runs} runs "
-              f"(target <= {TARGET_SECONDS:.0f} s: {verdict})")
-    return 0 if median <= TARGET_SECONDS else 1
+    if args.chain:
+        return bench_chains(sorted(int(size) for size in args.chain.split(",")), args.runs, args.tree.resolve())
+    return bench_transformer(args)
 
 
 if __name__ == "__main__":

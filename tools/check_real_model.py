@@ -1,8 +1,8 @@
 """Check dql_pass end to end on one quantized model that nobody prepared for it.
 
-Run from anywhere::
+Run from the repository root::
 
-    python tools/check_real_model.py MODEL.onnx [--dim NAME=SIZE ...] [--input NAME=FILE.npy ...] [--keep DIR]
+    python -m tools.check_real_model MODEL.onnx [--dim NAME=SIZE ...] [--input NAME=FILE.npy ...] [--keep DIR]
 
 For each variant and mode of :func:`dql_pass.expand` it:
 
@@ -42,10 +42,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 
 import dql_pass
-from bench import inline_onnx_function  # tools/bench.py, next to this script
+from dql_pass import runtimes
+from tools.models import inline_onnx_function
 
 _DQL_TYPES = (onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8)
 
@@ -99,14 +99,9 @@ def _run(proto: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], expose: lis
     model.CopyFrom(proto)  # the caller's model keeps its outputs
     model.graph.output.extend(onnx.helper.make_tensor_value_info(name, dtype, None)
                               for names in expose for name, dtype in zip(names, _DQL_TYPES))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3  # ORT's warnings would break the table
-    if basic:  # keeps every kernel as written: no DQL+MatMulInteger fusion in the original
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(None, f))) for f in feeds]
+    # basic keeps every kernel as written: no DQL+MatMulInteger fusion in the original.
+    session = runtimes.get("onnxruntime").load(model, threads=1, optimize="basic" if basic else "all")
+    return [dict(zip(session.output_names, session.run(f))) for f in feeds]
 
 
 def _differences(expected: list[dict], actual: list[dict]) -> list[str]:

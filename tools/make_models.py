@@ -1,11 +1,12 @@
 """Regenerate the sample ONNX models in ``models/`` (see ``models/README.md``).
 
-Run from the repository root: ``python tools/make_models.py [--out models]``. The output is
+Run from the repository root: ``python -m tools.make_models [--out models]``. The output is
 deterministic (seeded weights, fixed names). Every model must pass ``onnx.checker`` with
-``full_check=True`` and run on onnxruntime's CPU provider, or the script raises.
+``full_check=True`` and run on onnxruntime's CPU provider (through ``dql_pass.runtimes``), or the
+script raises.
 
 The ``*_dynamic`` models come from ``onnxruntime.quantization.quantize_dynamic``, called through
-tools/bench.py's ``quantize``. Its warning about missing pre-processing (symbolic shape inference
+:func:`tools.models.quantize`. Its warning about missing pre-processing (symbolic shape inference
 plus graph optimisation) is silenced there: the float models are built fully shaped and already
 minimal, so pre-processing would change nothing.
 """
@@ -21,15 +22,16 @@ from typing import NamedTuple
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from bench import quantize  # tools/bench.py, next to this script
+from dql_pass import op, runtimes
 from dql_pass.modelfiles import atomic_path
+from tools.models import quantize, random_feeds
 
+# Written into every model: changing it changes the committed files' bytes.
 PRODUCER = "dql_pass tools/make_models.py"
 MAX_BYTES = 1 << 20
-DQL = "DynamicQuantizeLinear"
+DQL = op.NAME
 FLOAT, UINT8, INT64, BOOL = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT64, TensorProto.BOOL
 
 vi = helper.make_tensor_value_info
@@ -285,21 +287,6 @@ def dql_sites(model: onnx.ModelProto) -> collections.Counter[str]:
     return sites
 
 
-def _feeds(
-    session: ort.InferenceSession, rng: np.random.Generator, flag: bool, negative: bool
-) -> dict[str, np.ndarray]:
-    """Random float32 inputs (all negative if asked), bool inputs set to ``flag``, symbolic dims 2."""
-    feeds = {}
-    for arg in session.get_inputs():
-        shape = [d if isinstance(d, int) else 2 for d in arg.shape]
-        if arg.type == "tensor(bool)":
-            feeds[arg.name] = np.full(shape, flag)
-        else:
-            data = rng.standard_normal(shape).astype(np.float32)
-            feeds[arg.name] = -np.abs(data) if negative else data
-    return feeds
-
-
 def check(path: pathlib.Path, spec: Spec) -> None:
     """Fail loudly unless the saved model is valid, small, has the expected ops and runs on ORT CPU.
 
@@ -321,14 +308,14 @@ def check(path: pathlib.Path, spec: Spec) -> None:
     missing = set(spec.ops) - op_types
     if missing:
         raise RuntimeError(f"missing op types {sorted(missing)}")
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    session = runtimes.get("onnxruntime").load(path)
     rng = np.random.default_rng(0)
     # Random data with each boolean value, then all-negative data (a zero range after Relu).
     for flag, negative in [(True, False), (False, False), (True, True)]:
-        results = session.run(None, _feeds(session, rng, flag, negative))
-        for out, value in zip(session.get_outputs(), results):
+        results = session.run(random_feeds(model, rng, size=2, flag=flag, negative=negative))
+        for name, value in zip(session.output_names, results):
             if value.dtype == np.float32 and not np.isfinite(value).all():
-                raise RuntimeError(f"output {out.name} is not finite")
+                raise RuntimeError(f"output {name} is not finite")
 
 
 class Spec(NamedTuple):
