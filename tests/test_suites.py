@@ -1,4 +1,4 @@
-"""Conformance suites: layout, onnx's loader, ORT and onnx.reference runs, known differences, the CLI.
+"""Conformance suites (dql_pass.suites): layout, onnx's loader, ORT and onnx.reference runs, known differences, the CLI.
 
 The suites here are reduced (two opsets, no large input) to stay fast; one small generation checks
 the large input on its own.
@@ -6,9 +6,12 @@ the large input on its own.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shutil
+import signal
 
 import numpy as np
 import onnx
@@ -16,15 +19,17 @@ import pytest
 from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
-from dql_pass import catalogue, conformance, runtimes
+from dql_pass import catalogue, runtimes, suites
+from dql_pass.suites import generate, layout
 from dql_pass.cli import main
 from dql_pass.errors import InputError
+from dql_pass.modelfiles import FolderLock
 
 FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic))?_opset\d+$")
 
 
 def _manifest(path):
-    return {e["folder"]: e for e in json.loads((path / conformance.MANIFEST).read_text())["cases"]}
+    return {e["folder"]: e for e in json.loads((path / suites.MANIFEST).read_text())["cases"]}
 
 
 def _statuses(report):
@@ -35,7 +40,7 @@ def _statuses(report):
 def ort_suite(tmp_path_factory):
     """The onnxruntime policy at opsets 11 and 21, NaN inputs included."""
     path = tmp_path_factory.mktemp("ort") / "dql"
-    conformance.generate_suite(path, opsets=(11, 21), include_large=False, include_unspecified=True)
+    suites.generate_suite(path, opsets=(11, 21), include_large=False, include_unspecified=True)
     return path
 
 
@@ -43,7 +48,7 @@ def ort_suite(tmp_path_factory):
 def reference_suite(tmp_path_factory):
     """The onnx-reference policy at opsets 13 and 27."""
     path = tmp_path_factory.mktemp("reference") / "dql"
-    conformance.generate_suite(path, opsets=(13, 27), zero_range="onnx-reference", include_large=False)
+    suites.generate_suite(path, opsets=(13, 27), zero_range="onnx-reference", include_large=False)
     return path
 
 
@@ -51,7 +56,7 @@ def reference_suite(tmp_path_factory):
 def small_suite(tmp_path):
     """Two inputs, every form, one opset: cheap to edit."""
     path = tmp_path / "dql"
-    conformance.generate_suite(path, opsets=(18,), include_large=False, names=("spec_example", "rank_0"))
+    suites.generate_suite(path, opsets=(18,), include_large=False, names=("spec_example", "rank_0"))
     return path
 
 
@@ -69,7 +74,7 @@ def test_the_suite_covers_the_issue_categories(ort_suite):
     assert any(0 in e["shape"] for e in manifest.values())
     # Every input in every form at every opset, each in its own folder.
     assert {(e["variant"], e["opset"]) for e in manifest.values()} == {
-        (f, o) for f in conformance.FORMS for o in (11, 21)
+        (f, o) for f in suites.FORMS for o in (11, 21)
     }
     assert len(manifest) == len({e["name"] for e in manifest.values()}) * 3 * 2
 
@@ -111,7 +116,7 @@ def test_the_expected_outputs_are_the_reference(ort_suite):
 
 
 def test_every_case_passes_on_onnxruntime(ort_suite):
-    report = conformance.run_suite(ort_suite, "onnxruntime")
+    report = suites.run_suite(ort_suite, "onnxruntime")
     manifest = _manifest(ort_suite)
     statuses = _statuses(report)
     assert report.failed == 0, [o.line() for o in report.outcomes if o.status == "FAIL"]
@@ -121,7 +126,7 @@ def test_every_case_passes_on_onnxruntime(ort_suite):
 
 
 def test_expanded_variants_pass_on_onnxruntime_under_the_onnx_reference_policy(reference_suite):
-    report = conformance.run_suite(reference_suite, "onnxruntime")
+    report = suites.run_suite(reference_suite, "onnxruntime")
     manifest = _manifest(reference_suite)
     assert report.failed == 0
     not_passed = {f for f, s in _statuses(report).items() if s != "PASS"}
@@ -131,7 +136,7 @@ def test_expanded_variants_pass_on_onnxruntime_under_the_onnx_reference_policy(r
 
 
 def test_onnx_reference_passes_except_the_listed_differences(reference_suite):
-    report = conformance.run_suite(reference_suite, "reference")
+    report = suites.run_suite(reference_suite, "reference")
     manifest = _manifest(reference_suite)
     statuses = _statuses(report)
     assert report.failed == 0, [o.line() for o in report.outcomes if o.status == "FAIL"]
@@ -166,19 +171,19 @@ def test_a_one_ulp_scale_edit_fails(small_suite):
     tensor = onnx.load_tensor(path)
     scale = numpy_helper.to_array(tensor)
     path.write_bytes(numpy_helper.from_array(np.nextafter(scale, np.float32(1)), tensor.name).SerializeToString())
-    report = conformance.run_suite(small_suite)
+    report = suites.run_suite(small_suite)
     assert (report.passed, report.failed) == (5, 1)
     assert "y_scale differs" in next(o.detail for o in report.outcomes if o.status == "FAIL")
 
 
 def test_a_suite_without_manifest_runs(small_suite):
-    (small_suite / conformance.MANIFEST).unlink()
-    assert conformance.run_suite(small_suite, "reference").summary() == "6 passed, 0 failed"
+    (small_suite / suites.MANIFEST).unlink()
+    assert suites.run_suite(small_suite, "reference").summary() == "6 passed, 0 failed"
 
 
 def test_the_large_input_is_written_at_the_newest_opset_only(tmp_path):
     path = tmp_path / "dql"
-    suite = conformance.generate_suite(
+    suite = suites.generate_suite(
         path, opsets=(13, 21), forms=("native", "arithmetic"), names=("large_1m",), include_large=True
     )
     assert sorted(e.folder for e in suite.entries) == [
@@ -187,11 +192,11 @@ def test_the_large_input_is_written_at_the_newest_opset_only(tmp_path):
     ]
     x = onnx.load_tensor(path / "test_dynamicquantizelinear_large_1m_opset21" / "test_data_set_0" / "input_0.pb")
     assert numpy_helper.to_array(x).size == 1 << 20
-    assert conformance.run_suite(path).summary() == "2 passed, 0 failed"
+    assert suites.run_suite(path).summary() == "2 passed, 0 failed"
 
 
 def test_the_cli_writes_and_runs_a_suite(tmp_path, capsys):
-    path = tmp_path / "suites" / "dql"
+    path = tmp_path / "dql"
     assert main(["gen-tests", str(path), "--opsets", "11", "--variants", "native", "--no-large"]) == 0
     assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
     assert main(["run-tests", str(path), "--backend", "reference"]) == 0
@@ -211,6 +216,9 @@ def test_the_cli_writes_and_runs_a_suite(tmp_path, capsys):
         (["gen-tests", "{tmp}/new", "--opsets", "10"], "opset 10 is outside"),
         (["gen-tests", "{tmp}/new", "--variants", "native,fast"], "unknown variant 'fast'"),
         (["run-tests", "{tmp}/new", "--backend", "reference"], "no such folder"),
+        # Like expand, gen-tests creates no parent folder, so a failure cannot leave one behind.
+        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "28", "--variants", "quantizelinear"], "x/y does not exist"),
+        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "13", "--variants", "native", "--no-large"], "x/y does not exist"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -226,18 +234,18 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
 
 def test_the_api_rejects_bad_options(tmp_path):
     with pytest.raises(InputError, match="no catalogue case"):
-        conformance.generate_suite(tmp_path / "dql", names=("no_such_case",))
+        suites.generate_suite(tmp_path / "dql", names=("no_such_case",))
     with pytest.raises(InputError, match="unknown zero-range policy"):
-        conformance.generate_suite(tmp_path / "dql", zero_range="half")
+        suites.generate_suite(tmp_path / "dql", zero_range="half")
     with pytest.raises(InputError, match="unknown runtime"):
-        conformance.run_suite(tmp_path, "tvm")
+        suites.run_suite(tmp_path, "tvm")
 
 
 def test_a_pruned_suite_runs_and_reports_the_missing_folders(ort_suite, tmp_path):
     # Folders are self-contained, so what is left runs; what the manifest lists but is gone fails.
     copy = tmp_path / "dql"
     shutil.copytree(ort_suite, copy, ignore=shutil.ignore_patterns("*opset21*", "*nan*"))
-    report = conformance.run_suite(copy)
+    report = suites.run_suite(copy)
     assert report.failed == len([f for f in _manifest(copy) if "opset21" in f or "nan" in f])
     assert report.passed == len([d for d in copy.iterdir() if d.is_dir()])
 
@@ -272,7 +280,7 @@ def _to_external(path, location, data=None):
 @pytest.mark.parametrize("file", ["input_0.pb", "output_0.pb", "output_2.pb"])
 def test_a_missing_data_file_fails_naming_it(small_suite, file):
     (small_suite / SPEC / "test_data_set_0" / file).unlink()
-    report = conformance.run_suite(small_suite)
+    report = suites.run_suite(small_suite)
     assert _not_passed(report) == [f"FAIL {SPEC}: test_data_set_0/{file} is missing"]
     assert report.summary() == "5 passed, 1 failed"
 
@@ -280,29 +288,41 @@ def test_a_missing_data_file_fails_naming_it(small_suite, file):
 def test_a_suite_without_its_last_outputs_fails_everywhere(small_suite):
     for path in small_suite.glob("*/test_data_set_0/output_2.pb"):
         path.unlink()
-    report = conformance.run_suite(small_suite, "reference")
+    report = suites.run_suite(small_suite, "reference")
     assert report.summary() == "0 passed, 6 failed"
     assert {o.detail for o in report.outcomes} == {"test_data_set_0/output_2.pb is missing"}
 
 
 def test_a_known_difference_does_not_excuse_a_missing_file(small_suite):
-    manifest = json.loads((small_suite / conformance.MANIFEST).read_text())
+    manifest = json.loads((small_suite / suites.MANIFEST).read_text())
     for entry in manifest["cases"]:
         entry["known_differences"] = {"onnxruntime": "listed to check that it does not hide a broken test"}
         entry["comparable"] = entry["folder"] != SPEC
-    (small_suite / conformance.MANIFEST).write_text(json.dumps(manifest))
+    (small_suite / suites.MANIFEST).write_text(json.dumps(manifest))
     (small_suite / SPEC / "test_data_set_0" / "output_1.pb").unlink()
-    report = conformance.run_suite(small_suite)
+    report = suites.run_suite(small_suite)
     assert sorted(_not_passed(report)) == sorted([f"FAIL {SPEC}: test_data_set_0/output_1.pb is missing"] + [
         f"SKIP {f}: listed as a known difference on onnxruntime (listed to check that it does not hide a broken test), "
         "but it matched" for f in _manifest(small_suite) if f != SPEC
     ])
 
 
+def test_a_model_without_outputs_fails_on_every_backend(small_suite):
+    # A test that compares nothing would pass whatever the backend computes.
+    path = small_suite / SPEC / "model.onnx"
+    model = onnx.load(path)
+    del model.graph.output[:]
+    path.write_bytes(model.SerializeToString())
+    for output in (small_suite / SPEC / "test_data_set_0").glob("output_*.pb"):
+        output.unlink()
+    for backend in suites.BACKENDS:
+        assert _not_passed(suites.run_suite(small_suite, backend)) == [f"FAIL {SPEC}: the model has no outputs"]
+
+
 def test_a_data_file_the_model_has_no_value_for_fails(small_suite):
     data_set = small_suite / SPEC / "test_data_set_0"
     shutil.copy(data_set / "output_2.pb", data_set / "output_3.pb")
-    assert _not_passed(conformance.run_suite(small_suite)) == [
+    assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0/output_3.pb: the model has 3 outputs, so no such file is read"
     ]
 
@@ -311,7 +331,7 @@ def test_two_files_of_one_output_fail(small_suite):
     # output_1.pb holding y again would leave y_scale unchecked.
     data_set = small_suite / SPEC / "test_data_set_0"
     shutil.copy(data_set / "output_0.pb", data_set / "output_1.pb")
-    assert _not_passed(conformance.run_suite(small_suite)) == [
+    assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0/output_1.pb holds y, as test_data_set_0/output_0.pb does"
     ]
 
@@ -323,9 +343,9 @@ def test_external_data_of_a_test_file_is_read_beside_it(small_suite, tmp_path, m
     (data_set / "y").mkdir()
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 179], np.uint8).tobytes())
     monkeypatch.chdir(tmp_path)  # not the data set's folder: nothing may be looked up here
-    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 178], np.uint8).tobytes())
-    assert _not_passed(conformance.run_suite(small_suite)) == [
+    assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0: y differs in 1 of 6 elements, first at [5]: got 179, expected 178"
     ]
 
@@ -337,7 +357,7 @@ def test_external_data_outside_the_data_set_is_refused(small_suite, tmp_path, mo
     (data_set / "link.bin").symlink_to(tmp_path / "secret.bin")
     _to_external(data_set / "output_0.pb", location.format(tmp=tmp_path))
     monkeypatch.chdir(tmp_path)  # where run-tests once looked
-    [line] = _not_passed(conformance.run_suite(small_suite))
+    [line] = _not_passed(suites.run_suite(small_suite))
     assert line.startswith(f"FAIL {SPEC}: test_data_set_0/output_0.pb: external data refused: ")
     assert "expected" not in line and " 83" not in line  # nothing of the secret file is shown
 
@@ -347,7 +367,7 @@ def test_a_symlink_to_a_file_inside_the_suite_is_read(small_suite):
     (small_suite / "shared").mkdir()
     (data_set / "output_1.pb").rename(small_suite / "shared" / "y_scale.pb")
     (data_set / "output_1.pb").symlink_to("../../shared/y_scale.pb")
-    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
 
 
 def test_a_symlink_out_of_the_suite_is_refused(small_suite, tmp_path):
@@ -357,7 +377,7 @@ def test_a_symlink_out_of_the_suite_is_refused(small_suite, tmp_path):
     outside = tmp_path / "elsewhere"
     shutil.move(small_suite / "test_dynamicquantizelinear_rank_0_opset18", outside)
     (small_suite / "test_dynamicquantizelinear_rank_0_opset18").symlink_to(outside)
-    assert _not_passed(conformance.run_suite(small_suite)) == [
+    assert _not_passed(suites.run_suite(small_suite)) == [
         "FAIL test_dynamicquantizelinear_rank_0_opset18: model.onnx is outside the suite (through a symlink)",
         f"FAIL {SPEC}: test_data_set_0/output_1.pb is outside the suite (through a symlink)",
     ]
@@ -370,7 +390,7 @@ def test_a_data_file_larger_than_its_model_allows_is_refused(small_suite):
     tensor.doc_string = "." * 70_000
     _rewrite(path, tensor)
     size = path.stat().st_size
-    assert _not_passed(conformance.run_suite(small_suite)) == [
+    assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0/input_0.pb holds {size} bytes, more than the {65536 + 1 + 16 * 6} it may hold"
     ]
 
@@ -381,25 +401,25 @@ def test_symbolic_dims_get_a_finite_bound(small_suite, monkeypatch):
     for value in (model.graph.input[0], model.graph.output[0]):
         value.type.tensor_type.shape.dim[0].dim_param = "n"
     model_path.write_bytes(model.SerializeToString())
-    monkeypatch.setattr(conformance, "_UNKNOWN_SHAPE_LIMIT", 1000)
-    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    monkeypatch.setattr(layout, "UNKNOWN_SHAPE_LIMIT", 1000)
+    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
     data_set = small_suite / SPEC / "test_data_set_0"
     _to_external(data_set / "input_0.pb", "x.bin", data="x.bin")
     with (data_set / "x.bin").open("ab") as file:  # the six floats, then more than the bound allows
         file.write(bytes(1000))
-    assert _not_passed(conformance.run_suite(small_suite)) == [
+    assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0/input_0.pb: its external data holds 1024 bytes, more than the 1000 it may hold"
     ]
 
 
 def test_a_manifest_of_more_than_a_few_megabytes_is_bad_input(small_suite):
-    path = small_suite / conformance.MANIFEST
+    path = small_suite / suites.MANIFEST
     text = path.read_text()
     path.write_text(text + " " * (1 << 20))  # 1 MB of padding is still read
-    assert conformance.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
     path.write_text(text + " " * (9 << 20))
     with pytest.raises(InputError, match=rf"manifest.json holds {len(text) + (9 << 20)} bytes, more than the"):
-        conformance.run_suite(small_suite)
+        suites.run_suite(small_suite)
 
 
 # --- gen-tests: only folders the suite's backend runs; nothing it did not write is replaced ---
@@ -409,44 +429,44 @@ def test_folders_the_backend_cannot_run_are_left_out_and_listed(tmp_path):
     reason = runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0].describe()
     assert reason.startswith("QuantizeLinear-28 does not run on onnxruntime")
     path = tmp_path / "dql"
-    suite = conformance.generate_suite(path, opsets=(27, 28), names=("spec_example",), include_large=False)
+    suite = suites.generate_suite(path, opsets=(27, 28), names=("spec_example",), include_large=False)
     left = "test_dynamicquantizelinear_spec_example_expanded_quantizelinear_opset28"
-    assert suite.left_out == [conformance.LeftOut(left, "spec_example", 28, "quantizelinear", reason)]
+    assert suite.left_out == [suites.LeftOut(left, "spec_example", 28, "quantizelinear", reason)]
     assert not (path / left).exists()
-    manifest = json.loads((path / conformance.MANIFEST).read_text())
+    manifest = json.loads((path / suites.MANIFEST).read_text())
     assert manifest["left_out"] == [
         {"folder": left, "name": "spec_example", "opset": 28, "variant": "quantizelinear", "reason": reason}
     ]
     assert sorted(e["folder"] for e in manifest["cases"]) == sorted(d.name for d in path.iterdir() if d.is_dir())
     assert len(manifest["cases"]) == 5
-    report = conformance.run_suite(path)
+    report = suites.run_suite(path)
     assert report.summary() == "5 passed, 0 failed"
 
 
 def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_path):
     path = tmp_path / "dql"
-    suite = conformance.generate_suite(
+    suite = suites.generate_suite(
         path, opsets=(28,), forms=("quantizelinear",), names=("spec_example",), zero_range="onnx-reference"
     )
     [entry] = suite.entries
     assert suite.left_out == []
     assert entry.known_differences == {"onnxruntime": runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0].describe()}
-    assert _statuses(conformance.run_suite(path)) == {entry.folder: "XFAIL"}
-    assert conformance.run_suite(path, "reference").summary() == "1 passed, 0 failed"
+    assert _statuses(suites.run_suite(path)) == {entry.folder: "XFAIL"}
+    assert suites.run_suite(path, "reference").summary() == "1 passed, 0 failed"
 
 
 def test_the_cli_at_opset_28_writes_a_suite_ort_passes(tmp_path, capsys):
     path = tmp_path / "dql"
     assert main(["gen-tests", str(path), "--opsets", "28", "--variants", "quantizelinear,arithmetic", "--no-large"]) == 0
     assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
-    assert len(json.loads((path / conformance.MANIFEST).read_text())["left_out"]) == 56
+    assert len(json.loads((path / suites.MANIFEST).read_text())["left_out"]) == 56
     assert main(["run-tests", str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "56 passed, 0 failed"
 
 
 def test_a_choice_the_backend_runs_nothing_of_is_bad_input(tmp_path):
     with pytest.raises(InputError, match="onnxruntime can run none of the chosen folders: QuantizeLinear-28"):
-        conformance.generate_suite(tmp_path / "dql", opsets=(28,), forms=("quantizelinear",), include_large=False)
+        suites.generate_suite(tmp_path / "dql", opsets=(28,), forms=("quantizelinear",), include_large=False)
     assert not list(tmp_path.iterdir())
 
 
@@ -464,10 +484,10 @@ def test_a_suite_holding_added_files_is_not_replaced_unless_forced(small_suite, 
     else:
         path.write_text("mine")
     with pytest.raises(InputError, match=rf"holds 1 file\(s\) that gen-tests did not write \({reported}\)"):
-        conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
     assert path.exists() and len(_manifest(small_suite)) == 6
-    conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",), force=True)
-    assert sorted(p.name for p in small_suite.iterdir()) == [conformance.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
+    suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",), force=True)
+    assert sorted(p.name for p in small_suite.iterdir()) == [suites.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
 
 
 def test_a_file_replaced_by_a_symlink_is_not_what_gen_tests_wrote(small_suite, tmp_path):
@@ -475,15 +495,15 @@ def test_a_file_replaced_by_a_symlink_is_not_what_gen_tests_wrote(small_suite, t
     output.rename(tmp_path / "y.pb")
     output.symlink_to(tmp_path / "y.pb")
     with pytest.raises(InputError, match="did not write"):
-        conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
     assert output.is_symlink() and (tmp_path / "y.pb").exists()
 
 
 def test_a_suite_with_edited_files_is_replaced(small_suite):
     (small_suite / SPEC / "test_data_set_0" / "output_0.pb").write_bytes(b"edited")
     (small_suite / "test_dynamicquantizelinear_rank_0_opset18" / "data.json").unlink()
-    conformance.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
-    assert [e["folder"] for e in json.loads((small_suite / conformance.MANIFEST).read_text())["cases"]] == [
+    suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    assert [e["folder"] for e in json.loads((small_suite / suites.MANIFEST).read_text())["cases"]] == [
         "test_dynamicquantizelinear_rank_0_opset13"
     ]
 
@@ -491,5 +511,53 @@ def test_a_suite_with_edited_files_is_replaced(small_suite):
 def test_force_never_replaces_a_folder_without_a_suite(tmp_path):
     (tmp_path / "notes.txt").write_text("keep me")
     with pytest.raises(InputError, match="holds no dql_pass suite"):
-        conformance.generate_suite(tmp_path, names=("rank_0",), include_large=False, force=True)
+        suites.generate_suite(tmp_path, names=("rank_0",), include_large=False, force=True)
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_stage_folders_left_by_earlier_runs_are_removed_unless_a_live_run_holds_them(small_suite):
+    left = small_suite.parent / ".dql.left.stage"  # what a kill -9 leaves
+    (left / SPEC).mkdir(parents=True)
+    held = small_suite.parent / ".dql.held.stage"  # a run still writing
+    held.mkdir()
+    lock = FolderLock(held)
+    try:
+        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+        assert sorted(p.name for p in small_suite.parent.iterdir()) == [".dql.held.stage", "dql"]
+    finally:
+        lock.release()
+    suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    assert sorted(p.name for p in small_suite.parent.iterdir()) == ["dql"]
+
+
+def _suite_folders(path):
+    return sorted(d.name for d in path.iterdir() if d.is_dir())
+
+
+@pytest.mark.parametrize("failure", ["interrupt", "full disk"])
+@pytest.mark.parametrize("step", [1, 2])
+def test_without_a_one_step_swap_the_two_renames_still_leave_a_whole_suite(small_suite, monkeypatch, failure, step):
+    """Where the system cannot swap two folders in one step, gen-tests renames twice.
+
+    An interrupt at either rename lands once both are done, and a failure of either leaves the old
+    suite: the whole old suite or the whole new one, and nothing else beside it. (The one-step
+    swap is covered against kill -9 at every step in test_adversarial.py.)
+    """
+    old = _suite_folders(small_suite)
+    monkeypatch.setattr(generate, "_exchange", lambda a, b: False)
+    rename, calls = os.rename, []
+
+    def failing(source, target):
+        calls.append(source)
+        if len(calls) == step:
+            if failure == "full disk":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.kill(os.getpid(), signal.SIGINT)
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", failing)
+    with pytest.raises(KeyboardInterrupt if failure == "interrupt" else InputError):
+        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    new = ["test_dynamicquantizelinear_rank_0_opset13"]
+    assert _suite_folders(small_suite) == (new if failure == "interrupt" else old)
+    assert sorted(p.name for p in small_suite.parent.iterdir()) == ["dql"]

@@ -1,0 +1,157 @@
+"""Run a suite on a backend and compare every output bit for bit.
+
+- Any folder in the layout runs: ``manifest.json`` is optional, so suites written elsewhere work;
+  when present it says which folders are not comparable (they must only run) and which
+  differences of a backend are known (XFAIL, not a failure).
+- Every run goes through :mod:`dql_pass.runtimes`; outputs are compared by dtype, shape and the raw
+  bits of each element (so -0.0 differs from 0.0), through :mod:`dql_pass.compare`.
+- A test passes only when its model has outputs, each data set has one file per input and per
+  output of its model, and every output matches. A file refused, missing or unreadable fails its
+  test with the reason (:mod:`dql_pass.suites.layout` reads them); a manifest refused makes the
+  whole suite bad input.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BACKENDS", "Outcome", "RunReport", "run_suite"]
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from dql_pass import runtimes
+from dql_pass.compare import bit_difference
+from dql_pass.errors import InputError
+from dql_pass.suites.layout import MANIFEST, MODEL, Refused, data_set_tensors, read_manifest, read_model
+
+BACKENDS: tuple[str, ...] = tuple(runtimes.RUNTIMES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """The result of one test folder: PASS, FAIL, XFAIL (a known difference) or SKIP."""
+
+    name: str
+    status: str
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{self.status} {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+    """Every outcome of :func:`run_suite`, with the counts of its summary line."""
+
+    backend: str
+    outcomes: list[Outcome]
+
+    @property
+    def passed(self) -> int:
+        return sum(o.status == "PASS" for o in self.outcomes)
+
+    @property
+    def failed(self) -> int:
+        return sum(o.status == "FAIL" for o in self.outcomes)
+
+    @property
+    def skipped(self) -> int:
+        return sum(o.status in ("XFAIL", "SKIP") for o in self.outcomes)
+
+    def summary(self) -> str:
+        text = f"{self.passed} passed, {self.failed} failed"
+        return text + (f", {self.skipped} skipped" if self.skipped else "")
+
+
+def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None:
+    """Run every data set of one test folder; None when all outputs match, else the first difference.
+
+    Every file is read and checked before the backend loads the model, so a missing or refused one
+    raises :class:`Refused` whatever the backend does. Whatever the backend raises propagates:
+    the caller tells a crash from a wrong output.
+    """
+    # The backend loads the model and its external data itself, from the model's folder (both
+    # refuse a path that leaves it).
+    model = read_model(folder, root)
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    inputs = [value for value in model.graph.input if value.name not in initializers]
+    outputs = list(model.graph.output)
+    if not outputs:  # a test that compares nothing would pass whatever the backend computes
+        raise Refused("the model has no outputs")
+    data_sets = sorted(folder.glob("test_data_set_*"))
+    if not data_sets:
+        raise Refused("no test_data_set_* folder")
+    tensors = []
+    for data_set in data_sets:
+        if not data_set.is_dir():
+            raise Refused(f"{data_set.name} is not a folder")
+        tensors.append((
+            data_set,
+            data_set_tensors(data_set, root, "input", inputs),
+            data_set_tensors(data_set, root, "output", outputs),
+        ))
+    session = runtime.load(folder / MODEL)
+    for data_set, feeds, expected in tensors:
+        got = session.run(feeds)
+        for value, actual in zip(outputs, got, strict=True):
+            problem = bit_difference(value.name, actual, expected[value.name])
+            if problem is not None:
+                return f"{data_set.name}: {problem.text}"
+    return None
+
+
+def _outcome(folder: Path, root: Path, entry: dict, backend: str) -> Outcome:
+    crash = mismatch = None
+    try:
+        mismatch = _mismatch(folder, root, runtimes.get(backend))
+    except Refused as refusal:  # the test itself is broken: no known difference or NaN input excuses that
+        return Outcome(folder.name, "FAIL", str(refusal))
+    except Exception as error:  # whatever the backend raises is the case's result, not the runner's
+        crash = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    if not entry.get("comparable", True):
+        if crash:
+            return Outcome(folder.name, "FAIL", f"outputs unspecified, but it must run: {crash}")
+        return Outcome(folder.name, "SKIP", "outputs unspecified for this input; it ran without error")
+    known = entry.get("known_differences", {}).get(backend)
+    if known:
+        if crash or mismatch:
+            return Outcome(folder.name, "XFAIL", f"known difference on {backend}: {known}")
+        return Outcome(folder.name, "SKIP", f"listed as a known difference on {backend} ({known}), but it matched")
+    if crash or mismatch:
+        return Outcome(folder.name, "FAIL", crash or mismatch)
+    return Outcome(folder.name, "PASS")
+
+
+def run_suite(
+    outdir: str | os.PathLike,
+    backend: str = "onnxruntime",
+    *,
+    progress: Callable[[Outcome], None] | None = None,
+) -> RunReport:
+    """Run every test folder of ``outdir`` (folders holding a ``model.onnx``) on ``backend``.
+
+    ``manifest.json``, when present, says which folders are not comparable (they must only run)
+    and which differences of a backend are known (reported as XFAIL, not as failures).
+    ``progress`` is called with each outcome as soon as it is known.
+    """
+    runtimes.get(backend)
+    path = Path(outdir)
+    if not path.is_dir():
+        raise InputError(f"{path}: no such folder")
+    root = path.resolve()
+    manifest = read_manifest(path, root)
+    # Any model.onnx, even one that is not a regular file, makes a test folder: its test then fails with the reason.
+    folders = sorted(d for d in path.iterdir() if d.is_dir() and os.path.lexists(d / MODEL))
+    if not folders:
+        raise InputError(f"{path}: no test folders (folders holding a model.onnx)")
+    missing = sorted(set(manifest) - {f.name for f in folders})
+    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx") for name in missing]
+    if progress is not None:
+        for outcome in outcomes:
+            progress(outcome)
+    for folder in folders:
+        outcomes.append(_outcome(folder, root, manifest.get(folder.name, {}), backend))
+        if progress is not None:
+            progress(outcomes[-1])
+    return RunReport(backend, outcomes)
