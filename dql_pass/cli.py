@@ -15,26 +15,24 @@ import logging
 import math
 import os
 import signal
+import stat
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import onnx_ir as ir
 
 import dql_pass
+from dql_pass import suites
 from dql_pass.modelfiles import check_output_path, external_tensors, one_line
 
 
 def _expand(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    model = dql_pass.load_model(args.input)
-    rewrite = dql_pass.ExpandDynamicQuantizeLinearPass(
-        variant=args.variant, mode=args.mode, zero_range=args.zero_range
-    )
-    result = rewrite(model)
-    dql_pass.save_model(result.model, args.output, source=args.input)
+    result = dql_pass.expand_file(args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range)
     elapsed = time.perf_counter() - start
     if not result.sites:
         print(f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
@@ -79,6 +77,8 @@ _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.form
 def _load_array(name: str, path: str) -> np.ndarray:
     """Read a .npy file, once its header is known to describe no more bytes than the file holds."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ValueError("not a regular file")  # a FIFO would block the read for good
         with open(path, "rb") as file:
             version = np.lib.format.read_magic(file)
             read_header = _NPY_HEADERS.get(version)
@@ -100,14 +100,14 @@ def _load_array(name: str, path: str) -> np.ndarray:
 def _verify(args: argparse.Namespace) -> int:
     dims = {}
     for name, size in _pairs(args.dim, "--dim").items():
-        if not size.isdigit():
+        if not (size.isascii() and size.isdigit()):
             raise dql_pass.InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
         dims[name] = int(size)
     inputs = {name: _load_array(name, path) for name, path in _pairs(args.input, "--input").items()}
     original, rewritten = dql_pass.load_model(args.original), dql_pass.load_model(args.rewritten)
     if args.json is not None:
         # Before the run, which can take minutes.
-        _check_report_path(args.json, {args.original: original, args.rewritten: rewritten})
+        _check_report_path(args.json, {args.original: original, args.rewritten: rewritten}, _pairs(args.input, "--input").values())
     report = dql_pass.verify(
         original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims, zero_range=args.zero_range
     )
@@ -115,13 +115,20 @@ def _verify(args: argparse.Namespace) -> int:
     return _show(dataclasses.replace(report, original=args.original, rewritten=args.rewritten), args.json)
 
 
-def _check_report_path(path: str, models: Mapping[str, ir.Model]) -> None:
-    """Refuse a report path that cannot be written, or that is a model or one of its external-data files."""
+def _check_report_path(path: str, models: Mapping[str, ir.Model], arrays: Iterable[str]) -> None:
+    """Refuse a report path that cannot be written, or that is a model, its external data or an input array."""
     report = check_output_path(path, "report").resolve()
     kept = {Path(model_path).resolve() for model_path in models}
     kept |= {Path(tensor.path).resolve() for model in models.values() for tensor in external_tensors(model)}
+    kept |= {Path(array).resolve() for array in arrays}
     if report in kept:
-        raise dql_pass.InputError(f"{path}: the report would overwrite a model or its external data; choose another path")
+        raise dql_pass.InputError(f"{path}: the report would overwrite a model, its external data or an input array; choose another path")
+
+
+def _whole_number(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}")
+    return int(text)
 
 
 def _opsets(text: str) -> list[int]:
@@ -150,8 +157,7 @@ def _run_tests(args: argparse.Namespace) -> int:
 
 def _fuse(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    result = dql_pass.FuseDynamicQuantizeLinearPass()(dql_pass.load_model(args.input))
-    dql_pass.save_model(result.model, args.output, source=args.input)
+    result = dql_pass.fuse_file(args.input, args.output)
     elapsed = time.perf_counter() - start
     report = result.report
     if report.total:
@@ -174,12 +180,19 @@ def _fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line like every other bad input (``-h`` shows the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dql-pass", description="Expand ONNX DynamicQuantizeLinear into primitive ops, bit-exact with ONNX Runtime."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what each pass does")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     expand = commands.add_parser("expand", help="rewrite every DynamicQuantizeLinear into primitive ops")
     expand.add_argument("input", help="the ONNX model to read; it is never modified")
@@ -202,9 +215,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check a rewritten model against the original, bit for bit, on ORT")
     verify.add_argument("original", help="the model with DynamicQuantizeLinear")
     verify.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
-    verify.add_argument("--samples", type=int, default=2, help="random input sets for the model level (default 2), "
+    verify.add_argument("--samples", type=_whole_number, default=2, help="random input sets for the model level (default 2), "
                         "besides all-zero, all-negative, all-positive and heavy-tailed sets when there is a float input")
-    verify.add_argument("--seed", type=int, default=0, help="seed of the random catalogue cases and model inputs")
+    verify.add_argument("--seed", type=_whole_number, default=0, help="seed of the random catalogue cases and model inputs")
     verify.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="use this array for model input NAME in every input set (repeatable)")
     verify.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
@@ -215,7 +228,6 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
     verify.set_defaults(run=_verify)
 
-    suites = dql_pass.conformance
     gen_tests = commands.add_parser("gen-tests", help="write a conformance suite in ONNX's backend-test layout")
     gen_tests.add_argument("outdir", nargs="?", default="conformance/dql",
                            help="the suite folder (default conformance/dql); onnx's loader reads it with "
@@ -254,7 +266,10 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # a usage error (one line, exit 2) or --help (exit 0)
+        return done.code
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
         return args.run(args)

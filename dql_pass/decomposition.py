@@ -1,7 +1,8 @@
-"""DynamicQuantizeLinear written with primitive ONNX ops, as onnxscript functions.
+"""DynamicQuantizeLinear written with primitive ONNX ops: each variant's body, at any opset.
 
-This module is the single source of the decomposition: the pass, the function mode and the
-conformance suites all stamp what it builds. Two variants exist:
+The bodies come from the onnxscript functions of :mod:`dql_pass.onnxscript_bodies`, the single
+source of the decomposition; the pass, the function mode, the fusion rules and the conformance
+suites all stamp what this module gives. Two variants exist:
 
 - ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
   QuantizeLinear; as cheap as ONNX's own function body.
@@ -23,70 +24,19 @@ all, Clip takes its bounds as inputs, Round is half to even), so one script serv
 
 from __future__ import annotations
 
-__all__ = ["FUNCTION_DOMAIN", "Variant", "function_name", "function_proto", "variant"]
+__all__ = ["BODIES", "FUNCTION_DOMAIN", "Variant", "body_path", "build_body", "function_name", "function_proto", "variant"]
 
 import dataclasses
 import functools
+from pathlib import Path
 
-import numpy as np
 import onnx
 import onnx_ir as ir
-import onnx_ir.passes.common
-import onnxscript
-from onnxscript import FLOAT
-from onnxscript import opset11 as op
 
-from dql_pass import reference
 from dql_pass.errors import InputError
 from dql_pass.op import MAX_OPSET, MIN_OPSET, NAME, check_choice
 
 FUNCTION_DOMAIN = "dql_pass"
-
-
-def _tensor(value: float) -> onnx.TensorProto:
-    return onnx.numpy_helper.from_array(np.array(value, np.float32))
-
-
-def _scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
-    zero, qmax, one = _tensor(0.0), _tensor(255.0), _tensor(1.0)
-    zero_range_value = _tensor(reference.zero_range_scale(zero_range))
-
-    @onnxscript.script(default_opset=op)
-    def scale_and_zero_point(x: FLOAT[...]):
-        # What both variants share: the range, the guarded scale and the saturated zero point.
-        q_min = op.Constant(value=zero)
-        q_max = op.Constant(value=qmax)
-        x_min = op.Min(op.ReduceMin(x, keepdims=0), q_min)
-        x_max = op.Max(op.ReduceMax(x, keepdims=0), q_min)
-        x_range = op.Sub(x_max, x_min)
-        zero_range_scale = op.Constant(value=zero_range_value)
-        y_scale = op.Where(op.Equal(x_range, q_min), zero_range_scale, op.Div(x_range, q_max))
-        zero_point_fp = op.Sub(q_min, op.Div(x_min, y_scale))
-        zero_point_sat = op.Where(op.Less(zero_point_fp, q_max), zero_point_fp, q_max)
-        return y_scale, zero_point_sat
-
-    @onnxscript.script(default_opset=op)
-    def quantizelinear(x: FLOAT[...]):
-        y_scale, zero_point_sat = scale_and_zero_point(x)
-        # QuantizeLinear with scale 1 rounds half to even, saturates and casts in one node.
-        unit_scale = op.Constant(value=one)
-        y_zero_point = op.QuantizeLinear(zero_point_sat, unit_scale)
-        y = op.QuantizeLinear(x, y_scale, y_zero_point)
-        return y, y_scale, y_zero_point
-
-    @onnxscript.script(default_opset=op)
-    def arithmetic(x: FLOAT[...]):
-        y_scale, zero_point_sat = scale_and_zero_point(x)
-        q_min = op.Constant(value=zero)
-        q_max = op.Constant(value=qmax)
-        zero_point_rounded = op.Round(zero_point_sat)
-        y_zero_point = op.Cast(zero_point_rounded, to=onnx.TensorProto.UINT8)
-        # Division, not a reciprocal; round before the zero point is added; saturate last.
-        y_fp = op.Add(op.Round(op.Div(x, y_scale)), zero_point_rounded)
-        y = op.Cast(op.Clip(y_fp, q_min, q_max), to=onnx.TensorProto.UINT8)
-        return y, y_scale, y_zero_point
-
-    return {"quantizelinear": quantizelinear, "arithmetic": arithmetic}
 
 
 def function_name(variant: str, zero_range: str) -> str:
@@ -94,18 +44,42 @@ def function_name(variant: str, zero_range: str) -> str:
     return f"{NAME}_{variant}_{zero_range.replace('-', '_')}"
 
 
+def build_body(variant: str, zero_range: str) -> bytes:
+    """The body of ``variant`` under ``zero_range``, built from the onnxscript function, at the
+    oldest opset: a serialized FunctionProto. :data:`BODIES` holds what this builds."""
+    import onnx_ir.passes.common
+
+    # The variant calls the shared part; onnx_ir's inliner flattens the call into one body.
+    from dql_pass.onnxscript_bodies import scripts
+
+    model = ir.serde.deserialize_model(scripts(zero_range)[variant].to_model_proto())
+    onnx_ir.passes.common.InlinePass()(model)
+    model.graph.opset_imports.clear()
+    model.graph.opset_imports[""] = MIN_OPSET
+    function = ir.Function(FUNCTION_DOMAIN, function_name(variant, zero_range), graph=model.graph, attributes=[])
+    return ir.serde.serialize_function(function).SerializeToString()
+
+
+# The bodies as built, shipped so that expanding needs no onnxscript (whose import alone costs half a
+# second and loads its rewriter). A test checks that they equal what build_body builds today;
+# `python -m tools.make_bodies` writes them again.
+BODIES = Path(__file__).with_name("bodies")
+
+
+def body_path(variant: str, zero_range: str) -> Path:
+    return BODIES / f"{function_name(variant, zero_range)}.pb"
+
+
 @functools.cache
 def _function_proto(variant: str, opset: int, zero_range: str) -> bytes:
     check_choice("variant", variant)
+    check_choice("zero-range policy", zero_range)
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise InputError(f"ai.onnx opset {opset} is outside {MIN_OPSET}..{MAX_OPSET}")
-    # The variant calls the shared part; onnx_ir's inliner flattens the call into one body.
-    model = ir.serde.deserialize_model(_scripts(zero_range)[variant].to_model_proto())
-    ir.passes.common.InlinePass()(model)
-    model.graph.opset_imports.clear()
-    model.graph.opset_imports[""] = opset
-    function = ir.Function(FUNCTION_DOMAIN, function_name(variant, zero_range), graph=model.graph, attributes=[])
-    return ir.serde.serialize_function(function).SerializeToString()
+    # Every op of the bodies means the same at every opset from the oldest on: only the import changes.
+    proto = onnx.FunctionProto.FromString(body_path(variant, zero_range).read_bytes())
+    proto.opset_import[0].version = opset
+    return proto.SerializeToString()
 
 
 def function_proto(

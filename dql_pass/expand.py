@@ -253,7 +253,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         function = self._local_function(model, template)
         if isinstance(root, ir.Function):
             root.opset_imports[decomposition.FUNCTION_DOMAIN] = 1
-        return functools.partial(self._call, function=function, names=names)
+        return functools.partial(self._call, function=function)
 
     @staticmethod
     def _inline(node: ir.Node, template: _Template, constants: dict[ir.Value, ir.Value], names: _Names) -> None:
@@ -264,10 +264,9 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         ir.convenience.replace_nodes_and_values(node.graph, node, [node], stamped, node.outputs, outputs)
 
     @staticmethod
-    def _call(node: ir.Node, function: ir.Function, names: _Names) -> None:
-        # The call takes over the DQL's node name: the DQL goes away with it.
-        name = node.name or names.unique("DynamicQuantizeLinear")
-        call = ir.Node(function.domain, function.name, node.inputs[:1], num_outputs=3, name=name)
+    def _call(node: ir.Node, function: ir.Function) -> None:
+        # The call takes over the DQL's node name, or its lack of one, so that fuse can give it back.
+        call = ir.Node(function.domain, function.name, node.inputs[:1], num_outputs=3, name=node.name)
         outputs = call.outputs[: len(node.outputs)]
         ir.convenience.replace_nodes_and_values(node.graph, node, [node], [call], node.outputs, outputs)
 

@@ -6,10 +6,11 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["as_ir_model", "atomic_path", "check_output_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model"]
+__all__ = ["FolderLock", "as_ir_model", "atomic_path", "check_output_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model", "signals_deferred", "sweep"]
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -199,7 +200,13 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
         raise InputError(f"{path}: cannot write the {what}: {error.strerror}") from None
     if stat.S_ISDIR(mode):
         raise InputError(f"{path}: is a folder; give a file name for the {what}")
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+    if stat.S_ISLNK(mode):
+        # /dev/stdout and /dev/fd/N are links: replacing one would break the machine as /dev/null would.
+        with contextlib.suppress(OSError):
+            mode = os.stat(path).st_mode  # a dangling link, or a link to a regular file, is replaced
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise InputError(f"{path}: links to a device, FIFO or socket; it is never replaced")
+    elif not stat.S_ISREG(mode):
         raise InputError(f"{path}: exists and is not a regular file (a device, FIFO or socket); it is never replaced")
     return path
 
@@ -224,7 +231,7 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     """
     path = check_output_path(path, what)
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        handle, temporary = tempfile.mkstemp(prefix=f".{_stem(path.name)}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise InputError(f"{path}: cannot write the {what}: {error.strerror}") from None
     os.close(handle)
@@ -239,17 +246,28 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
             os.unlink(temporary)
 
 
+def _stem(name: str) -> str:
+    """What the files named after output ``name`` start with: ``name``, or for a name so long that
+    ours would pass the 255-byte limit of a file name, a cut of it with a digest of the whole."""
+    if len(name.encode()) <= 200:
+        return name
+    return name.encode()[:160].decode(errors="ignore") + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
 # The data file of OUTPUT is OUTPUT.<12 hex>.data: a fresh name for every write, so that a model is
 # never renamed next to data that is not its own.
+_DATA = re.compile(r"(.+)\.[0-9a-f]{12}\.data")
+
+
 def _data_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"{re.escape(name)}\.[0-9a-f]{{12}}\.data")
+    return re.compile(rf"{re.escape(_stem(name))}\.[0-9a-f]{{12}}\.data")
 
 
 def _stage_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(name)}\.[^/]*\.stage")
+    return re.compile(rf"\.{re.escape(_stem(name))}\.[^/]*\.stage")
 
 
-class _Locked:
+class FolderLock:
     """An advisory lock (flock) on a folder; the kernel drops it when the process dies."""
 
     def __init__(self, path: Path, *, block: bool = True) -> None:
@@ -266,17 +284,25 @@ class _Locked:
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back for a step and the bookkeeping that must go with it."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a step and the bookkeeping that must go with it.
+
+    Blocking the signals in this thread would not do: the system hands a signal to any thread that
+    does not block it (numpy's and ORT's threads too), and Python then runs the handler here at
+    once. So the handlers are swapped for one that notes the signal, raised again after the step.
+    """
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _fsync(path: Path) -> None:
@@ -287,7 +313,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _sweep(folder: Path, name: str, keep: set[Path]) -> None:
+def sweep(folder: Path, name: str, keep: set[Path]) -> None:
     """Remove what earlier writes of ``name`` left: unreferenced data files and stage folders.
 
     Runs under the folder lock, which every writer holds from moving its data in to renaming its
@@ -303,7 +329,7 @@ def _sweep(folder: Path, name: str, keep: set[Path]) -> None:
             if data.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
                 os.unlink(path)
             elif stage.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
-                held = _Locked(path, block=False)
+                held = FolderLock(path, block=False)
                 try:
                     shutil.rmtree(path)
                 finally:
@@ -326,11 +352,18 @@ def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]
     return model_mode, data_mode
 
 
+def _may_refer_to(tensor: ir.ExternalTensor, folder: Path) -> bool:
+    """Whether a model saved in ``folder`` may refer to ``tensor``'s file where it is: in that
+    folder, and not the data file of another output, which the next write of that output removes."""
+    return Path(tensor.base_dir).resolve() == folder and not _DATA.fullmatch(Path(tensor.location).name)
+
+
 def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None) -> None:
     """Write ``model`` to ``path`` atomically, with its external data as one unit.
 
     External weights are referenced where they are when ``path`` sits in their folder, so nothing
-    is copied; elsewhere they are streamed into a new ``<path>.<12 hex>.data`` beside the output.
+    is copied; elsewhere, or when they are another output's data file, they are streamed into a new
+    ``<path>.<12 hex>.data`` beside the output.
     ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
     its data or the complete new one. Nothing is written through a link, and no file the input
     consists of is replaced. A successful write removes the data files and stage folders that
@@ -347,12 +380,12 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
     folder = entry.parent
-    if {Path(attr.value.base_dir).resolve() for _, attr in external.attributes} - {folder}:
+    if not all(_may_refer_to(attr.value, folder) for _, attr in external.attributes):
         _read_attributes(external.attributes)
     model_mode, data_mode = _modes(model, source)
     data_name = None
-    if {Path(tensor.base_dir).resolve() for tensor in external.initializers} - {folder}:
-        data_name = f"{path.name}.{secrets.token_hex(6)}.data"
+    if not all(_may_refer_to(tensor, folder) for tensor in external.initializers):
+        data_name = f"{_stem(path.name)}.{secrets.token_hex(6)}.data"
     try:
         _write(model, folder, path.name, data_name, model_mode, data_mode, keep=inputs)
     except OSError as error:
@@ -367,11 +400,11 @@ def _write(
     stage = stage_lock = None
     data = folder / data_name if data_name is not None else None
     try:
-        lock = _Locked(folder)
+        lock = FolderLock(folder)
         try:
-            with _signals_deferred():  # else Ctrl-C could land between mkdtemp and the assignment
-                stage = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".stage", dir=folder))
-            stage_lock = _Locked(stage)
+            with signals_deferred():  # else Ctrl-C could land between mkdtemp and the assignment
+                stage = Path(tempfile.mkdtemp(prefix=f".{_stem(name)}.", suffix=".stage", dir=folder))
+            stage_lock = FolderLock(stage)
         finally:
             lock.release()
         staged = stage / name
@@ -384,16 +417,16 @@ def _write(
             os.chmod(stage / data_name, data_mode)
             _fsync(stage / data_name)
         # Under the folder lock, so that no sweep takes the new data before its model is in place.
-        lock = _Locked(folder)
+        lock = FolderLock(folder)
         try:
             if data is not None:
                 os.rename(stage / data_name, data)
-            with _signals_deferred():  # the data is the new model's once it is in place: not ours to undo
+            with signals_deferred():  # the data is the new model's once it is in place: not ours to undo
                 os.replace(staged, folder / name)
                 data = None
             try:
                 _fsync(folder)
-                _sweep(folder, name, keep | ({folder / data_name} if data_name else set()))
+                sweep(folder, name, keep | ({folder / data_name} if data_name else set()))
             except OSError as error:  # the new model is in place: what is left is tidying up
                 logger.warning("%s: written, but not tidied up: %s", folder / name, one_line(error))
         finally:

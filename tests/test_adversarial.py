@@ -27,7 +27,7 @@ from helpers import MODELS, digest, dql_model, session
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass import conformance
+from dql_pass import suites
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -439,6 +439,72 @@ def test_names_that_clash_with_derived_ones_still_load_in_ort(tmp_path):
         session(onnx.load(fused))
 
 
+# Siblings found in a second round.
+
+def test_an_output_beside_another_outputs_data_gets_its_own(tmp_path):
+    """fuse b -o c beside b once referred to b's data file, which the next write of b removed."""
+    (tmp_path / "out").mkdir()
+    source = weighted_model(tmp_path, "a.onnx", 3.0, 1.0)
+    b, c = tmp_path / "out" / "b.onnx", tmp_path / "out" / "c.onnx"
+    assert dql_pass_cli("expand", source, "-o", b).returncode == 0
+    assert dql_pass_cli("fuse", b, "-o", c).returncode == 0
+    assert referenced(c).isdisjoint(referenced(b))
+    assert dql_pass_cli("expand", source, "-o", b).returncode == 0
+    assert computed(c) == 4.0
+
+
+@pytest.mark.parametrize("command", ["expand", "verify --json"])
+def test_a_link_to_a_special_file_is_never_replaced(tmp_path, command):
+    """/dev/stdout is a link to /proc/self/fd/1: replacing it would break the machine."""
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    os.mkfifo(tmp_path / "fifo")
+    link = tmp_path / "stdout"
+    link.symlink_to(tmp_path / "fifo")
+    if command == "expand":
+        run = dql_pass_cli("expand", source, "-o", link, timeout=60)
+    else:
+        run = dql_pass_cli("verify", source, source, "--json", link, timeout=60)
+    assert_bad_input(run, "links to a device, FIFO or socket")
+    assert link.is_symlink() and stat.S_ISFIFO(os.stat(link).st_mode)
+
+
+def test_the_report_never_overwrites_an_input_array(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    array = tmp_path / "x.npy"
+    np.save(array, np.linspace(-1, 1, 8, dtype=np.float32))
+    before = digest(array)
+    assert_bad_input(dql_pass_cli("verify", source, source, "--input", f"x={array}", "--json", array), "input array")
+    assert digest(array) == before
+
+
+def test_an_input_array_that_is_a_fifo_is_refused_without_waiting(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    os.mkfifo(tmp_path / "x.npy")
+    assert_bad_input(dql_pass_cli("verify", source, source, "--input", f"x={tmp_path / 'x.npy'}", timeout=60),
+                     "not a regular file")
+
+
+@pytest.mark.parametrize("option", [["--seed", "-1"], ["--samples", "-3"], ["--dim", "d0=\u00b2"]])
+def test_numbers_that_are_not_whole_numbers_are_one_line(tmp_path, option):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    assert_bad_input(dql_pass_cli("verify", source, source, *option), "whole number")
+
+
+def test_an_output_with_a_long_name_is_written(tmp_path):
+    (tmp_path / "out").mkdir()
+    source = weighted_model(tmp_path, "a.onnx", 3.0, 1.0)
+    out = tmp_path / "out" / ("m" * 245 + ".onnx")
+    for _ in range(2):  # the second write sweeps what the first left
+        run = dql_pass_cli("expand", source, "-o", out)
+        assert run.returncode == 0, run.stderr
+        assert computed(out) == 4.0
+        assert_tidy(out.parent, out.name)
+
+
 # Hostile conformance suites: run-tests and gen-tests answer, never hang, never read without bound,
 # never show what lies outside the suite, and never lose a user's file.
 
@@ -451,7 +517,7 @@ X_LIMIT = 65536 + len("x") + 16 * 6
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     path = tmp_path_factory.mktemp("pristine") / "dql"
-    conformance.generate_suite(path, opsets=(13,), forms=("native",), names=("spec_example",))
+    suites.generate_suite(path, opsets=(13,), forms=("native",), names=("spec_example",))
     return path
 
 
@@ -504,6 +570,15 @@ def _zero_beside(folder) -> None:
     _external_zero(folder / "model.onnx", "zero.bin")
 
 
+def _no_outputs(folder, data_set) -> None:
+    """A test that compares nothing: a model without graph outputs, and no output files."""
+    model = onnx.load(folder / "model.onnx")
+    del model.graph.output[:]
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+    for path in data_set.glob("output_*.pb"):
+        path.unlink()
+
+
 # Each hostile folder: how its copy of spec_example is edited (given the folder and its data set), and its outcome,
 # "STATUS" or "STATUS: detail"; a detail ending in "..." is the start of a refusal worded by onnx or ORT. What the
 # backends word differently is a dict.
@@ -536,6 +611,7 @@ HOSTILE = {
         lambda f, d: _external(d / "output_0.pb", os.fspath(f.parent.parent / "secret.bin")),
         "FAIL: test_data_set_0/output_0.pb: external data refused: ...",
     ),
+    "no_outputs": (_no_outputs, "FAIL: the model has no outputs"),
     "external_beside": (lambda f, d: _x_beside(d), "PASS"),
     "model_external_beside": (lambda f, d: _zero_beside(f), "PASS"),
     "model_external_escaping": (
@@ -591,7 +667,7 @@ def test_hostile_files_fail_their_own_test_only(suite, backend):
     (lambda p: p.symlink_to("/dev/zero"), "manifest.json is outside the suite (through a symlink)"),
 ])
 def test_a_special_manifest_is_bad_input(suite, make, reason):
-    _replace(suite / conformance.MANIFEST, make)
+    _replace(suite / suites.MANIFEST, make)
     assert_bad_input(dql_pass_cli("run-tests", str(suite)), f"{suite}: {reason}")
 
 
@@ -610,10 +686,52 @@ def test_gen_tests_keeps_a_file_the_user_added(suite):
 
 
 def test_gen_tests_over_a_fifo_manifest_does_not_hang(suite):
-    _replace(suite / conformance.MANIFEST, os.mkfifo)
+    _replace(suite / suites.MANIFEST, os.mkfifo)
     run = dql_pass_cli("gen-tests", str(suite), "--opsets", "13", "--variants", "native", "--no-large")
     assert_bad_input(run, f"{suite}: a non-empty folder that holds no dql_pass suite; choose another output folder")
-    assert stat.S_ISFIFO(os.lstat(suite / conformance.MANIFEST).st_mode)
+    assert stat.S_ISFIFO(os.lstat(suite / suites.MANIFEST).st_mode)
+
+
+# --- gen-tests: OUTDIR is the whole old suite or the whole new one, even under kill -9 ---
+
+# Run before _DRIVER: one catalogue case, so that each forked gen-tests writes one folder.
+_ONE_CASE = textwrap.dedent('''
+    from dql_pass import catalogue
+
+    one_case = [c for c in catalogue.cases() if c.name == "spec_example"]
+    catalogue.cases = lambda **options: one_case
+''')
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): digest(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the driver forks one child per injected step")
+def test_gen_tests_killed_at_any_step_keeps_a_whole_suite(pristine, tmp_path):
+    """Replace a suite at opset 13 by one at opset 11, with a kill -9 at step 1, 2, 3, ... of gen-tests.
+
+    After each kill OUTDIR is the whole old suite or the whole new one (the two are swapped in one
+    step), and the next run removes what the kills left. Failures and interrupts, and the two
+    renames that stand in where there is no one-step swap, are covered in test_suites.py.
+    """
+    (tmp_path / "snapshots").mkdir()
+    path = tmp_path / "out" / "dql"
+    shutil.copytree(pristine, path)
+    old = _tree(path)
+    args = ["gen-tests", str(path), "--opsets", "11", "--variants", "native", "--no-large"]
+    run = subprocess.run([sys.executable, "-c", _ONE_CASE + _DRIVER, json.dumps(args), str(path.parent),
+                          str(tmp_path / "snapshots"), "kill"], capture_output=True, text=True, check=True, timeout=300)
+    codes = json.loads(run.stdout.splitlines()[-1])
+    assert len(codes) >= 30 and set(codes) == {-signal.SIGKILL}, codes  # every step was hit
+    new = _tree(path)  # written by the run that went past every step
+    assert new != old and sorted(p.name for p in path.parent.iterdir()) == ["dql"]  # it cleared what the kills left
+    states = []
+    for n in range(1, len(codes) + 1):
+        tree = _tree(tmp_path / "snapshots" / str(n) / "dql")
+        assert tree in (old, new), f"step {n}: neither the old suite nor the new one"
+        states.append("old" if tree == old else "new")
+    assert states[0] == "old" and states[-1] == "new", states
 
 
 # verify against the false verdicts the review found: 1 for a wrong rewrite, 2 for bad input.
@@ -621,13 +739,14 @@ def test_gen_tests_over_a_fifo_manifest_does_not_hang(suite):
 MLP = MODELS / "mlp_dynamic.onnx"
 
 
-def _assert_exit(result: subprocess.CompletedProcess, code: int) -> None:
+def _assert_exit(result: subprocess.CompletedProcess, code: int, verdict: str = "FAIL") -> None:
+    """Exit ``code``; for 1 the last line says ``verdict``."""
     if code == 2:
         assert_bad_input(result, "")
         return
     assert result.returncode == code, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.stdout.rstrip().splitlines()[-1].startswith("PASS" if code == 0 else "FAIL"), result.stdout
+    assert result.stdout.rstrip().splitlines()[-1].startswith("PASS" if code == 0 else verdict), result.stdout
 
 
 def _save(model: onnx.ModelProto | ir.Model, path: Path) -> Path:
@@ -705,7 +824,7 @@ def test_samples_zero_on_integer_inputs_is_bad_input_not_a_pass(tmp_path):
     model = _save(_embedding_model(16), tmp_path / "ids.onnx")
     result = dql_pass_cli("verify", model, model, "--samples", "0")
     _assert_exit(result, 2)
-    assert "--samples 0" in result.stderr
+    assert "samples=0" in result.stderr
 
 
 def test_a_zeroed_embedding_row_beyond_sixteen_fails(tmp_path):
@@ -757,3 +876,36 @@ def test_a_scale_doubled_on_large_inputs_fails(tmp_path):
                      "--samples", "0", "--dim", "d0=1", "--dim", "d1=4", "--dim", "d2=4")
     _assert_exit(result, 1)
     assert "(large)" in result.stdout
+
+
+def test_a_sequence_output_is_compared_not_a_traceback(tmp_path):
+    model = dql_model(13)
+    model.graph.node.append(helper.make_node("SequenceConstruct", ["x", "x"], ["both"]))
+    model.graph.output.append(helper.make_tensor_sequence_value_info("both", TensorProto.FLOAT, None))
+    path = _save(model, tmp_path / "sequence_out.onnx")
+    _assert_exit(dql_pass_cli("verify", path, path, "--samples", "1"), 0)
+
+
+def test_a_flipped_weight_on_empty_inputs_is_not_a_pass(tmp_path):
+    model = onnx.load(MLP)
+    bias = next(t for t in model.graph.initializer if t.name == "B1")
+    array = numpy_helper.to_array(bias).copy()
+    array.view(np.uint32)[0] ^= 1 << 22
+    bias.CopyFrom(numpy_helper.from_array(array, "B1"))
+    changed = _save(model, tmp_path / "changed.onnx")
+    np.save(tmp_path / "empty.npy", np.zeros((0, 64), np.float32))
+    for options in (["--dim", "batch=0"], ["--input", f"input={tmp_path / 'empty.npy'}"]):
+        result = dql_pass_cli("verify", MLP, changed, *options)
+        _assert_exit(result, 1, "INCOMPLETE")
+        assert "nothing was compared" in result.stdout
+
+
+def test_expand_verify_on_an_input_verify_cannot_make_writes_and_says_incomplete(tmp_path):
+    model = dql_model(13)
+    model.graph.node.insert(0, helper.make_node("SequenceAt", ["xs", "zero"], ["x"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.int64(0), "zero"))
+    model.graph.input[0].CopyFrom(helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, ["d0"]))
+    output = tmp_path / "out.onnx"
+    result = dql_pass_cli("expand", _save(model, tmp_path / "sequence_in.onnx"), "-o", output, "--verify")
+    _assert_exit(result, 1, "INCOMPLETE")
+    assert "cannot synthesize model input 'xs'" in result.stdout and output.exists()

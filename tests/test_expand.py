@@ -369,6 +369,27 @@ def test_many_unnamed_sites_get_distinct_names_in_both_modes():
         node.name = ""
     for mode in dql_pass.MODES:
         expanded = dql_pass.expand(model, mode=mode)
-        node_names = [n.name for n in expanded.graph.node if n.op_type not in ("Relu", "Neg")]
+        # Unnamed stays unnamed (a call in function mode, so that fuse gives it back so); names are unique.
+        node_names = [n.name for n in expanded.graph.node if n.op_type not in ("Relu", "Neg") and n.name]
         values = [o for n in expanded.graph.node for o in n.output]
         assert len(set(node_names)) == len(node_names) and len(set(values)) == len(values)
+        session(expanded)
+
+
+@pytest.mark.parametrize("names", [("", ""), ("gate", "gate")], ids=["unnamed", "same name"])
+def test_control_flow_nodes_sharing_a_name_get_distinct_graph_paths(names):
+    """Two If nodes that a path would tell apart only by name: each branch still gets its own path."""
+    def branch(tag: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], [f"{tag}_y", f"{tag}_s", f"{tag}_z"])],
+                                 tag, [], [helper.make_tensor_value_info(f"{tag}_y", TensorProto.UINT8, [4])])
+
+    nodes = [helper.make_node("If", ["c"], ["out"], name=names[0], then_branch=branch("a"), else_branch=branch("b")),
+             helper.make_node("If", ["c"], ["out"], name=names[1], then_branch=branch("c"), else_branch=branch("d"))]
+    nodes[1].output[0] = "out2"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("out", TensorProto.UINT8, [4]),
+                               helper.make_tensor_value_info("out2", TensorProto.UINT8, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sites = dql_pass.find_sites(ir.from_proto(model))
+    assert len(sites) == 4 and all(len(found) == 1 for found in sites.values()), sites

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import onnx.reference
@@ -133,3 +136,16 @@ def test_a_million_elements_match_the_kernel(variant):
     ties = (rng.integers(-200, 200, 4096).astype(F) + F(0.5)) * scale
     x.flat[rng.choice(x.size, ties.size, replace=False)] = np.clip(ties, x.min(), x.max())
     _check_against_kernel(x, 13, variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("zero_range", dql_pass.ZERO_RANGE_POLICIES)
+def test_the_shipped_bodies_are_what_the_onnxscript_functions_build(variant, zero_range):
+    # If this fails after a change to dql_pass/onnxscript_bodies.py: python -m tools.make_bodies
+    assert decomposition.body_path(variant, zero_range).read_bytes() == decomposition.build_body(variant, zero_range)
+
+
+def test_expanding_imports_neither_onnxscript_nor_a_runtime():
+    code = "import sys, dql_pass; dql_pass.expand(dql_pass.op.one_node_model(['n'], 13)); print(sorted(sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "onnxscript" not in loaded and "onnxruntime" not in loaded
