@@ -13,8 +13,8 @@ The public API:
 - :func:`load_model` and :func:`save_model` read checked models and write them atomically.
 - :func:`verify` checks a rewritten model against the original, bit for bit.
 
-Fusion, verify and the suites load when first used, so that expanding imports neither
-onnxscript's rewriter nor a runtime.
+Fusion and the suites load when first used; no runtime loads until a model runs on it. So
+expanding imports neither onnxscript nor a runtime.
 """
 
 from __future__ import annotations
@@ -53,13 +53,12 @@ from dql_pass.expand import ExpandDynamicQuantizeLinearPass, ExpandResult
 from dql_pass.modelfiles import load_model, save_model
 from dql_pass.op import MODES, VARIANTS, ZERO_RANGE_POLICIES
 from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.verify import VerifyReport, verify  # eager: the submodule shares the function's name
 from dql_pass.walk import find_sites
 
 _LAZY = {
     "FuseDynamicQuantizeLinearPass": "dql_pass.fusion",
     "FuseReport": "dql_pass.fusion",
-    "VerifyReport": "dql_pass.verify",
-    "verify": "dql_pass.verify",
     "generate_suite": "dql_pass.suites",
     "run_suite": "dql_pass.suites",
 }
@@ -67,7 +66,6 @@ _LAZY = {
 if TYPE_CHECKING:
     from dql_pass.suites import generate_suite, run_suite
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport
-    from dql_pass.verify import VerifyReport, verify
 
 
 def __getattr__(name: str):

@@ -28,6 +28,7 @@ import onnx_ir as ir
 import dql_pass
 from dql_pass import suites
 from dql_pass.modelfiles import check_output_path, external_tensors, one_line
+from dql_pass.verify import MAX_INPUT_BYTES
 
 
 def _expand(args: argparse.Namespace) -> int:
@@ -74,8 +75,9 @@ def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def _load_array(name: str, path: str) -> np.ndarray:
-    """Read a .npy file, once its header is known to describe no more bytes than the file holds."""
+def _load_array(name: str, path: str, budget: int) -> np.ndarray:
+    """Read a .npy file, once its header is known to describe no more bytes than the file holds
+    and than the ``budget`` left of what verify allows."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise ValueError("not a regular file")  # a FIFO would block the read for good
@@ -91,6 +93,8 @@ def _load_array(name: str, path: str) -> np.ndarray:
             needed = math.prod(shape) * dtype.itemsize
             if needed > available:
                 raise ValueError(f"its header declares {needed:,} bytes of data, but the file holds {available:,}")
+            if needed > budget:
+                raise ValueError(f"with it the inputs would take more than the {MAX_INPUT_BYTES >> 30} GiB verify allows")
             file.seek(0)
             return np.load(file, allow_pickle=False)
     except (OSError, ValueError) as error:
@@ -103,7 +107,9 @@ def _verify(args: argparse.Namespace) -> int:
         if not (size.isascii() and size.isdigit()):
             raise dql_pass.InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
         dims[name] = int(size)
-    inputs = {name: _load_array(name, path) for name, path in _pairs(args.input, "--input").items()}
+    inputs: dict[str, np.ndarray] = {}
+    for name, path in _pairs(args.input, "--input").items():
+        inputs[name] = _load_array(name, path, MAX_INPUT_BYTES - sum(array.nbytes for array in inputs.values()))
     original, rewritten = dql_pass.load_model(args.original), dql_pass.load_model(args.rewritten)
     if args.json is not None:
         # Before the run, which can take minutes.

@@ -197,6 +197,11 @@ class OnnxRuntime(Runtime):
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[optimize]
+        if optimize != "all":
+            # ORT's QDQ transformers run at every level: they move and duplicate DequantizeLinear
+            # nodes (EnsureUniqueDQForNodeUnit takes time quadratic in the nodes), while "basic"
+            # and "none" promise the kernels as written.
+            options.add_session_config_entry("session.disable_quant_qdq", "1")
         if isinstance(model, (str, os.PathLike)):
             return _OrtSession(ort.InferenceSession(os.fspath(model), options, providers=["CPUExecutionProvider"]))
         proto, folder = _as_proto(model)

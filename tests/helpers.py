@@ -1,15 +1,18 @@
-"""Shared test helpers, imported by name: one-node DQL models, sessions through the runtime layer, bitwise comparison."""
+"""Shared test helpers, imported by name: one-node DQL models, the sample models and edits of their
+decomposed graphs, sessions through the runtime layer, bitwise comparison."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.backend.test.loader
 import onnx.inliner
+import onnx_ir as ir
 import onnxruntime as ort
 
 import dql_pass
@@ -22,6 +25,52 @@ MODELS = Path(__file__).resolve().parent.parent / "models"
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@functools.cache
+def _sample_bytes(name: str) -> bytes:
+    return (MODELS / f"{name}.onnx").read_bytes()
+
+
+def sample(name: str) -> onnx.ModelProto:
+    """A fresh copy of models/NAME.onnx (read from disk once)."""
+    return onnx.load_from_string(_sample_bytes(name))
+
+
+def dql_outputs(model: onnx.ModelProto | ir.Model) -> dict[str, list[tuple[str, ...]]]:
+    """Graph path -> the output names of its DQL nodes."""
+    if isinstance(model, onnx.ModelProto):
+        model = ir.serde.deserialize_model(model)
+    return {
+        label: sorted(tuple(v.name for v in node.outputs) for node in nodes)
+        for label, nodes in dql_pass.find_sites(model).items()
+    }
+
+
+def edit_graph(model: onnx.ModelProto, edit: Callable[[ir.Graph], None]) -> onnx.ModelProto:
+    """A copy of ``model`` with ``edit`` applied to its main graph."""
+    ir_model = ir.serde.deserialize_model(model)
+    edit(ir_model.graph)
+    return ir.serde.serialize_model(ir_model)
+
+
+def site_nodes(graph: ir.Graph, prefix: str = "input_QuantizeLinear/") -> dict[str, ir.Node]:
+    """The nodes dql_pass stamped for the DQL named ``input_QuantizeLinear``, by op type and occurrence."""
+    nodes: dict[str, ir.Node] = {}
+    for node in graph:
+        if node.name.startswith(prefix):
+            key = node.op_type
+            while key in nodes:
+                key += "'"
+            nodes[key] = node
+    return nodes
+
+
+def without_clip(graph: ir.Graph) -> None:
+    """y = Cast(Add(...)) without the Clip to [0, 255] (arithmetic variant): a near miss fusion leaves alone."""
+    clip = site_nodes(graph)["Clip"]
+    clip.outputs[0].replace_all_uses_with(clip.inputs[0])
+    graph.remove(clip, safe=True)
 
 
 def onnx_body(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -89,3 +138,67 @@ def cached_session(opset: int, rank: int, variant: str | None = None, mode: str 
 
 def run_cached(x: np.ndarray, opset: int = 13, variant: str | None = None, mode: str = "inline") -> list:
     return cached_session(opset, x.ndim, variant, mode).run({"x": x})
+
+
+def site_pairs(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    """(input name, y_scale name) of every DQL: the operands of the Div that quantizes x."""
+    sites = dql_pass.find_sites(ir.from_proto(model))
+    return {(n.inputs[0].name, n.outputs[1].name) for nodes in sites.values() for n in nodes}
+
+
+def quotients(model: ir.Model, pairs: set[tuple[str, str]]) -> list[ir.Node]:
+    return [
+        node for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        if node.op_type == "Div" and (node.inputs[0].name, node.inputs[1].name) in pairs
+    ]
+
+
+def reciprocal_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The arithmetic expansion with x * Reciprocal(scale) in place of x / scale."""
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    for div in quotients(rewritten, site_pairs(model)):
+        inverse = ir.node("Reciprocal", [div.inputs[1]])
+        product = ir.node("Mul", [div.inputs[0], inverse.outputs[0]])
+        div.graph.insert_before(div, [inverse, product])
+        div.outputs[0].replace_all_uses_with(product.outputs[0])
+        div.graph.remove(div, safe=True)
+    return ir.to_proto(rewritten)
+
+
+def constant_node(value: np.ndarray) -> ir.Node:
+    return ir.node("Constant", [], attributes={"value": ir.tensor(value)})
+
+
+def round_half_up(graph: ir.Graph) -> None:
+    """Every Round of ``graph`` replaced by Floor(v + 0.5): ties round up, not to even."""
+    for node in list(graph):
+        if node.op_type == "Round":
+            half = constant_node(np.float32(0.5))
+            shifted = ir.node("Add", [node.inputs[0], half.outputs[0]])
+            floored = ir.node("Floor", [shifted.outputs[0]])
+            graph.insert_before(node, [half, shifted, floored])
+            node.outputs[0].replace_all_uses_with(floored.outputs[0])
+            graph.remove(node, safe=True)
+
+
+def value_map(model: ir.Model) -> dict[str, ir.Value]:
+    values = {v.name: v for v in model.graph.inputs}
+    values.update((v.name, v) for node in model.graph for v in node.outputs)
+    return values
+
+
+def dangling_dql_rewrite(model: onnx.ModelProto, *, half_up: bool = True) -> onnx.ModelProto:
+    """The arithmetic expansion with its DQL outputs renamed (the readers follow), and the original
+    DQL nodes kept under the old names, read by nothing; ``half_up`` breaks the expansion's rounding."""
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    if half_up:
+        round_half_up(rewritten.graph)
+    values = value_map(rewritten)
+    for nodes in dql_pass.find_sites(ir.from_proto(model)).values():
+        for site in nodes:
+            dangling = ir.node("DynamicQuantizeLinear", [values[site.inputs[0].name]], num_outputs=3, name=site.name)
+            for copy, output in zip(dangling.outputs, site.outputs):
+                values[output.name].name = f"{output.name}_computed"
+                copy.name = output.name
+            rewritten.graph.append(dangling)
+    return ir.to_proto(rewritten)

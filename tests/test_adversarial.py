@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import MODELS, digest, dql_model, session
+from helpers import MODELS, constant_node, dangling_dql_rewrite, digest, dql_model, session, value_map
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
@@ -393,6 +393,16 @@ def test_an_npy_header_larger_than_its_file_is_one_line(tmp_path):
     assert_bad_input(dql_pass_cli("verify", source, source, "--input", f"x={header}"), "declares 4,000,000,000,000 bytes")
 
 
+def test_a_sparse_npy_beyond_what_verify_allows_is_refused_before_it_is_read(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    sparse = tmp_path / "sparse.npy"
+    with open(sparse, "wb") as file:  # a valid header over 8 GiB of holes: nothing is read
+        np.lib.format.write_array_header_1_0(file, {"descr": "<f4", "fortran_order": False, "shape": (2**31,)})
+        file.truncate(file.tell() + 4 * 2**31)
+    assert_bad_input(dql_pass_cli("verify", source, source, "--input", f"x={sparse}"), "GiB verify allows")
+
+
 def test_an_opset_ort_cannot_run_for_the_variant_is_refused_naming_one_it_can(tmp_path):
     source = tmp_path / "m.onnx"
     onnx.save(dql_model(28), source)
@@ -754,39 +764,9 @@ def _save(model: onnx.ModelProto | ir.Model, path: Path) -> Path:
     return path
 
 
-def _constant(value: np.ndarray) -> ir.Node:
-    return ir.node("Constant", [], attributes={"value": ir.tensor(value)})
-
-
-def _values(model: ir.Model) -> dict[str, ir.Value]:
-    return {v.name: v for node in model.graph for v in node.outputs}
-
-
-def _dangling_dql_rewrite(model: onnx.ModelProto) -> ir.Model:
-    """The arithmetic expansion rounding ties up (Floor(v + 0.5)), its DQL outputs renamed (the
-    readers follow), and the original DQL nodes kept under the old names, read by nothing."""
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
-    for node in list(rewritten.graph):
-        if node.op_type == "Round":
-            half = _constant(np.float32(0.5))
-            floored = ir.node("Floor", [ir.node("Add", [node.inputs[0], half.outputs[0]]).outputs[0]])
-            rewritten.graph.insert_before(node, [half, floored.inputs[0].producer(), floored])
-            node.outputs[0].replace_all_uses_with(floored.outputs[0])
-            rewritten.graph.remove(node, safe=True)
-    values = {**{v.name: v for v in rewritten.graph.inputs}, **_values(rewritten)}
-    for nodes in dql_pass.find_sites(ir.from_proto(model)).values():
-        for site in nodes:
-            dangling = ir.node("DynamicQuantizeLinear", [values[site.inputs[0].name]], num_outputs=3, name=site.name)
-            for copy, output in zip(dangling.outputs, site.outputs):
-                values[output.name].name = f"{output.name}_computed"
-                copy.name = output.name
-            rewritten.graph.append(dangling)
-    return rewritten
-
-
 def test_readers_rewired_away_from_a_dangling_dql_fail_even_with_many_samples(tmp_path):
     model = onnx.load(MLP)
-    rewritten = _save(_dangling_dql_rewrite(model), tmp_path / "dangling.onnx")
+    rewritten = _save(dangling_dql_rewrite(model), tmp_path / "dangling.onnx")
     result = dql_pass_cli("verify", MLP, rewritten, "--samples", "50")
     _assert_exit(result, 1)
     assert "input_QuantizeLinear" in result.stdout and "tie" in result.stdout
@@ -795,7 +775,7 @@ def test_readers_rewired_away_from_a_dangling_dql_fail_even_with_many_samples(tm
 def test_an_extra_graph_output_fails(tmp_path):
     model = onnx.load(MODELS / "relu_dql.onnx")
     rewritten = ir.from_proto(dql_pass.expand(model))
-    extra = _values(rewritten)["relu_out"]
+    extra = value_map(rewritten)["relu_out"]
     extra.type, extra.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(["batch", 16])
     rewritten.graph.outputs.append(extra)
     result = dql_pass_cli("verify", MODELS / "relu_dql.onnx", _save(rewritten, tmp_path / "extra.onnx"), "--samples", "0")
@@ -859,11 +839,11 @@ def test_a_scale_doubled_on_large_inputs_fails(tmp_path):
     """y_scale doubled when x has over 1000 elements: every catalogue case is smaller."""
     model = dql_model(13, rank=3)
     rewritten = ir.from_proto(dql_pass.expand(model))
-    x, scale = rewritten.graph.inputs[0], _values(rewritten)["y_scale"]
+    x, scale = rewritten.graph.inputs[0], value_map(rewritten)["y_scale"]
     readers = list(scale.uses())
     scale.name = "y_scale_right"
-    big = ir.node("Greater", [ir.node("Size", [x]).outputs[0], _constant(np.array(1000, np.int64)).outputs[0]])
-    doubled = ir.node("Mul", [scale, _constant(np.float32(2)).outputs[0]])
+    big = ir.node("Greater", [ir.node("Size", [x]).outputs[0], constant_node(np.array(1000, np.int64)).outputs[0]])
+    doubled = ir.node("Mul", [scale, constant_node(np.float32(2)).outputs[0]])
     chosen = ir.node("Where", [big.outputs[0], doubled.outputs[0], scale])
     chosen.outputs[0].name = "y_scale"
     chosen.outputs[0].type, chosen.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([])

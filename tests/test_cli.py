@@ -1,7 +1,11 @@
-"""The dql-pass command line: what it prints, its exit codes, and that nothing is ever lost."""
+"""The dql-pass command line: what it prints, its exit codes, and that nothing is ever lost.
+
+Every test that runs a command in this process (``main([...])``) is here, grouped by command.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,10 +14,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import MODELS, digest, dql_model
-from onnx import TensorProto, helper
+from helpers import MODELS, digest, dql_model, dql_outputs, edit_graph, onnx_body, reciprocal_rewrite, sample, without_clip
+from onnx import TensorProto, helper, numpy_helper
 
+import dql_pass
+from dql_pass import suites
 from dql_pass.cli import main
+
+MLP = MODELS / "mlp_dynamic.onnx"
+CONTROL_FLOW = MODELS / "control_flow.onnx"
+
+
+# --- The entry points: python -m dql_pass and the console script ----------------------------------------------
+
 
 def test_module_entry_point_expands_a_sample(tmp_path):
     out = tmp_path / "expanded.onnx"
@@ -41,6 +54,9 @@ def test_console_script(tmp_path):
                           "--variant", "arithmetic", "--mode", "function"], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     assert "expanded 3 DynamicQuantizeLinear (variant arithmetic, mode function" in run.stdout
+
+
+# --- expand ---------------------------------------------------------------------------------------------------
 
 
 def test_model_without_dql_is_copied_and_said(tmp_path, capsys):
@@ -153,3 +169,198 @@ def test_output_over_the_inputs_external_data_is_refused(tmp_path, capsys):
     assert main(["expand", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "weights.bin")]) == 2
     assert "external data" in capsys.readouterr().err
     assert digest(tmp_path / "weights.bin") == before
+
+
+# --- fuse -----------------------------------------------------------------------------------------------------
+
+
+def test_cli_fuses_and_reports(tmp_path, capsys):
+    source = tmp_path / "inlined.onnx"
+    onnx.save(onnx_body(sample("control_flow")), source)
+    before = digest(source)
+    assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fused 7 DynamicQuantizeLinear into {tmp_path / 'out.onnx'}")
+    assert "main/Loop(loop_out).body/If(acc_next).then_branch  (onnx_function_body_11)" in out
+    assert "function local::FakeQuant  (onnx_function_body_11)" in out
+    assert "behaviour change of the 7 node(s) fused by onnx_function_body_11: " in out and "0/0" in out
+    assert digest(source) == before
+    assert dql_outputs(onnx.load(tmp_path / "out.onnx")) == dql_outputs(sample("control_flow"))
+
+
+def test_cli_reports_what_it_left_alone(tmp_path, capsys):
+    source = tmp_path / "edited.onnx"
+    onnx.save(edit_graph(dql_pass.expand(sample("mlp_dynamic"), variant="arithmetic"), without_clip), source)
+    assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "fused 2 DynamicQuantizeLinear" in out
+    assert "left alone 1 ReduceMin/ReduceMax pair(s)" in out
+    assert "main, x 'input': closest rule dql_pass_arithmetic_onnxruntime" in out and "expected Clip, got Add" in out
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "absent.onnx", "no such file"),
+        (lambda d: (d / "text.onnx").write_text("not a model\n") and d / "text.onnx", "not a valid ONNX model"),
+    ],
+)
+def test_cli_bad_input_exits_2(tmp_path, capsys, make, message):
+    path = make(tmp_path)
+    assert main(["fuse", str(path), "-o", str(tmp_path / "out.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_cli_refuses_to_overwrite_its_input(tmp_path, capsys):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_pass.expand(sample("relu_dql")), source)
+    before = digest(source)
+    assert main(["fuse", str(source), "-o", str(source)]) == 2
+    assert "output path is the input path" in capsys.readouterr().err
+    assert digest(source) == before
+
+
+# --- gen-tests and run-tests ----------------------------------------------------------------------------------
+
+
+def test_an_edited_expected_output_fails(small_suite, capsys):
+    folder = "test_dynamicquantizelinear_spec_example_expanded_arithmetic_opset18"
+    path = small_suite / folder / "test_data_set_0" / "output_0.pb"
+    tensor = onnx.load_tensor(path)
+    y = numpy_helper.to_array(tensor).copy()
+    y[2] += 1
+    path.write_bytes(numpy_helper.from_array(y, tensor.name).SerializeToString())
+
+    assert main(["run-tests", str(small_suite)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"FAIL {folder}: ") and "y differs in 1 of 6" in line for line in lines)
+    assert lines[-1] == "5 passed, 1 failed"
+
+
+def test_the_cli_writes_and_runs_a_suite(tmp_path, capsys):
+    path = tmp_path / "dql"
+    assert main(["gen-tests", str(path), "--opsets", "11", "--variants", "native", "--no-large"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
+    assert main(["run-tests", str(path), "--backend", "reference"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "51 passed, 0 failed, 5 skipped"
+    # A second generation replaces the first suite.
+    assert main(["gen-tests", str(path), "--opsets", "21", "--variants", "quantizelinear", "--no-large"]) == 0
+    assert {d.name.rpartition("_opset")[2] for d in path.iterdir() if d.is_dir()} == {"21"}
+    assert not [p for p in path.parent.iterdir() if p.name != "dql"]  # no staging folder left behind
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run-tests", "{tmp}/missing"], "no such folder"),
+        (["run-tests", "{tmp}/foreign"], "no test folders"),
+        (["gen-tests", "{tmp}/foreign"], "holds no dql_pass suite"),
+        (["gen-tests", "{tmp}/new", "--opsets", "10"], "opset 10 is outside"),
+        (["gen-tests", "{tmp}/new", "--variants", "native,fast"], "unknown variant 'fast'"),
+        (["run-tests", "{tmp}/new", "--backend", "reference"], "no such folder"),
+        # Like expand, gen-tests creates no parent folder, so a failure cannot leave one behind.
+        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "28", "--variants", "quantizelinear"], "x/y does not exist"),
+        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "13", "--variants", "native", "--no-large"], "x/y does not exist"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]
+
+
+def test_the_cli_at_opset_28_writes_a_suite_ort_passes(tmp_path, capsys):
+    path = tmp_path / "dql"
+    assert main(["gen-tests", str(path), "--opsets", "28", "--variants", "quantizelinear,arithmetic", "--no-large"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
+    assert len(json.loads((path / suites.MANIFEST).read_text())["left_out"]) == 56
+    assert main(["run-tests", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "56 passed, 0 failed"
+
+
+# verify
+
+
+def test_cli_exit_codes_and_json(tmp_path, capsys, mlp):
+    good, bad = tmp_path / "good.onnx", tmp_path / "bad.onnx"
+    onnx.save(dql_pass.expand(mlp), good)
+    onnx.save(reciprocal_rewrite(mlp), bad)
+    report_path = tmp_path / "report.json"
+    assert main(["verify", str(MLP), str(good), "--json", str(report_path), "--samples", "1", "--dim", "batch=3"]) == 0
+    saved = json.loads(report_path.read_text())
+    assert saved["passed"] and len(saved["sites"]) == 3 and saved["input_sets"] == ["sample 0", "zeros", "negative", "positive", "heavy tails"]
+    assert (saved["original"], saved["rewritten"]) == (str(MLP), str(good))
+    assert "PASS" in capsys.readouterr().out
+
+    assert main(["verify", str(MLP), str(bad), "--json", str(report_path)]) == 1
+    saved = json.loads(report_path.read_text())
+    assert saved["verdict"] == "FAIL" and saved["sites"][0]["worst_class"] == "tie"
+    assert "input_QuantizeLinear" in capsys.readouterr().out
+
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 64), np.float32))
+    assert main(["verify", str(MLP), str(good), "--input", f"input={x}", "--samples", "0"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--dim", "nothing=3"],
+        ["--dim", "batch=two"],
+        ["--input", "input"],
+        ["--input", "input=missing.npy"],
+        ["--input", "nothing=x.npy"],
+        ["--samples", "-1"],
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
+    assert main(["verify", str(MLP), str(MLP), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dql-pass: error: ") and err.count("\n") == 1
+
+
+def test_cli_missing_model_and_json_over_a_model(tmp_path, capsys):
+    assert main(["verify", str(MLP), str(tmp_path / "none.onnx")]) == 2
+    assert main(["verify", str(MLP), str(MLP), "--json", str(MLP)]) == 2
+    assert capsys.readouterr().err.count("dql-pass: error: ") == 2
+
+
+def test_cli_refuses_a_report_path_before_running(tmp_path, capsys, monkeypatch):
+    """A missing folder, a folder, a model's external data: refused up front, nothing run, nothing touched."""
+    model = tmp_path / "model.onnx"
+    onnx.save(onnx.load(MLP), model, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    weights = (tmp_path / "weights.bin").read_bytes()
+    monkeypatch.setattr(dql_pass, "verify", lambda *args, **kwargs: pytest.fail("verify ran"))
+    for report in (tmp_path / "missing" / "report.json", tmp_path, tmp_path / "weights.bin", model):
+        assert main(["verify", str(MLP), str(model), "--json", str(report)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"dql-pass: error: {report}: ") and err.count("\n") == 1
+    assert (tmp_path / "weights.bin").read_bytes() == weights and not (tmp_path / "missing").exists()
+
+
+def test_cli_prints_the_report_even_when_it_cannot_write_it(tmp_path, capsys, monkeypatch):
+    def refuse(report, path):
+        raise dql_pass.InputError(f"{path}: cannot write the report: disk full")
+
+    monkeypatch.setattr(dql_pass.VerifyReport, "save_json", refuse)
+    assert main(["verify", str(MLP), str(MLP), "--samples", "0", "--json", str(tmp_path / "report.json")]) == 2
+    out, err = capsys.readouterr()
+    assert "PASS: 3 sites" in out and "disk full" in err
+
+
+@pytest.mark.parametrize("variant", dql_pass.VARIANTS)
+def test_cli_expand_verify(tmp_path, capsys, variant):
+    output = tmp_path / "out.onnx"
+    assert main(["expand", str(CONTROL_FLOW), "-o", str(output), "--variant", variant, "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "expanded 7" in out and "PASS: 7 sites" in out

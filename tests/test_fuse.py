@@ -1,4 +1,7 @@
-"""Fusing decomposed DynamicQuantizeLinear back into one node: round trips, ONNX's body, near misses, CLI."""
+"""Fusing decomposed DynamicQuantizeLinear back into one node: round trips, ONNX's body, near misses.
+
+The fuse command is tested in test_cli.py.
+"""
 
 from __future__ import annotations
 
@@ -16,36 +19,19 @@ import onnx_ir as ir
 import onnxruntime as ort
 import onnxscript
 import pytest
-from helpers import MODELS, assert_outputs_bits_equal, digest, dql_model, newest_ort_opset, onnx_body, session
+from helpers import (
+    assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, sample, session,
+    site_nodes, without_clip,
+)
 from onnxscript import rewriter
 
 import dql_pass
-from dql_pass.cli import main
 from dql_pass.fusion import UnsupportedOnnxscript, _onnxscript_compat, fuse_rules
 from dql_pass.fusion.rules import _BodyFusion, body_problems
 from dql_pass.op import MAX_OPSET, MIN_OPSET
 
 SAMPLES = ["mlp_dynamic", "conv_dynamic", "control_flow", "relu_dql", "opset21_dynamic"]
 QUANTIZE_DYNAMIC = ["mlp_dynamic", "conv_dynamic", "opset21_dynamic"]
-
-
-@functools.cache
-def _sample_bytes(name: str) -> bytes:
-    return (MODELS / f"{name}.onnx").read_bytes()
-
-
-def sample(name: str) -> onnx.ModelProto:
-    return onnx.load_from_string(_sample_bytes(name))
-
-
-def dql_outputs(model: onnx.ModelProto | ir.Model) -> dict[str, list[tuple[str, ...]]]:
-    """Graph path -> the output names of its DQL nodes."""
-    if isinstance(model, onnx.ModelProto):
-        model = ir.serde.deserialize_model(model)
-    return {
-        label: sorted(tuple(v.name for v in node.outputs) for node in nodes)
-        for label, nodes in dql_pass.find_sites(model).items()
-    }
 
 
 def dql_names(model: onnx.ModelProto) -> dict[str, list[str]]:
@@ -181,9 +167,9 @@ def test_a_consumer_inside_the_block_keeps_the_graph_sorted():
     def move_consumer(graph: ir.Graph) -> None:
         consumer = next(n for n in graph if n.name == "MatMul1_quant_scales_mul")
         graph.remove(consumer)
-        graph.insert_before(_site_nodes(graph)["QuantizeLinear'"], consumer)
+        graph.insert_before(site_nodes(graph)["QuantizeLinear'"], consumer)
 
-    edited = _edit(dql_pass.expand(original), move_consumer)
+    edited = edit_graph(dql_pass.expand(original), move_consumer)
     onnx.checker.check_model(edited, full_check=True)
     result, _ = fused(edited)
     assert dql_outputs(result) == dql_outputs(original)
@@ -233,7 +219,7 @@ def test_input_proto_is_untouched_and_fusing_again_changes_nothing():
 
 def _set_attribute(op_type: str, name: str, value: int) -> Callable[[ir.Graph], None]:
     def edit(graph: ir.Graph) -> None:
-        node = next(n for n in _site_nodes(graph).values() if n.op_type == op_type)
+        node = next(n for n in site_nodes(graph).values() if n.op_type == op_type)
         node.attributes[name] = ir.AttrInt64(name, value)
 
     return edit
@@ -251,7 +237,7 @@ def _set_attribute(op_type: str, name: str, value: int) -> Callable[[ir.Graph], 
 )
 def test_attributes_beyond_the_body(op_type, name, value, fuses):
     original = sample("opset21_dynamic")  # noop_with_empty_axes exists from opset 18
-    edited = _edit(dql_pass.expand(original, variant="quantizelinear"), _set_attribute(op_type, name, value))
+    edited = edit_graph(dql_pass.expand(original, variant="quantizelinear"), _set_attribute(op_type, name, value))
     _, report = dql_pass.fuse(edited)  # not checked: with noop_with_empty_axes=1 shapes no longer fit
     assert report.total == (3 if fuses else 2)
     assert bool(report.left_alone) != fuses
@@ -312,24 +298,6 @@ def test_ort_fuses_dynamic_quantize_matmul_again(name, count, tmp_path):
 # --- Near misses are left alone, and the report says why ----------------------------------------------------
 
 
-def _edit(model: onnx.ModelProto, edit: Callable[[ir.Graph], None]) -> onnx.ModelProto:
-    ir_model = ir.serde.deserialize_model(model)
-    edit(ir_model.graph)
-    return ir.serde.serialize_model(ir_model)
-
-
-def _site_nodes(graph: ir.Graph, prefix: str = "input_QuantizeLinear/") -> dict[str, ir.Node]:
-    """The nodes dql_pass stamped for the DQL named ``input_QuantizeLinear``, by op type and occurrence."""
-    nodes: dict[str, ir.Node] = {}
-    for node in graph:
-        if node.name.startswith(prefix):
-            key = node.op_type
-            while key in nodes:
-                key += "'"
-            nodes[key] = node
-    return nodes
-
-
 def _insert(graph: ir.Graph, before: ir.Node, node: ir.Node) -> ir.Value:
     graph.insert_before(before, node)
     return node.outputs[0]
@@ -337,7 +305,7 @@ def _insert(graph: ir.Graph, before: ir.Node, node: ir.Node) -> ir.Value:
 
 def _reciprocal_for_y(graph: ir.Graph) -> None:
     """y = Round(x * (1 / scale)) instead of Round(x / scale) (arithmetic variant)."""
-    div = _site_nodes(graph)["Div''"]
+    div = site_nodes(graph)["Div''"]
     x, scale = div.inputs
     recip = _insert(graph, div, ir.node("Reciprocal", [scale]))
     mul = ir.node("Mul", [x, recip])
@@ -348,7 +316,7 @@ def _reciprocal_for_y(graph: ir.Graph) -> None:
 
 def _scale_by_multiplication(graph: ir.Graph) -> None:
     """scale = range * (1/255) instead of range / 255 (quantizelinear variant)."""
-    div = _site_nodes(graph)["Div"]
+    div = site_nodes(graph)["Div"]
     reciprocal = graph.initializers["dql_pass_q_max"].const_value.numpy() ** -1
     factor = ir.Value(name="one_255th", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([]),
                       const_value=ir.tensor(np.float32(reciprocal)))
@@ -361,23 +329,16 @@ def _scale_by_multiplication(graph: ir.Graph) -> None:
 
 def _wrong_constant(graph: ir.Graph) -> None:
     """The Where that saturates the zero point uses 254 instead of 255."""
-    where = _site_nodes(graph)["Where'"]
+    where = site_nodes(graph)["Where'"]
     wrong = ir.Value(name="q_254", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([]),
                      const_value=ir.tensor(np.float32(254)))
     graph.register_initializer(wrong)
     where.replace_input_with(2, wrong)
 
 
-def _without_clip(graph: ir.Graph) -> None:
-    """y = Cast(Add(...)) without the Clip to [0, 255] (arithmetic variant)."""
-    clip = _site_nodes(graph)["Clip"]
-    clip.outputs[0].replace_all_uses_with(clip.inputs[0])
-    graph.remove(clip, safe=True)
-
-
 def _without_zero_point_saturation(graph: ir.Graph) -> None:
     """The zero point is rounded without Where(Less(zp, 255), zp, 255) (arithmetic variant)."""
-    nodes = _site_nodes(graph)
+    nodes = site_nodes(graph)
     where = nodes["Where'"]
     where.outputs[0].replace_all_uses_with(where.inputs[1])
     graph.remove([where, nodes["Less"]], safe=True)
@@ -385,7 +346,7 @@ def _without_zero_point_saturation(graph: ir.Graph) -> None:
 
 def _zero_point_before_rounding(graph: ir.Graph) -> None:
     """y = Round(x / scale + zp) instead of Round(x / scale) + zp (arithmetic variant)."""
-    nodes = _site_nodes(graph)
+    nodes = site_nodes(graph)
     round_q, add = nodes["Round'"], nodes["Add"]
     add.replace_input_with(0, round_q.inputs[0])
     round_late = ir.node("Round", [add.outputs[0]])
@@ -397,7 +358,7 @@ def _zero_point_before_rounding(graph: ir.Graph) -> None:
 
 def _other_x_for_y(graph: ir.Graph) -> None:
     """y quantizes -x while the reductions read x (quantizelinear variant)."""
-    quantize = _site_nodes(graph)["QuantizeLinear'"]
+    quantize = site_nodes(graph)["QuantizeLinear'"]
     quantize.replace_input_with(0, _insert(graph, quantize, ir.node("Neg", [quantize.inputs[0]])))
 
 
@@ -428,7 +389,7 @@ def _onnx_wrong_constant(graph: ir.Graph) -> None:
 
 def _intermediate_used_outside(graph: ir.Graph) -> None:
     """The range is also a graph output: it must stay computed."""
-    value = _site_nodes(graph)["Sub"].outputs[0]
+    value = site_nodes(graph)["Sub"].outputs[0]
     value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([])
     graph.outputs.append(value)
 
@@ -438,7 +399,7 @@ NEAR_MISSES = {
     "reciprocal": ("arithmetic", _reciprocal_for_y, "expected Div, got Mul. (at Mul"),
     "mul by 1/255": ("quantizelinear", _scale_by_multiplication, "expected Div, got Mul. (at Mul"),
     "constant 254": ("quantizelinear", _wrong_constant, "'q_254' is float32 254.0, expected float32 255.0"),
-    "no clip": ("arithmetic", _without_clip, "expected Clip, got Add. (at Add 'input_QuantizeLinear/Add')"),
+    "no clip": ("arithmetic", without_clip, "expected Clip, got Add. (at Add 'input_QuantizeLinear/Add')"),
     "no zero point saturation": ("arithmetic", _without_zero_point_saturation, "expected Where, got Sub"),
     "zero point before rounding": ("arithmetic", _zero_point_before_rounding, "expected Add, got Round"),
     "other x": ("quantizelinear", _other_x_for_y, "x bound to two different values"),
@@ -453,7 +414,7 @@ NEAR_MISSES = {
 def test_near_misses_are_left_alone_with_a_reason(case):
     form, edit, reason = NEAR_MISSES[case]
     original = sample("mlp_dynamic")
-    edited = _edit(onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form), edit)
+    edited = edit_graph(onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form), edit)
     onnx.checker.check_model(edited, full_check=True)
     result, report = fused(edited)
     # The two other sites fuse; the edited one stays as it was.
@@ -484,57 +445,6 @@ def _without_clip_in(function: ir.Function) -> None:
     (clip,) = [n for n in function if n.op_type == "Clip"]
     clip.outputs[0].replace_all_uses_with(clip.inputs[0])
     function.remove(clip, safe=True)
-
-
-# --- Command line -------------------------------------------------------------------------------------------
-
-
-def test_cli_fuses_and_reports(tmp_path, capsys):
-    source = tmp_path / "inlined.onnx"
-    onnx.save(onnx_body(sample("control_flow")), source)
-    before = digest(source)
-    assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"fused 7 DynamicQuantizeLinear into {tmp_path / 'out.onnx'}")
-    assert "main/Loop(loop_out).body/If(acc_next).then_branch  (onnx_function_body_11)" in out
-    assert "function local::FakeQuant  (onnx_function_body_11)" in out
-    assert "behaviour change of the 7 node(s) fused by onnx_function_body_11: " in out and "0/0" in out
-    assert digest(source) == before
-    assert dql_outputs(onnx.load(tmp_path / "out.onnx")) == dql_outputs(sample("control_flow"))
-
-
-def test_cli_reports_what_it_left_alone(tmp_path, capsys):
-    source = tmp_path / "edited.onnx"
-    onnx.save(_edit(dql_pass.expand(sample("mlp_dynamic"), variant="arithmetic"), _without_clip), source)
-    assert main(["fuse", str(source), "-o", str(tmp_path / "out.onnx")]) == 0
-    out = capsys.readouterr().out
-    assert "fused 2 DynamicQuantizeLinear" in out
-    assert "left alone 1 ReduceMin/ReduceMax pair(s)" in out
-    assert "main, x 'input': closest rule dql_pass_arithmetic_onnxruntime" in out and "expected Clip, got Add" in out
-
-
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda d: d / "absent.onnx", "no such file"),
-        (lambda d: (d / "text.onnx").write_text("not a model\n") and d / "text.onnx", "not a valid ONNX model"),
-    ],
-)
-def test_cli_bad_input_exits_2(tmp_path, capsys, make, message):
-    path = make(tmp_path)
-    assert main(["fuse", str(path), "-o", str(tmp_path / "out.onnx")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
-    assert not (tmp_path / "out.onnx").exists()
-
-
-def test_cli_refuses_to_overwrite_its_input(tmp_path, capsys):
-    source = tmp_path / "m.onnx"
-    onnx.save(dql_pass.expand(sample("relu_dql")), source)
-    before = digest(source)
-    assert main(["fuse", str(source), "-o", str(source)]) == 2
-    assert "output path is the input path" in capsys.readouterr().err
-    assert digest(source) == before
 
 
 # --- The onnxscript seam: the version check, and the invariant the matcher relies on ------------------------

@@ -1,0 +1,312 @@
+"""Site extraction: each DynamicQuantizeLinear of ORIGINAL, and the computation that REWRITTEN
+puts in its place, as a model of its own.
+
+Rules:
+
+- a site is checked by what its readers read: for every node of ORIGINAL that reads one of the
+  site's outputs, the value that the same node of REWRITTEN (same graph path, type and output
+  names) reads at that input, and for a graph output the value at that position; an output nothing
+  reads is looked up by name, so a copy of the DQL left dangling under the old names is not what
+  gets checked;
+- what is live in ORIGINAL (reachable backwards from its graph outputs, through subgraphs and
+  function calls) must be live in REWRITTEN: a reader, or a graph holding the site, that REWRITTEN
+  keeps but no longer uses does not stand in for what REWRITTEN computes ("not reachable");
+- a site output whose name REWRITTEN lacks at the same path (or in the one graph that has them all,
+  when a rewrite renamed a control-flow node) is a lost output, a mismatch; a reader REWRITTEN
+  lacks makes the site not reachable;
+- the computation of the values read is walked back to the value named like the DQL's input,
+  taking in constants of outer scopes, subgraphs of the nodes on the way and the model-local
+  functions they call; one that needs any other value cannot run alone: not reachable;
+- the extracted model gets canonical names, so identical sites serialize to identical bytes.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LostOutput", "NotReachable", "Scopes", "Site", "extract", "original_sites", "values_by_name"]
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+
+from dql_pass.errors import InputError
+from dql_pass.op import OUTPUT_TYPES, OUTPUTS
+from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph, subgraphs
+
+
+@dataclasses.dataclass(frozen=True)
+class _Use:
+    """Where ORIGINAL reads a site output: input ``index`` of the node ``op`` (domain, type) that
+    makes ``node_outputs`` in graph ``graph``; output ``index`` of the site's graph when ``op`` is
+    None. ``live``: ORIGINAL's graph outputs depend on that node (or graph)."""
+
+    graph: str
+    index: int
+    live: bool
+    op: tuple[str, str] | None = None
+    node_outputs: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """A DQL of ORIGINAL: its report name, graph path, the names of its input and outputs, where
+    each output is read, and whether ORIGINAL's graph outputs depend on the DQL."""
+
+    name: str
+    graph: str
+    input: str
+    outputs: tuple[str, ...]
+    uses: tuple[tuple[_Use, ...], ...]
+    live: bool
+
+
+class NotReachable(Exception):
+    """The site's computation needs more than its input and constants, or what reads it is unknown."""
+
+
+class LostOutput(Exception):
+    """REWRITTEN has no value under one of the site's output names."""
+
+
+def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
+    values = {v.name: v for v in graph.inputs if v.name}
+    values.update(graph.initializers)
+    values.update((v.name, v) for node in graph for v in node.outputs if v.name)
+    return values
+
+
+def _op(node: ir.Node) -> tuple[str, str]:
+    return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
+
+
+def _live(model: ir.Model) -> tuple[set[ir.Node], set[ir.Graph]]:
+    """The nodes and graphs that the main graph's outputs depend on, through subgraphs and calls of
+    model-local functions."""
+    nodes: set[ir.Node] = set()
+    graphs: set[ir.Graph] = {model.graph}
+    seen: set[ir.Value] = set()
+    called: set[ir.OperatorIdentifier] = set()
+    todo = list(model.graph.outputs)
+    while todo:
+        value = todo.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        node = value.producer()
+        if node is None or node in nodes:
+            continue
+        nodes.add(node)
+        # Inputs include the outer values that subgraph nodes read: they are the same objects.
+        todo.extend(v for v in node.inputs if v is not None)
+        for _, graph in subgraphs(node):
+            graphs.add(graph)
+            todo.extend(graph.outputs)
+        identifier = node.op_identifier()
+        if identifier in model.functions and identifier not in called:
+            called.add(identifier)
+            graphs.add(model.functions[identifier].graph)
+            todo.extend(model.functions[identifier].outputs)
+    return nodes, graphs
+
+
+def _refuse_references(node: ir.Node) -> bool:
+    """Raise :class:`NotReachable` if ``node`` takes an attribute from its function: it cannot run outside it."""
+    ref = next((attr for attr in node.attributes.values() if attr.is_ref()), None)
+    if ref is not None:
+        raise NotReachable(f"node {node.name or node.op_type!r} takes attribute {ref.name!r} from its function")
+    return True
+
+
+def _captured(node: ir.Node) -> list[ir.Value]:
+    """Values of enclosing scopes that the subgraphs of ``node`` read."""
+    inner: set[ir.Graph] = set()
+    # The check runs on every node before its subgraphs are entered; node itself comes first.
+    walk = ir.traversal.RecursiveGraphIterator(
+        ir.GraphView([], [], nodes=[node]), recursive=_refuse_references, enter_graph=inner.add
+    )
+    nodes = list(walk)[1:]
+    return [v for n in nodes for v in n.inputs if v is not None and v.graph not in inner]
+
+
+def _walk(outputs: Sequence[ir.Value], input_name: str) -> tuple[ir.Value | None, list[ir.Node], list[ir.Value]]:
+    """Nodes computing ``outputs`` from the value named ``input_name``, in topological order, and the constants they read."""
+    found_input, order, constants, foreign = None, [], [], []
+    seen_values: set[ir.Value] = set()
+    seen_nodes: set[ir.Node] = set()
+    stack: list[ir.Value | tuple[ir.Node]] = list(reversed(outputs))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):  # every input of this node is placed: emit it
+            order.append(item[0])
+            continue
+        if item in seen_values:
+            continue
+        seen_values.add(item)
+        producer = item.producer()
+        if item.name == input_name:
+            found_input = item
+        elif producer is None and item.const_value is not None:
+            constants.append(item)
+        elif producer is None:
+            foreign.append(item.name)
+        elif producer not in seen_nodes:
+            seen_nodes.add(producer)
+            stack.append((producer,))
+            stack.extend(v for v in reversed([*producer.inputs, *_captured(producer)]) if v is not None)
+    if foreign:
+        raise NotReachable(f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its input {input_name!r}")
+    return found_input, order, constants
+
+
+def _canonical(graph: ir.Graph) -> None:
+    """Name everything by position, so that identical computations serialize to identical bytes."""
+    values = [*graph.initializers.values()]
+    values += [v for node in graph for v in node.outputs]
+    for i, value in enumerate(values):
+        value.name = f"\x00{i}"  # first out of the way, for initializer names may collide
+    for i, value in enumerate(values):
+        value.name = f"v{i}"
+        value.shape = None  # the shapes of the original model do not hold for catalogue inputs
+        value.doc_string = None
+        value.metadata_props.clear()
+    for i, node in enumerate(graph):
+        node.name = f"n{i}"
+        node.doc_string = None
+        node.metadata_props.clear()
+    graph.inputs[0].name = "x"
+    graph.inputs[0].type, graph.inputs[0].shape = ir.TensorType(ir.DataType.FLOAT), None
+    for value, name, dtype in zip(graph.outputs, OUTPUTS, OUTPUT_TYPES):
+        value.name = name
+        if value.type is None:
+            value.type = ir.TensorType(dtype)
+
+
+def _uses(
+    value: ir.Value, label: str, scopes: Mapping[ir.Graph, tuple[str, Root]], live: tuple[set[ir.Node], set[ir.Graph]]
+) -> tuple[_Use, ...]:
+    """Where ORIGINAL reads ``value``, an output of a site in the graph at ``label``."""
+    nodes, graphs = live
+    found = [_Use(label, i, value.graph in graphs) for i, output in enumerate(value.graph.outputs) if output is value] \
+        if value.is_graph_output() else []
+    found += [
+        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, _op(use.node), tuple(v.name for v in use.node.outputs))
+        for use in value.uses()
+    ]
+    return tuple(found)
+
+
+def original_sites(model: ir.Model) -> list[Site]:
+    """Every DQL of ``model``, the ORIGINAL, with where its outputs are read."""
+    scopes = graph_scopes(model)
+    live = _live(model)
+    sites = []
+    for label, nodes in sites_by_graph(scopes).items():
+        for node in nodes:
+            if not node.inputs or node.inputs[0] is None or len(node.outputs) != 3:
+                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} lacks its input or an output")
+            outputs = tuple(v.name for v in node.outputs)
+            uses = tuple(_uses(v, label, scopes, live) for v in node.outputs)
+            sites.append(Site(node.name or outputs[0], label, node.inputs[0].name, outputs, uses, node in live[0]))
+    return sites
+
+
+class Scopes:
+    """The graphs of REWRITTEN by path, with their values by name and what is live."""
+
+    def __init__(self, model: ir.Model):
+        scopes = graph_scopes(model)
+        self.values = {graph: values_by_name(graph) for graph in scopes}
+        # graph_scopes gives every graph its own path, so no graph is lost here.
+        self.by_path = {label: graph for graph, (label, _) in scopes.items()}
+        self.labels = {graph: label for label, graph in self.by_path.items()}
+        self.live_nodes, self.live_graphs = _live(model)
+
+    def counterpart(self, path: str, names: Sequence[str], live: bool) -> ir.Graph | None:
+        """The graph at ``path`` if it holds values called ``names``, else the one graph that does;
+        ``live``: among the live graphs only.
+
+        A rewrite may rename or reorder control-flow nodes, and so change paths.
+        """
+        candidates = self.live_graphs if live else self.values
+        graph = self.by_path.get(path)
+        if graph in candidates and all(name in self.values[graph] for name in names):
+            return graph
+        holders = [g for g in candidates if all(name in self.values[g] for name in names)]
+        return holders[0] if len(holders) == 1 else None
+
+    def _dead(self, path: str, names: Sequence[str]) -> None:
+        """Raise :class:`NotReachable` when only graphs that are not live hold ``names``."""
+        dead = self.counterpart(path, names, live=False)
+        if dead is not None:
+            raise NotReachable(f"only {self.labels[dead]} holds {', '.join(map(repr, names))} in REWRITTEN, and "
+                               "nothing REWRITTEN outputs depends on it: what is computed in its place is unknown")
+
+    def holder(self, site: Site) -> ir.Graph:
+        """The graph that holds the site's outputs; when no graph or several do, the one at the
+        site's path is kept and reports them lost."""
+        graph = self.counterpart(site.graph, site.outputs, site.live)
+        if graph is None and site.live:
+            self._dead(site.graph, site.outputs)
+        if graph is None:
+            graph = self.by_path.get(site.graph)
+        if graph is None:
+            raise LostOutput(f"REWRITTEN has no graph {site.graph!r}, and no one other graph holds its outputs")
+        values = self.values[graph]
+        lost = [name for name in site.outputs if name not in values]
+        if lost:
+            raise LostOutput(f"REWRITTEN has no value named {', '.join(map(repr, lost))} in {site.graph}")
+        return graph
+
+    def read(self, site: Site) -> tuple[ir.Graph, list[tuple[ir.Value, ...]]]:
+        """The graph holding the site in REWRITTEN and the values that the readers of the site's
+        outputs read there, as triples to check: the first readers' values, then each other value
+        read, in place of the first.
+
+        An output that nothing reads in ORIGINAL is the value of its name.
+        """
+        graph = self.holder(site)
+        found = [
+            list(dict.fromkeys(self._read(graph, use) for use in uses)) or [self.values[graph][name]]
+            for name, uses in zip(site.outputs, site.uses, strict=True)
+        ]
+        first = tuple(values[0] for values in found)
+        return graph, [first] + [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
+
+    def _read(self, holder: ir.Graph, use: _Use) -> ir.Value:
+        """The value that REWRITTEN reads where ORIGINAL reads a site output (``use``)."""
+        if use.op is None:
+            if use.index >= len(holder.outputs):
+                raise LostOutput(f"REWRITTEN's graph {use.graph} has no output {use.index}")
+            return holder.outputs[use.index]
+        names = [name for name in use.node_outputs if name]
+        graph = self.counterpart(use.graph, names, use.live) if names else None
+        reader = f"{use.op[1]} node making {', '.join(map(repr, names))} in {use.graph}"
+        if graph is None and use.live and names:
+            self._dead(use.graph, names)
+        node = self.values[graph][names[0]].producer() if graph is not None else None
+        if node is None or _op(node) != use.op or tuple(v.name for v in node.outputs) != use.node_outputs:
+            raise NotReachable(f"REWRITTEN has no {reader}, which reads it in ORIGINAL: what reads it is unknown")
+        if use.live and node not in self.live_nodes:
+            raise NotReachable(f"REWRITTEN keeps the {reader}, but nothing REWRITTEN outputs depends on it: "
+                               "what is read in its place is unknown")
+        if use.index >= len(node.inputs) or node.inputs[use.index] is None:
+            raise LostOutput(f"the {reader} reads nothing at input {use.index} in REWRITTEN")
+        return node.inputs[use.index]
+
+
+def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value]) -> ir.Model:
+    """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing ``outputs``, the
+    values read for the site in ``graph`` of ``model``."""
+    x, nodes, constants = _walk(outputs, site.input)
+    if len(set(outputs)) != len(outputs) or (x is not None and x in outputs):
+        raise NotReachable("two of its outputs, or an output and its input, are the same value")
+    x = x if x is not None else ir.Value(name=site.input)  # outputs that ignore x still get compared
+    view = ir.GraphView([x], outputs, nodes=nodes, initializers=constants)
+    functions = [model.functions[key].clone() for key in sorted(called_functions(model, view))]
+    opsets = {**graph.opset_imports, **model.opset_imports}
+    for function in functions:
+        opsets = {**function.opset_imports, **opsets}
+    view.opset_imports = opsets
+    body = view.clone()
+    _canonical(body)
+    return ir.Model(body, ir_version=model.ir_version, functions=functions)

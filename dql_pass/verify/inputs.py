@@ -1,0 +1,210 @@
+"""The model-level input sets that verify synthesizes for ORIGINAL's graph inputs.
+
+Rules:
+
+- a symbolic dimension takes its ``dims`` size, or the size of that dimension in a given input,
+  else :data:`BATCH_SIZE` when its name says batch (a rewrite that fixed the batch to 1 fails),
+  else :data:`OTHER_SIZE`, a realistic sequence length (so does an unnamed one or a -1);
+- inputs named like a mask are ones; other booleans (If conditions) are True in even-numbered
+  sets and False in odd-numbered ones and in the all-zero set, so both branches run; integers named
+  like token types or segments are zeros, like positions ``0, 1, ...`` along the last axis, other
+  integers (token ids) uniform below the rows of the table they index, where the model tells, else
+  below 16;
+- ``samples`` seeded random sets, then, when a float input is synthesized, the special sets
+  :data:`SPECIAL_SETS`; ``inputs`` replaces any input, with the same array in every set;
+- bad ``inputs`` or ``dims``, no input set at all, or more than :data:`MAX_INPUT_BYTES` of inputs
+  raise :class:`~dql_pass.errors.InputError`; an input that is not a tensor of a number type
+  raises :class:`Unsynthesizable`, for the caller to report the model level as not checked.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BATCH_SIZE", "FALLBACK_BATCH", "MAX_INPUT_BYTES", "OTHER_SIZE", "SPECIAL_SETS", "Unsynthesizable",
+    "batch_is_default", "input_sets",
+]
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import onnx_ir as ir
+
+from dql_pass.errors import InputError
+
+# Batch 2 catches a batch fixed to 1; 128 is a realistic sequence length, and gives DQL sites
+# thousands of elements.
+BATCH_SIZE, FALLBACK_BATCH, OTHER_SIZE = 2, 1, 128
+MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
+SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
+_INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
+# Ops that hand token ids on unchanged, on the way to the Gather that reads them.
+_ID_PASS_THROUGH = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+class Unsynthesizable(Exception):
+    """A model input of a kind verify cannot make (a sequence, an optional, a string tensor)."""
+
+
+def _is_batch(name: str | None) -> bool:
+    return name is not None and "batch" in name.lower()
+
+
+def _is_mask(value: ir.Value) -> bool:
+    return "mask" in value.name.lower()
+
+
+def _dim_size(dim: int | ir.SymbolicDim, dims: Mapping[str, int], batch: int) -> int:
+    if isinstance(dim, int):
+        return dim if dim >= 0 else OTHER_SIZE  # exporters write -1 for an unknown size
+    name = dim.value
+    if name is not None and name in dims:
+        return dims[name]
+    return batch if _is_batch(name) else OTHER_SIZE
+
+
+def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, ...]:
+    """The shape of a synthesized input; :class:`Unsynthesizable` for an input of another kind."""
+    dtype = value.dtype
+    if not isinstance(value.type, ir.TensorType) or value.shape is None or not (
+        dtype.is_floating_point() or dtype.is_integer() or dtype == ir.DataType.BOOL
+    ):
+        raise Unsynthesizable(f"cannot synthesize model input {value.name!r} of type {value.type}, shape {value.shape}; "
+                              "give it in inputs")
+    return tuple(_dim_size(d, dims, batch) for d in value.shape)
+
+
+def _is_op(node: ir.Node, op_type: str) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type == op_type
+
+
+def _first_dim(value: ir.Value) -> int | None:
+    """The static size of the first dimension of ``value``, from its shape or its constant."""
+    if value.shape is not None and value.shape.rank() and isinstance(value.shape[0], int):
+        return value.shape[0]
+    if value.const_value is not None and value.const_value.shape.rank():
+        return value.const_value.shape[0]
+    return None
+
+
+def _table_rows(value: ir.Value) -> int | None:
+    """The rows of the smallest table that ``value`` indexes: Gather's data, reached through casts
+    and reshapes, where its first dimension is static."""
+    rows, todo = [], [value]
+    while todo:
+        for usage in todo.pop().uses():
+            node = usage.node
+            if _is_op(node, "Gather") and usage.idx == 1:
+                rows.append(_first_dim(node.inputs[0]))
+            elif node.domain in ("", "ai.onnx") and node.op_type in _ID_PASS_THROUGH and usage.idx == 0:
+                todo.extend(node.outputs)
+    known = [size for size in rows if size]
+    return min(known) if known else None
+
+
+def _floats(kind: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if kind == "zeros":
+        return np.zeros(shape)
+    if kind == "heavy tails":
+        return rng.standard_cauchy(shape)  # a tenth of the values beyond ±6, some far beyond
+    normal = rng.standard_normal(shape)
+    return {"negative": -np.abs(normal), "positive": np.abs(normal)}.get(kind, normal)
+
+
+def _synthesize(
+    value: ir.Value, shape: tuple[int, ...], kind: str, truth: bool, rng: np.random.Generator, high: int
+) -> np.ndarray:
+    dtype = value.dtype
+    name = value.name.lower()
+    if _is_mask(value):
+        data = np.ones(shape)
+    elif dtype == ir.DataType.BOOL:
+        data = np.full(shape, truth)  # flags (If conditions) take both values across the sets
+    elif dtype.is_floating_point():
+        data = _floats(kind, shape, rng)
+    elif "type" in name or "segment" in name:
+        data = np.zeros(shape)
+    elif "position" in name and shape:
+        data = np.broadcast_to(np.arange(shape[-1]), shape)
+    else:
+        data = rng.integers(0, high, shape)
+    return np.ascontiguousarray(data).astype(dtype.numpy())
+
+
+def _model_inputs(model: ir.Model) -> list[ir.Value]:
+    return [v for v in model.graph.inputs if not v.is_initializer()]
+
+
+def _given_dims(model: ir.Model, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """The sizes that the given arrays fix for the symbolic dimensions of their inputs, so that the
+    synthesized inputs agree with them."""
+    found: dict[str, int] = {}
+    for value in _model_inputs(model):
+        array = inputs.get(value.name)
+        if array is None or value.shape is None or value.shape.rank() != np.ndim(array):
+            continue
+        for dim, size in zip(value.shape, np.shape(array)):
+            if isinstance(dim, ir.SymbolicDim) and dim.value is not None:
+                found.setdefault(dim.value, size)
+    return found
+
+
+def batch_is_default(model: ir.Model, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> bool:
+    """Whether a synthesized input has a batch dimension that takes the default size."""
+    sizes = {**_given_dims(model, inputs), **dims}
+    return any(
+        isinstance(d, ir.SymbolicDim) and _is_batch(d.value) and d.value not in sizes
+        for v in _model_inputs(model) if v.name not in inputs and v.shape is not None for d in v.shape
+    )
+
+
+def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
+    by_name = {v.name: v for v in graph_inputs}
+    for name, array in inputs.items():
+        if name not in by_name:
+            raise InputError(f"inputs[{name!r}]: ORIGINAL has no input {name!r}; its inputs: {', '.join(by_name)}")
+        expected = by_name[name].dtype
+        if expected is not None and np.asarray(array).dtype != expected.numpy():
+            raise InputError(f"inputs[{name!r}]: the array is {np.asarray(array).dtype}, the input takes {expected.numpy()}")
+    symbols = {d.value for v in graph_inputs if v.shape is not None for d in v.shape if isinstance(d, ir.SymbolicDim)}
+    for name in dims:
+        if name not in symbols:
+            raise InputError(f"dims[{name!r}]: no input of ORIGINAL has a dimension named {name!r}")
+
+
+def input_sets(
+    model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int],
+    batch: int = BATCH_SIZE,
+) -> dict[str, dict[str, np.ndarray]]:
+    """The input sets by label, each a feed for every graph input of ``model``."""
+    graph_inputs = _model_inputs(model)
+    _check_options(graph_inputs, inputs, dims)
+    sizes = {**_given_dims(model, inputs), **dims}
+    synthesized = [v for v in graph_inputs if v.name not in inputs]
+    shapes = {v.name: _shape(v, sizes, batch) for v in synthesized}
+    labels = [f"sample {i}" for i in range(samples)]
+    if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized):
+        labels += SPECIAL_SETS
+    if not labels and synthesized:
+        raise InputError("samples=0 leaves no input set: ORIGINAL has no float input for the constructed sets; "
+                         "give samples 1 or more")
+    labels = labels or ["given inputs"]  # every input is given: one run of them
+    per_set = sum(math.prod(shapes[v.name]) * int(v.dtype.itemsize) for v in synthesized)
+    given = sum(np.asarray(array).nbytes for array in inputs.values())
+    if per_set * len(labels) + given > MAX_INPUT_BYTES:
+        raise InputError(
+            f"the inputs would need {(per_set * len(labels) + given) / 2**30:.1f} GiB ({len(labels)} input sets of "
+            f"{per_set / 2**30:.1f} GiB synthesized, {given / 2**30:.1f} GiB given), more than the "
+            f"{MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, fewer samples or smaller inputs"
+        )
+    highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
+    rng = np.random.default_rng(seed)
+    sets = {}
+    for i, label in enumerate(labels):
+        kind, truth = label if label in SPECIAL_SETS else "sample", i % 2 == 0 and label != "zeros"
+        sets[label] = {
+            v.name: np.asarray(inputs[v.name]) if v.name in inputs
+            else _synthesize(v, shapes[v.name], kind, truth, rng, highs.get(v.name, _INT_HIGH))
+            for v in graph_inputs
+        }
+    return sets

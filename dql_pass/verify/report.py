@@ -1,0 +1,151 @@
+"""What verify found, as data: one row per site, one per final output, and the verdict.
+
+Rules: PASS only when every site was checked and the model level compared something, with no
+mismatch; a mismatch anywhere is FAIL; anything not checked without a mismatch is INCOMPLETE.
+The exit code is 0 for PASS only.
+"""
+
+from __future__ import annotations
+
+__all__ = ["OutputResult", "SiteResult", "VerifyReport"]
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+from dql_pass.modelfiles import atomic_path
+
+
+@dataclasses.dataclass
+class SiteResult:
+    """One DQL site of ORIGINAL: how many inputs it ran and what went wrong."""
+
+    name: str
+    graph: str
+    cases: int = 0
+    mismatches: int = 0
+    worst_case: str | None = None
+    worst_class: str | None = None
+    detail: str | None = None
+    classes: dict[str, int] = dataclasses.field(default_factory=dict)
+    model_level: str = ""
+    not_reachable: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0 and self.not_reachable is None
+
+
+@dataclasses.dataclass
+class OutputResult:
+    """One final output of ORIGINAL compared with REWRITTEN over all input sets."""
+
+    name: str
+    identical: bool
+    differing: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str | None = None
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """Everything verify found; :meth:`format` prints it, :meth:`to_dict` is the JSON form.
+
+    ``model_not_checked`` says why the model level checked nothing (an input that cannot be
+    synthesized, input sets that give no element to compare); the verdict is then INCOMPLETE at best.
+    """
+
+    original: str
+    rewritten: str
+    zero_range: str
+    sites: list[SiteResult]
+    outputs: list[OutputResult]
+    input_sets: list[str]
+    model_error: str | None = None
+    seconds: float = 0.0
+    notes: list[str] = dataclasses.field(default_factory=list)
+    model_not_checked: str | None = None
+
+    @property
+    def mismatches(self) -> int:
+        return sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
+
+    @property
+    def passed(self) -> bool:
+        """No mismatch, every site checked, and the model level compared something."""
+        return all(s.passed for s in self.sites) and self.mismatches == 0 and self.model_not_checked is None
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL" if self.mismatches else "INCOMPLETE"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def summary(self) -> str:
+        checked = [s for s in self.sites if s.not_reachable is None]
+        unreachable = len(self.sites) - len(checked)
+        identical = sum(o.identical for o in self.outputs)
+        text = (
+            f"{self.verdict}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
+            f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
+            f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets; "
+            f"zero range {self.zero_range}; {self.seconds:.2f} s"
+        )
+        if unreachable:
+            text += f"; {unreachable} sites not reachable, not checked"
+        if self.model_not_checked:
+            text += f"; model level not checked: {self.model_not_checked}"
+        if self.model_error:
+            text += f"; {self.model_error}"
+        return text
+
+    def format(self) -> str:
+        rows = [("site", "graph", "cases", "mismatches", "worst case (input class)")]
+        for s in self.sites:
+            worst = "-" if s.worst_case is None else f"{s.worst_case} ({s.worst_class})"
+            rows.append((s.name, s.graph, str(s.cases), "not reachable" if s.not_reachable else str(s.mismatches), worst))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        for s in self.sites:
+            if s.not_reachable:
+                lines.append(f"not reachable: {s.name} in {s.graph}: {s.not_reachable}")
+            elif s.mismatches:
+                classes = ", ".join(f"{name} {count}" for name, count in s.classes.items())
+                lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
+        inside = [s.name for s in self.sites if s.graph != "main"]
+        if inside:
+            lines.append(
+                f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
+                "the catalogue only; their values cannot be graph outputs"
+            )
+        for o in self.outputs:
+            if not o.identical:
+                lines.append(f"final output {o.name!r} differs: {o.detail}")
+        lines += [f"note: {note}" for note in self.notes]
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        for output in data["outputs"]:
+            for key in ("max_abs", "max_rel"):
+                if output[key] is not None and not math.isfinite(output[key]):
+                    output[key] = str(output[key])  # JSON has no inf
+        return {
+            **data,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "mismatches": self.mismatches,
+            "summary": self.summary(),
+        }
+
+    def save_json(self, path: str | os.PathLike) -> None:
+        """Write :meth:`to_dict` as JSON to ``path`` atomically."""
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        with atomic_path(path, "report") as temporary:
+            Path(temporary).write_text(text)

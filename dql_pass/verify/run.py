@@ -1,0 +1,339 @@
+"""Running what verify checks, through the runtime layer, and tallying what differs.
+
+Jobs:
+
+- site level: every extracted site model runs once per distinct computation (identical models
+  share one ORT session) on the catalogue's comparable cases and two large cases, against the
+  reference under the chosen zero-range policy;
+- model level: both models run on ORT (optimisation "basic", which keeps every kernel as written)
+  on the input sets, with every main-graph DQL input of ORIGINAL and every value its readers read
+  in REWRITTEN exposed as graph outputs in one session per model; those values must equal the
+  reference applied to the site's input in ORIGINAL; the graph outputs must have the same names in
+  the same order and the same bits (NaN equals NaN), sequences element by element;
+- a model level that compared no element (every output and site value empty) is reported as not
+  checked, never as a pass.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ModelCheck", "Tally", "check_model", "check_sites", "not_checked"]
+
+import contextlib
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from dql_pass import runtimes
+from dql_pass.catalogue import Case, cases
+from dql_pass.compare import SiteDifference, compare_site, same_bits
+from dql_pass.errors import InputError
+from dql_pass.modelfiles import one_line
+from dql_pass.op import OUTPUT_TYPES, OUTPUTS
+from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.verify.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
+from dql_pass.verify.inputs import BATCH_SIZE, FALLBACK_BATCH
+from dql_pass.verify.report import OutputResult, SiteResult
+
+_ORT = runtimes.get("onnxruntime")
+_WORST = (9, 0)  # the severity of a site that cannot run at all
+Sets = Mapping[str, Mapping[str, np.ndarray]]
+
+
+class Tally:
+    """Counts the mismatches of one site and keeps the worst.
+
+    One per site: two sites may have the same names and path (say, in two unnamed If nodes), so a
+    site is never looked up by its value.
+    """
+
+    def __init__(self, site: Site):
+        self.site = site
+        self.result = SiteResult(site.name, site.graph)
+        # The values that the site's readers read in REWRITTEN, as triples (see Scopes.read).
+        self.read: list[tuple[ir.Value, ...]] = []
+        self.worst: SiteDifference | None = None
+        self.classes: Counter[str] = Counter()
+
+    def add(self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True) -> None:
+        self.result.cases += run
+        if diff is None:
+            return
+        self.result.mismatches += 1
+        self.classes[category] += 1
+        self.result.classes = dict(self.classes.most_common())
+        if self.worst is None or diff.severity > self.worst.severity:
+            self.worst = diff
+            self.result.worst_case, self.result.worst_class, self.result.detail = case, category, diff.detail
+
+
+# -- site level ------------------------------------------------------------------------------------
+
+
+def _large_cases(catalogue: Sequence[Case]) -> list[Case]:
+    """Site cases beyond the catalogue's few hundred elements, where kernels change paths.
+
+    The catalogue's exact ties, repeated, with the two ends of their range last: a reduction that
+    reads a prefix, or a scale that changes with the size, gets them wrong.
+    """
+    ties = next(c.x for c in catalogue if c.name == "tie_exact_fractional_scale")
+    ends, inner = ties[:2], ties[2:]  # the case starts with the ends of its range
+    found = []
+    for shape in ((4, 32, 33), (2, 200, 201)):
+        x = np.resize(inner, math.prod(shape))
+        x[-2:] = ends
+        found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape), f"{x.size} exact ties, the range's ends last"))
+    return found
+
+
+class _SiteRunner:
+    """Runs extracted site models over the catalogue, once per distinct computation."""
+
+    def __init__(self, catalogue: Sequence[Case], zero_range: str):
+        self.catalogue = catalogue
+        self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
+        self._results: dict[bytes, list[SiteDifference | None]] = {}
+
+    def run(self, model: ir.Model) -> list[SiteDifference | None]:
+        key = ir.serde.serialize_model(model).SerializeToString(deterministic=True)
+        if key not in self._results:
+            self._results[key] = self._run(model)
+        return self._results[key]
+
+    def _run(self, model: ir.Model) -> list[SiteDifference | None]:
+        try:
+            session = _ORT.load(model, threads=1, optimize="basic")
+        except Exception as error:  # noqa: BLE001 - whatever ORT refuses, the rewrite is at fault
+            return [SiteDifference(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
+        diffs = []
+        for case, expected in zip(self.catalogue, self.expected):
+            try:
+                diffs.append(compare_site(session.run({"x": case.x}, OUTPUTS), expected))
+            except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
+                diffs.append(SiteDifference(_WORST, f"ORT failed: {one_line(error)}"))
+        return diffs
+
+
+def check_sites(model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str) -> list[Tally]:
+    """Each site of ORIGINAL, as REWRITTEN (``model``) computes what its readers read, on the catalogue."""
+    catalogue = [c for c in cases(seed=seed) if c.comparable]
+    catalogue += _large_cases(catalogue)
+    runner = _SiteRunner(catalogue, zero_range)
+    scopes = Scopes(model)
+    tallies = [Tally(site) for site in sites]
+    for tally in tallies:
+        try:
+            graph, tally.read = scopes.read(tally.site)
+            # A computation that cannot be extracted may still be checked in the models: read stays.
+            extracted = [extract(model, graph, tally.site, values) for values in tally.read]
+        except LostOutput as lost:
+            tally.add("-", "lost output", SiteDifference(_WORST, str(lost)), run=False)
+            continue
+        except NotReachable as reason:
+            tally.result.not_reachable = str(reason)
+            continue
+        for site_model in extracted:
+            for case, diff in zip(catalogue, runner.run(site_model)):
+                tally.add(case.name, case.category, diff)
+    return tallies
+
+
+# -- model level -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ModelCheck:
+    """What the model level found, on the input sets it ran; ``not_checked`` says why it compared nothing."""
+
+    outputs: list[OutputResult]
+    sets: Sets
+    error: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    not_checked: str | None = None
+
+
+@contextlib.contextmanager
+def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]) -> Iterator[None]:
+    """Temporarily make the main-graph values called ``names`` graph outputs, with a type if they lack one."""
+    graph = model.graph
+    values = values_by_name(graph)
+    added = [
+        values[name] for name in names
+        if name in values and not (values[name].is_graph_output() or values[name].is_graph_input() or values[name].is_initializer())
+    ]
+    untyped = [value for value in added if value.type is None]
+    for value in untyped:
+        value.type = ir.TensorType(names[value.name])
+    graph.outputs.extend(added)
+    try:
+        yield
+    finally:
+        for _ in added:  # from the end: removing by value would search the list each time
+            graph.outputs.pop()
+        for value in untyped:
+            value.type = None
+
+
+def _run_all(model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets) -> dict[str, dict[str, object]]:
+    """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
+    with _exposed(model, names):
+        session = _ORT.load(model, optimize="basic")
+    fetched = session.output_names
+    values = values_by_name(model.graph)
+    constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
+    results = {}
+    for label, feeds in sets.items():
+        out = {**constants, **feeds}
+        out.update(zip(fetched, session.run(feeds)))
+        results[label] = out
+    return results
+
+
+def _leaves(value: object, where: str = "") -> list[tuple[str, np.ndarray | None]]:
+    """The arrays of an output value with where they sit: a tensor is one, a sequence or map has one
+    per element (``[i]``), an absent optional is None."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, f"{where}[{i}]")] or [(f"{where}[]", None)]
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value) for leaf in _leaves(value[key], f"{where}[{key!r}]")] or [(f"{where}{{}}", None)]
+    return [(where, None if value is None else np.asarray(value))]
+
+
+def _describe(leaves: Sequence[tuple[str, np.ndarray | None]]) -> str:
+    return ", ".join(f"{where}{'none' if a is None else f'{a.dtype}{list(a.shape)}'}".strip() for where, a in leaves[:4]) + (
+        ", ..." if len(leaves) > 4 else "")
+
+
+def _size(value: object) -> int:
+    return sum(0 if a is None else a.size for _, a in _leaves(value))
+
+
+def _compare_output(name: str, original: Sequence[object], rewritten: Sequence[object]) -> OutputResult:
+    """One graph output over every input set: structure, dtypes and shapes, then bits."""
+    differing, max_abs, max_rel, total = 0, 0.0, 0.0, 0
+    for a_value, b_value in zip(original, rewritten, strict=True):
+        a_leaves, b_leaves = _leaves(a_value), _leaves(b_value)
+        same_kind = len(a_leaves) == len(b_leaves) and all(
+            wa == wb and (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and a.shape == b.shape))
+            for (wa, a), (wb, b) in zip(a_leaves, b_leaves)
+        )
+        if not same_kind:
+            return OutputResult(name, False, detail=f"{_describe(b_leaves)} instead of {_describe(a_leaves)}")
+        for (_, a), (_, b) in zip(a_leaves, b_leaves):
+            if a is None:
+                continue
+            total += a.size
+            bad = ~same_bits(a, b, any_nan=True)
+            differing += int(bad.sum())
+            if bad.any() and a.dtype.kind in "fiub":
+                with np.errstate(all="ignore"):
+                    x, y = a[bad].astype(np.float64), b[bad].astype(np.float64)
+                    delta = np.nan_to_num(np.abs(x - y), nan=np.inf)  # NaN against a number: infinitely far
+                    max_abs = max(max_abs, float(delta.max()))
+                    relative = np.nan_to_num(delta / np.maximum(np.abs(x), np.finfo(np.float64).tiny), nan=np.inf)
+                    max_rel = max(max_rel, float(relative.max()))
+    if differing:
+        detail = f"{differing} of {total} elements differ; max abs {max_abs:.6g}, max rel {max_rel:.6g}"
+        return OutputResult(name, False, differing, max_abs, max_rel, detail)
+    return OutputResult(name, True)
+
+
+def _compare_outputs(original: ir.Model, rewritten: ir.Model, expected_runs: Sets, actual_runs: Sets | None) -> list[OutputResult]:
+    """The graph outputs position by position: same names, no extra one, the same bits (``actual_runs``
+    None: REWRITTEN did not run)."""
+    final = [v.name for v in original.graph.outputs]
+    got = [v.name for v in rewritten.graph.outputs]
+    results = []
+    for i, name in enumerate(final):
+        if i >= len(got):
+            results.append(OutputResult(name, False, detail=f"REWRITTEN has no output {i}"))
+        elif got[i] != name:
+            results.append(OutputResult(name, False, detail=f"REWRITTEN has {got[i]!r} as output {i}"))
+        elif actual_runs is None:
+            results.append(OutputResult(name, False, detail="REWRITTEN did not run"))
+        else:
+            results.append(_compare_output(name, [r[name] for r in expected_runs.values()], [r[name] for r in actual_runs.values()]))
+    results += [
+        OutputResult(name, False, detail=f"an output that ORIGINAL does not have (output {i})")
+        for i, name in enumerate(got) if i >= len(final)
+    ]
+    return results
+
+
+def _run_original(
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, fallback: Callable[[], Sets] | None
+) -> tuple[Sets, dict[str, dict[str, object]], list[str]]:
+    """Run ORIGINAL on ``sets``, or on the ``fallback`` sets at batch 1 if it cannot run those; the sets
+    it ran, its values, and notes for the report."""
+    try:
+        return sets, _run_all(model, names, sets), []
+    except Exception as error:  # noqa: BLE001 - ORT's message is the clearest one-liner available
+        failure = f"ORT cannot run ORIGINAL: {one_line(error)}"
+    if fallback is None:
+        raise InputError(failure)
+    sets = fallback()
+    try:
+        runs = _run_all(model, names, sets)
+    except Exception as error:  # noqa: BLE001 - as above
+        raise InputError(f"ORT cannot run ORIGINAL: {one_line(error)}") from None
+    note = f"ORIGINAL does not run at batch {BATCH_SIZE} ({failure}); both models ran at batch {FALLBACK_BATCH}"
+    return sets, runs, [note]
+
+
+def not_checked(tallies: Sequence[Tally], reason: str) -> ModelCheck:
+    """The model level when it cannot run at all."""
+    for tally in tallies:
+        tally.result.model_level = f"not checked in the models: {reason}"
+    return ModelCheck([], {}, not_checked=reason)
+
+
+def check_model(
+    original: ir.Model,
+    rewritten: ir.Model,
+    tallies: Sequence[Tally],
+    sets: Sets,
+    fallback: Callable[[], Sets] | None,
+    zero_range: str,
+) -> ModelCheck:
+    """Run both models; check what main-graph sites' readers read on the sites' actual inputs, and
+    compare the graph outputs."""
+    exposed = [
+        t for t in tallies
+        if t.site.graph == "main" and t.read and all(v.graph is rewritten.graph for values in t.read for v in values)
+    ]
+    chosen = set(map(id, exposed))
+    for tally in tallies:
+        if id(tally) not in chosen:
+            tally.result.model_level = (
+                "not checked in the models: its values live in a subgraph or function, they cannot be graph outputs"
+                if tally.site.graph != "main" or tally.read
+                else "not checked in the models: lost output" if "lost output" in tally.result.classes
+                else "not checked in the models: what reads it in REWRITTEN is unknown"
+            )
+    original_names = {t.site.input: ir.DataType.FLOAT for t in exposed}
+    rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, OUTPUT_TYPES)}
+    sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
+    try:
+        actual_runs = _run_all(rewritten, rewritten_names, sets)
+    except Exception as error:  # noqa: BLE001 - a rewrite that ORT refuses is a failed rewrite
+        for tally in exposed:
+            tally.result.model_level = "not checked in the models: REWRITTEN did not run"
+        outputs = _compare_outputs(original, rewritten, expected_runs, None)
+        return ModelCheck(outputs, sets, f"ORT cannot run REWRITTEN: {one_line(error)}", notes)
+    for tally in exposed:
+        tally.result.model_level = f"checked on {len(sets)} input sets"
+        for label in sets:
+            expected = dynamic_quantize_linear(expected_runs[label][tally.site.input], zero_range)
+            for values in tally.read:
+                tally.add(label, "model input", compare_site([actual_runs[label][v.name] for v in values], expected))
+    outputs = _compare_outputs(original, rewritten, expected_runs, actual_runs)
+    compared = sum(_size(run[name]) for run in expected_runs.values() for name in [*original_names, *(v.name for v in original.graph.outputs)])
+    if not compared:
+        reason = "every input set gives empty graph outputs and DQL inputs: nothing was compared"
+        for tally in exposed:
+            tally.result.model_level = f"not checked in the models: {reason}"
+        return ModelCheck(outputs, sets, notes=notes, not_checked=reason)
+    return ModelCheck(outputs, sets, notes=notes)
