@@ -26,7 +26,8 @@ import numpy as np
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass import suites
+from dql_pass import decomposition, suites
+from dql_pass.errors import MissingDependency
 from dql_pass.modelfiles import check_output_path, external_tensors, one_line
 from dql_pass.verify import MAX_INPUT_BYTES
 
@@ -158,6 +159,9 @@ def _gen_tests(args: argparse.Namespace) -> int:
 def _run_tests(args: argparse.Namespace) -> int:
     report = dql_pass.run_suite(args.outdir, args.backend, progress=lambda outcome: print(outcome.line(), flush=True))
     print(report.summary())
+    if not report.passed and not report.failed:
+        print("dql-pass: nothing was compared: every test was skipped or a known difference", file=sys.stderr)
+        return 1
     return 1 if report.failed else 0
 
 
@@ -204,7 +208,8 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("input", help="the ONNX model to read; it is never modified")
     expand.add_argument("-o", "--output", required=True, help="where to write the expanded model")
     expand.add_argument("--variant", choices=dql_pass.VARIANTS, default="quantizelinear",
-                        help="quantizelinear (default, uses QuantizeLinear) or arithmetic (no quantization ops)")
+                        help="; ".join(f"{v}: {decomposition.variant(v).summary}" for v in dql_pass.VARIANTS)
+                        + " (default quantizelinear)")
     expand.add_argument("--mode", choices=dql_pass.MODES, default="inline",
                         help="inline the ops (default) or call one model-local function")
     expand.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
@@ -279,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
         return args.run(args)
-    except dql_pass.InputError as error:
+    except (dql_pass.InputError, MissingDependency) as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:

@@ -234,10 +234,10 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         """Refuse to write what ``runtime`` cannot load: the original DQL ran there, so must this."""
         if self.runtime is None:
             return
-        lacks = _lacks(self.runtime, self.variant, opset, self.zero_range)
+        lacks = _lacks(self.runtime, self.variant, opset)
         if not lacks:
             return
-        others = [v for v in VARIANTS if v != self.variant and not _lacks(self.runtime, v, opset, self.zero_range)]
+        others = [v for v in VARIANTS if v != self.variant and not _lacks(self.runtime, v, opset)]
         instead = f"; the variant {' or '.join(others)} runs there" if others else ""
         raise InputError(f"variant {self.variant} at ai.onnx opset {opset}: {lacks[0].describe()}{instead}")
 
@@ -288,9 +288,8 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
             name = free_name(name, taken, counts)
 
 
-def _lacks(runtime: str, variant: str, opset: int, zero_range: str) -> list[runtimes.Lack]:
-    ops = {(node.domain, node.op_type) for node in decomposition.function_proto(variant, opset, zero_range).node}
-    return runtimes.lacking(runtime, ops, opset)
+def _lacks(runtime: str, variant: str, opset: int) -> list[runtimes.Lack]:
+    return runtimes.lacking(runtime, {("", op_type) for op_type in decomposition.variant(variant, opset).op_types}, opset)
 
 
 def _build_function(template: _Template, name: str) -> ir.Function:

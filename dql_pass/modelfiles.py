@@ -6,7 +6,7 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["FolderLock", "as_ir_model", "atomic_path", "check_output_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "read_external_attributes", "save_model", "signals_deferred", "sweep"]
+__all__ = ["FolderLock", "as_ir_model", "default_file_mode", "atomic_path", "check_output_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "save_model", "signals_deferred", "sweep"]
 
 import contextlib
 import dataclasses
@@ -87,15 +87,6 @@ def external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
 def external_base_dirs(model: ir.Model) -> set[Path]:
     """The folders that the model's external tensors are read from, attributes included."""
     return {Path(tensor.base_dir).resolve() for tensor in external_tensors(model)}
-
-
-def read_external_attributes(model: ir.Model) -> None:
-    """Read tensor attributes kept in external data (Constant nodes, small) into memory.
-
-    Saving moves initializers' external data, not attributes', so they would point to a file
-    that is not beside the new model.
-    """
-    _read_attributes(_ExternalData.of(model).attributes)
 
 
 def _read_attributes(attributes: list[tuple[ir.Node, ir.Attr]]) -> None:
@@ -204,8 +195,10 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
         # /dev/stdout and /dev/fd/N are links: replacing one would break the machine as /dev/null would.
         with contextlib.suppress(OSError):
             mode = os.stat(path).st_mode  # a dangling link, or a link to a regular file, is replaced
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise InputError(f"{path}: links to a device, FIFO or socket; it is never replaced")
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path}: links to a folder; give a file name for the {what}")
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise InputError(f"{path}: links to a device, FIFO or socket; it is never replaced")
     elif not stat.S_ISREG(mode):
         raise InputError(f"{path}: exists and is not a regular file (a device, FIFO or socket); it is never replaced")
     return path
@@ -216,10 +209,19 @@ def _entry(path: Path) -> Path:
     return path.parent.resolve() / path.name
 
 
-def _umask_mode() -> int:
-    umask = os.umask(0)
+def _read_umask() -> int:
+    # /proc says it without changing it; os.umask would leave other threads a window with umask 0.
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    umask = os.umask(0o022)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def default_file_mode(folder: bool = False) -> int:
+    """The permission bits a new file (or folder) gets under the process's umask."""
+    return (0o777 if folder else 0o666) & ~_read_umask()
 
 
 @contextlib.contextmanager
@@ -237,7 +239,7 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     os.close(handle)
     try:
         yield temporary
-        os.chmod(temporary, _umask_mode())
+        os.chmod(temporary, default_file_mode())
         os.replace(temporary, path)
     except OSError as error:
         raise InputError(f"{path}: cannot write the {what}: {one_line(error)}") from None
@@ -345,7 +347,7 @@ def sweep(folder: Path, name: str, keep: set[Path]) -> None:
 
 def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]:
     """Permission bits for the new model and its data: the input's, so private weights stay private."""
-    model_mode = _umask_mode() if source is None else stat.S_IMODE(os.stat(source).st_mode)
+    model_mode = default_file_mode() if source is None else stat.S_IMODE(os.stat(source).st_mode)
     data_mode = model_mode
     for tensor in external_tensors(model):
         data_mode &= stat.S_IMODE(os.stat(tensor.path).st_mode)
@@ -380,13 +382,13 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
     folder = entry.parent
-    if not all(_may_refer_to(attr.value, folder) for _, attr in external.attributes):
-        _read_attributes(external.attributes)
-    model_mode, data_mode = _modes(model, source)
     data_name = None
     if not all(_may_refer_to(tensor, folder) for tensor in external.initializers):
         data_name = f"{_stem(path.name)}.{secrets.token_hex(6)}.data"
     try:
+        if not all(_may_refer_to(attr.value, folder) for _, attr in external.attributes):
+            _read_attributes(external.attributes)
+        model_mode, data_mode = _modes(model, source)
         _write(model, folder, path.name, data_name, model_mode, data_mode, keep=inputs)
     except OSError as error:
         raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None

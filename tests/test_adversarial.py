@@ -371,6 +371,24 @@ def test_a_declared_length_that_is_not_the_tensors_size_is_refused(tmp_path, len
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_an_output_linked_to_a_folder_is_refused_like_a_folder(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    (tmp_path / "outdir").mkdir()
+    (tmp_path / "outlink").symlink_to(tmp_path / "outdir")
+    assert_bad_input(dql_pass_cli("expand", source, "-o", tmp_path / "outlink"), "links to a folder")
+    assert (tmp_path / "outlink").is_symlink()
+
+
+def test_an_unsupported_onnxscript_is_one_line_for_fuse(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    code = ("import sys, onnxscript; onnxscript.__version__ = '0.9.0'; from dql_pass import cli; "
+            f"sys.argv = ['dql-pass', 'fuse', {str(source)!r}, '-o', {str(tmp_path / 'o.onnx')!r}]; cli.run()")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert_bad_input(run, "onnxscript 0.9.0 is installed")
+
+
 def test_private_weights_stay_private(tmp_path):
     (tmp_path / "out").mkdir()
     source = weighted_model(tmp_path, "a.onnx", 3.0, 1.0)

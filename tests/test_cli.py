@@ -364,3 +364,22 @@ def test_cli_expand_verify(tmp_path, capsys, variant):
     assert main(["expand", str(CONTROL_FLOW), "-o", str(output), "--variant", variant, "--verify"]) == 0
     out = capsys.readouterr().out
     assert "expanded 7" in out and "PASS: 7 sites" in out
+
+
+def test_run_tests_that_compared_nothing_is_not_a_success(small_suite, capsys):
+    manifest = small_suite / "manifest.json"
+    data = json.loads(manifest.read_text())
+    for entry in data["cases"]:
+        entry["comparable"] = False
+    manifest.write_text(json.dumps(data))
+    assert main(["run-tests", str(small_suite)]) == 1
+    assert "nothing was compared" in capsys.readouterr().err
+
+
+def test_a_suite_folder_gets_ordinary_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert main(["gen-tests", str(tmp_path / "dql"), "--opsets", "13", "--variants", "native", "--no-large"]) == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "dql").stat().st_mode & 0o777 == 0o755

@@ -393,3 +393,9 @@ def test_control_flow_nodes_sharing_a_name_get_distinct_graph_paths(names):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     sites = dql_pass.find_sites(ir.from_proto(model))
     assert len(sites) == 4 and all(len(found) == 1 for found in sites.values()), sites
+
+
+def test_saving_with_a_source_that_is_gone_is_bad_input(tmp_path):
+    with pytest.raises(dql_pass.InputError, match="cannot write the output"):
+        dql_pass.save_model(dql_pass.expand(ir.from_proto(dql_model(13))), tmp_path / "o.onnx", source=tmp_path / "gone.onnx")
+    assert list(tmp_path.iterdir()) == []

@@ -41,10 +41,11 @@ import re
 import onnx_ir as ir
 import onnxscript
 
+from dql_pass.errors import MissingDependency
 from dql_pass.walk import graph_scopes
 
 
-class UnsupportedOnnxscript(ImportError):
+class UnsupportedOnnxscript(MissingDependency):
     """The installed onnxscript is not one whose internals the fusion was tested with."""
 
 

@@ -50,7 +50,7 @@ from onnx import numpy_helper
 from dql_pass import catalogue, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expand import ExpandDynamicQuantizeLinearPass
-from dql_pass.modelfiles import FolderLock, signals_deferred, sweep
+from dql_pass.modelfiles import FolderLock, default_file_mode, signals_deferred, sweep
 from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, check_choice, one_node_model, version
 from dql_pass.suites.layout import (
     DATA, DATA_SET, FORMAT, FORMS, INPUT_FILE, MANIFEST, MODEL, OUTPUT_FILES, LeftOut, SuiteEntry,
@@ -298,6 +298,7 @@ def _staged(outdir: Path) -> Iterator[Path]:
             with signals_deferred():
                 stage = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", suffix=".stage", dir=folder))
                 stage_lock = FolderLock(stage)
+            os.chmod(stage, default_file_mode(folder=True))  # mkdtemp's 0700 would become the suite's
         finally:
             lock.release()
         yield stage
