@@ -14,7 +14,7 @@ writing one that does not load costs the user a deployment.
 
 from __future__ import annotations
 
-__all__ = ["RUNTIMES", "KnownDifference", "Lack", "Runtime", "Session", "get", "input_classes", "lacking"]
+__all__ = ["RUNTIMES", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "input_classes", "lacking"]
 
 import contextlib
 import dataclasses
@@ -31,6 +31,24 @@ import onnx_ir as ir
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import external_base_dirs
 from dql_pass.reference import dynamic_quantize_linear
+
+
+class RuntimeFailure(Exception):
+    """A runtime refused to load or run a model; its own error is the cause.
+
+    Callers tell the model's fault (this) from a bug of ours (anything else, which propagates).
+    """
+
+
+@contextlib.contextmanager
+def _failures_of(origin: str | None = None) -> Iterator[None]:
+    """Raise what the runtime raises (from module ``origin``; any exception when None) as RuntimeFailure."""
+    try:
+        yield
+    except Exception as error:
+        if origin is not None and not type(error).__module__.startswith(origin):
+            raise
+        raise RuntimeFailure(f"{type(error).__name__}: {error}") from error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +99,8 @@ class Session:
         self.output_names = list(outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
-        """The named outputs (default: all) for ``feeds``, as arrays of their ONNX types."""
+        """The named outputs (default: all) for ``feeds``, as arrays of their ONNX types;
+        :class:`RuntimeFailure` when the runtime refuses."""
         raise NotImplementedError
 
 
@@ -171,7 +190,8 @@ class _OrtSession(Session):
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         fed = {name: array for name, array in feeds.items() if name in self.input_names}
-        return self._session.run(None if outputs is None else list(outputs), fed)
+        with _failures_of("onnxruntime"):
+            return self._session.run(None if outputs is None else list(outputs), fed)
 
 
 class OnnxRuntime(Runtime):
@@ -203,12 +223,15 @@ class OnnxRuntime(Runtime):
             # and "none" promise the kernels as written.
             options.add_session_config_entry("session.disable_quant_qdq", "1")
         if isinstance(model, (str, os.PathLike)):
-            return _OrtSession(ort.InferenceSession(os.fspath(model), options, providers=["CPUExecutionProvider"]))
-        proto, folder = _as_proto(model)
-        if folder is not None:
-            # Large weights stay on disk; ORT reads them from their folder.
-            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
-        return _OrtSession(ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"]))
+            source = os.fspath(model)
+        else:
+            proto, folder = _as_proto(model)
+            if folder is not None:
+                # Large weights stay on disk; ORT reads them from their folder.
+                options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+            source = proto.SerializeToString()
+        with _failures_of("onnxruntime"):
+            return _OrtSession(ort.InferenceSession(source, options, providers=["CPUExecutionProvider"]))
 
 
 class _ReferenceSession(Session):
@@ -218,7 +241,8 @@ class _ReferenceSession(Session):
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         # 0/0 and inf/inf are part of what runs here: numpy's warnings about them are noise.
-        with np.errstate(all="ignore"), warnings.catch_warnings():
+        # onnx.reference raises whatever its NumPy code raises: all of it is the runtime's refusal.
+        with np.errstate(all="ignore"), warnings.catch_warnings(), _failures_of():
             warnings.simplefilter("ignore")
             return self._evaluator.run(None if outputs is None else list(outputs), dict(feeds))
 
@@ -242,7 +266,8 @@ class OnnxReference(Runtime):
         if isinstance(model, ir.Model):
             with _small_tensors_in_memory(model):
                 model = ir.serde.serialize_model(model)
-        return _ReferenceSession(ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))
+        with _failures_of():
+            return _ReferenceSession(ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))
 
 
 RUNTIMES: dict[str, Runtime] = {runtime.name: runtime for runtime in (OnnxRuntime(), OnnxReference())}

@@ -7,6 +7,8 @@ rounding, ONNX's unguarded function body, a renamed output.
 
 from __future__ import annotations
 
+import sys
+
 
 import numpy as np
 import onnx
@@ -908,3 +910,15 @@ def test_given_inputs_count_toward_the_public_input_cap(mlp, monkeypatch):
     monkeypatch.setattr(inputs, "MAX_INPUT_BYTES", 1 << 20)
     with pytest.raises(dql_pass.InputError, match=r"GiB given\), more than the 0 GiB"):
         verify(mlp, mlp, inputs={"input": np.zeros((5000, 64), np.float32)}, samples=0)
+
+
+def test_a_bug_of_ours_is_a_traceback_not_bad_input(mlp, monkeypatch):
+    """Only a runtime's refusal of ORIGINAL is bad input; anything else surfaces as itself."""
+    run = sys.modules["dql_pass.verify.run"]
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(run, "_exposed", broken)
+    with pytest.raises(KeyError):
+        verify(mlp, mlp, samples=0)

@@ -23,6 +23,7 @@ from pathlib import Path
 from dql_pass import runtimes
 from dql_pass.compare import bit_difference
 from dql_pass.errors import InputError
+from dql_pass.modelfiles import one_line
 from dql_pass.suites.layout import MANIFEST, MODEL, Refused, data_set_tensors, read_manifest, read_model
 
 BACKENDS: tuple[str, ...] = tuple(runtimes.RUNTIMES)
@@ -107,8 +108,8 @@ def _outcome(folder: Path, root: Path, entry: dict, backend: str) -> Outcome:
         mismatch = _mismatch(folder, root, runtimes.get(backend))
     except Refused as refusal:  # the test itself is broken: no known difference or NaN input excuses that
         return Outcome(folder.name, "FAIL", str(refusal))
-    except Exception as error:  # whatever the backend raises is the case's result, not the runner's
-        crash = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    except runtimes.RuntimeFailure as error:  # what the backend refuses is the case's result, not the runner's
+        crash = one_line(error)
     if not entry.get("comparable", True):
         if crash:
             return Outcome(folder.name, "FAIL", f"outputs unspecified, but it must run: {crash}")

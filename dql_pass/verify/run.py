@@ -106,13 +106,13 @@ class _SiteRunner:
     def _run(self, model: ir.Model) -> list[SiteDifference | None]:
         try:
             session = _ORT.load(model, threads=1, optimize="basic")
-        except Exception as error:  # noqa: BLE001 - whatever ORT refuses, the rewrite is at fault
+        except runtimes.RuntimeFailure as error:  # whatever ORT refuses, the rewrite is at fault
             return [SiteDifference(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
             try:
                 diffs.append(compare_site(session.run({"x": case.x}, OUTPUTS), expected))
-            except Exception as error:  # noqa: BLE001 - an input the rewrite cannot run is a mismatch
+            except runtimes.RuntimeFailure as error:  # an input the rewrite cannot run is a mismatch
                 diffs.append(SiteDifference(_WORST, f"ORT failed: {one_line(error)}"))
         return diffs
 
@@ -270,14 +270,14 @@ def _run_original(
     it ran, its values, and notes for the report."""
     try:
         return sets, _run_all(model, names, sets), []
-    except Exception as error:  # noqa: BLE001 - ORT's message is the clearest one-liner available
+    except runtimes.RuntimeFailure as error:  # ORT's message is the clearest one-liner available
         failure = f"ORT cannot run ORIGINAL: {one_line(error)}"
     if fallback is None:
         raise InputError(failure)
     sets = fallback()
     try:
         runs = _run_all(model, names, sets)
-    except Exception as error:  # noqa: BLE001 - as above
+    except runtimes.RuntimeFailure as error:
         raise InputError(f"ORT cannot run ORIGINAL: {one_line(error)}") from None
     note = f"ORIGINAL does not run at batch {BATCH_SIZE} ({failure}); both models ran at batch {FALLBACK_BATCH}"
     return sets, runs, [note]
@@ -318,7 +318,7 @@ def check_model(
     sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
     try:
         actual_runs = _run_all(rewritten, rewritten_names, sets)
-    except Exception as error:  # noqa: BLE001 - a rewrite that ORT refuses is a failed rewrite
+    except runtimes.RuntimeFailure as error:  # a rewrite that ORT refuses is a failed rewrite
         for tally in exposed:
             tally.result.model_level = "not checked in the models: REWRITTEN did not run"
         outputs = _compare_outputs(original, rewritten, expected_runs, None)
