@@ -6,7 +6,7 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["FolderLock", "as_ir_model", "default_file_mode", "atomic_path", "check_output_path", "external_base_dirs", "external_tensors", "load_model", "one_line", "save_model", "signals_deferred", "sweep"]
+__all__ = ["ExternalData", "FolderLock", "as_ir_model", "default_file_mode", "atomic_path", "check_output_path", "external_tensors", "in_memory", "load_model", "one_line", "save_model", "signals_deferred", "sweep"]
 
 import contextlib
 import dataclasses
@@ -44,14 +44,14 @@ def one_line(error: BaseException) -> str:
 
 
 @dataclasses.dataclass
-class _ExternalData:
+class ExternalData:
     """The model's tensors kept in external data, found in one walk over every graph and function."""
 
     values: list[ir.Value]
     attributes: list[tuple[ir.Node, ir.Attr]]
 
     @classmethod
-    def of(cls, model: ir.Model) -> _ExternalData:
+    def of(cls, model: ir.Model) -> ExternalData:
         graphs = [model.graph, *(function.graph for function in model.functions.values())]
         found = cls([], [])
         for root in graphs:
@@ -81,17 +81,17 @@ class _ExternalData:
 
 def external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
     """Every tensor of the model kept in external data: initializers and attributes, all graphs."""
-    return _ExternalData.of(model).tensors
+    return ExternalData.of(model).tensors
 
 
-def external_base_dirs(model: ir.Model) -> set[Path]:
-    """The folders that the model's external tensors are read from, attributes included."""
-    return {Path(tensor.base_dir).resolve() for tensor in external_tensors(model)}
+def in_memory(tensor: ir.ExternalTensor) -> ir.Tensor:
+    """The tensor's values, read from its file."""
+    return ir.tensor(tensor.numpy(), name=tensor.name)
 
 
 def _read_attributes(attributes: list[tuple[ir.Node, ir.Attr]]) -> None:
     for node, attr in attributes:
-        node.attributes[attr.name] = ir.AttrTensor(attr.name, ir.tensor(attr.value.numpy(), name=attr.value.name))
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, in_memory(attr.value))
 
 
 def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
@@ -119,7 +119,7 @@ def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
 
 
 def _check_external_files(model: ir.Model, path: Path) -> None:
-    external = _ExternalData.of(model)
+    external = ExternalData.of(model)
     for value in external.values:
         value.const_value = _checked(value.const_value, path)
     for node, attr in external.attributes:
@@ -373,7 +373,7 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     """
     path = check_output_path(path)
     entry = _entry(path)
-    external = _ExternalData.of(model)
+    external = ExternalData.of(model)
     inputs = {Path(tensor.path).resolve() for tensor in external.tensors}
     if source is not None:
         if entry == Path(source).resolve():

@@ -29,7 +29,7 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
-from dql_pass.modelfiles import external_base_dirs
+from dql_pass.modelfiles import ExternalData, in_memory
 from dql_pass.reference import dynamic_quantize_linear
 
 
@@ -145,32 +145,24 @@ _IN_MEMORY_BYTES = 1 << 20
 
 
 @contextlib.contextmanager
-def _small_tensors_in_memory(model: ir.Model) -> Iterator[None]:
+def _small_tensors_in_memory(external: ExternalData) -> Iterator[None]:
     """Temporarily read external tensor attributes and small external initializers.
 
     A runtime that gets the model as bytes would not find an attribute's external data, and ORT's
     shape inference needs the initializers' values (axes, shapes). The caller's model gets its
     tensors back afterwards.
     """
-    swapped = [
-        (value, value.const_value) for graph in model.graphs() for value in graph.initializers.values()
-        if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.nbytes <= _IN_MEMORY_BYTES
-    ]
-    attributes = [
-        (node, attr) for root in (model.graph, *model.functions.values()) for node in ir.traversal.RecursiveGraphIterator(root)
-        for attr in node.attributes.values()
-        if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor)
-    ]
+    swapped = [(value, value.const_value) for value in external.values if value.const_value.nbytes <= _IN_MEMORY_BYTES]
     for value, tensor in swapped:
-        value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
-    for node, attr in attributes:
-        node.attributes[attr.name] = ir.AttrTensor(attr.name, ir.tensor(attr.value.numpy(), name=attr.value.name))
+        value.const_value = in_memory(tensor)
+    for node, attr in external.attributes:
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, in_memory(attr.value))
     try:
         yield
     finally:
         for value, tensor in swapped:
             value.const_value = tensor
-        for node, attr in attributes:
+        for node, attr in external.attributes:
             node.attributes[attr.name] = attr
 
 
@@ -178,8 +170,9 @@ def _as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path 
     """The model as a proto, and the folder its large external weights are read from."""
     if isinstance(model, onnx.ModelProto):
         return model, None
-    folders = external_base_dirs(model)
-    with _small_tensors_in_memory(model):
+    external = ExternalData.of(model)
+    folders = {Path(tensor.base_dir).resolve() for tensor in external.tensors}
+    with _small_tensors_in_memory(external):
         return ir.serde.serialize_model(model), min(folders) if folders else None
 
 
@@ -264,8 +257,7 @@ class OnnxReference(Runtime):
         from onnx.reference import ReferenceEvaluator
 
         if isinstance(model, ir.Model):
-            with _small_tensors_in_memory(model):
-                model = ir.serde.serialize_model(model)
+            model = _as_proto(model)[0]
         with _failures_of():
             return _ReferenceSession(ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))
 
