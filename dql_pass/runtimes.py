@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import os
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -199,7 +200,14 @@ class OnnxRuntime(Runtime):
                         "onnx-reference policy expects 1/255", policy="onnx-reference"),
     )
 
-    def _load(self, model, *, threads: int, optimize: str) -> Session:
+    def optimized(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """The graph ORT runs for ``model`` after all its optimizations (fusions included), one thread."""
+        with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
+            path = Path(folder, "optimized.onnx")
+            self._load(model, threads=1, optimize="all", save_to=path)
+            return onnx.load(path)
+
+    def _load(self, model, *, threads: int, optimize: str, save_to: Path | None = None) -> Session:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -215,6 +223,8 @@ class OnnxRuntime(Runtime):
             # nodes (EnsureUniqueDQForNodeUnit takes time quadratic in the nodes), while "basic"
             # and "none" promise the kernels as written.
             options.add_session_config_entry("session.disable_quant_qdq", "1")
+        if save_to is not None:
+            options.optimized_model_filepath = str(save_to)
         if isinstance(model, (str, os.PathLike)):
             source = os.fspath(model)
         else:

@@ -14,9 +14,8 @@ What it measures:
    about 2 ms; the table gives medians and ratios to the original. Every form's outputs are
    compared bit for bit with the original's.
 2. ORT's ``DynamicQuantizeMatMul`` fusion: the nodes of that type in the graph ORT optimises for
-   the original, the expansion and the fused models, saved through ORT's
-   ``SessionOptions.optimized_model_filepath``. That option is ORT's own, so these sessions, built
-   with the timed ones' settings, are the only ones not loaded through ``dql_pass.runtimes``.
+   the original, the expansion and the fused models (``OnnxRuntime.optimized``, one thread, all
+   optimizations, as the timed sessions run).
 3. The pass itself: in-process ``dql_pass.fuse`` on a chain of N inlined DQL sites, best of three.
 
 The results replace the ``## Fusion`` section of ``--out`` through :func:`tools.harness.write_report`
@@ -30,7 +29,6 @@ import argparse
 import dataclasses
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -67,22 +65,9 @@ def forms(original: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
     return dict(zip(FORMS, models))
 
 
-def dynamic_quantize_matmuls(model: onnx.ModelProto, scratch: Path) -> int:
-    """``DynamicQuantizeMatMul`` nodes in the graph ORT optimises ``model`` into, as the timed sessions run it.
-
-    ``SessionOptions.optimized_model_filepath`` is an ORT-only option that ``dql_pass.runtimes``
-    does not offer, so this session is built here directly, with the timed sessions' settings.
-    """
-    import onnxruntime as ort
-
-    optimized = scratch / "optimized.onnx"
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.optimized_model_filepath = str(optimized)
-    options.log_severity_level = 3  # not the warning that the saved graph suits this machine only
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return sum(node.op_type == "DynamicQuantizeMatMul" for node in onnx.load(optimized).graph.node)
+def dynamic_quantize_matmuls(model: onnx.ModelProto) -> int:
+    """``DynamicQuantizeMatMul`` nodes in the graph ORT optimises ``model`` into, as the timed sessions run it."""
+    return sum(node.op_type == "DynamicQuantizeMatMul" for node in runtimes.get("onnxruntime").optimized(model).graph.node)
 
 
 def chain(sites: int) -> onnx.ModelProto:
@@ -109,7 +94,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
+def bench_models(config: Config) -> tuple[list[str], list[str]]:
     """Latency table rows and DynamicQuantizeMatMul rows for every sample model."""
     latency, matmuls = [], []
     rng = np.random.default_rng(0)
@@ -124,7 +109,7 @@ def bench_models(config: Config, scratch: Path) -> tuple[list[str], list[str]]:
         base = medians["original"]
         cells = [f"{_ms(m)} ({m / base:.2f})" for m in medians.values()]
         latency.append(f"| {path.name} | " + " | ".join(cells) + f" | {', '.join(wrong) or 'all'} |")
-        counts = [dynamic_quantize_matmuls(versions[name], scratch)
+        counts = [dynamic_quantize_matmuls(versions[name])
                   for name in ("original", "expanded", "fused from expanded", "fused from ONNX body")]
         matmuls.append(f"| {path.name} | " + " | ".join(map(str, counts)) + " |")
         logger.info("%s: %s", path.name, ", ".join(f"{n} {m / base:.2f}" for n, m in medians.items()))
@@ -192,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.setLevel(logging.INFO)
     mode = "quick" if args.quick else "full"
     config = CONFIGS[mode]
-    with tempfile.TemporaryDirectory(prefix="bench_fuse.") as tmp:
-        latency, matmuls = bench_models(config, Path(tmp))
+    latency, matmuls = bench_models(config)
     text = render(config, mode, latency, matmuls, bench_pass(config))
     harness.write_report(args.out, text)
     print(text)

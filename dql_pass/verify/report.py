@@ -115,7 +115,8 @@ class VerifyReport:
             if s.not_reachable:
                 lines.append(f"not reachable: {s.name} in {s.graph}: {s.not_reachable}")
             elif s.mismatches:
-                classes = ", ".join(f"{name} {count}" for name, count in s.classes.items())
+                ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
+                classes = ", ".join(f"{name} {count}" for name, count in ranked)
                 lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
         inside = [s.name for s in self.sites if s.graph != "main"]
         if inside:

@@ -21,17 +21,17 @@ __all__ = ["ModelCheck", "Tally", "check_model", "check_sites", "not_checked"]
 import contextlib
 import dataclasses
 import math
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.catalogue import Case, cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
-from dql_pass.modelfiles import one_line
+from dql_pass.modelfiles import external_tensors, one_line
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verify.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
@@ -56,15 +56,13 @@ class Tally:
         # The values that the site's readers read in REWRITTEN, as triples (see Scopes.read).
         self.read: list[tuple[ir.Value, ...]] = []
         self.worst: SiteDifference | None = None
-        self.classes: Counter[str] = Counter()
 
     def add(self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True) -> None:
         self.result.cases += run
         if diff is None:
             return
         self.result.mismatches += 1
-        self.classes[category] += 1
-        self.result.classes = dict(self.classes.most_common())
+        self.result.classes[category] = self.result.classes.get(category, 0) + 1
         if self.worst is None or diff.severity > self.worst.severity:
             self.worst = diff
             self.result.worst_case, self.result.worst_class, self.result.detail = case, category, diff.detail
@@ -98,12 +96,14 @@ class _SiteRunner:
         self._results: dict[bytes, list[SiteDifference | None]] = {}
 
     def run(self, model: ir.Model) -> list[SiteDifference | None]:
-        key = ir.serde.serialize_model(model).SerializeToString(deterministic=True)
+        proto = ir.serde.serialize_model(model)  # once: for the cache key and for the session
+        key = proto.SerializeToString(deterministic=True)
         if key not in self._results:
-            self._results[key] = self._run(model)
+            # Constants kept on disk go through the runtime's own loading, which reads them.
+            self._results[key] = self._run(model if external_tensors(model) else proto)
         return self._results[key]
 
-    def _run(self, model: ir.Model) -> list[SiteDifference | None]:
+    def _run(self, model: ir.Model | onnx.ModelProto) -> list[SiteDifference | None]:
         try:
             session = _ORT.load(model, threads=1, optimize="basic")
         except runtimes.RuntimeFailure as error:  # whatever ORT refuses, the rewrite is at fault
