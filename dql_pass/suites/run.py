@@ -60,9 +60,15 @@ class RunReport:
     def skipped(self) -> int:
         return sum(o.status in ("XFAIL", "SKIP") for o in self.outcomes)
 
+    @property
+    def ok(self) -> bool:
+        """Nothing failed and something was compared: a run of skips and known differences checks nothing."""
+        return not self.failed and self.passed > 0
+
     def summary(self) -> str:
         text = f"{self.passed} passed, {self.failed} failed"
-        return text + (f", {self.skipped} skipped" if self.skipped else "")
+        text += f", {self.skipped} skipped" if self.skipped else ""
+        return text + ("" if self.failed or self.passed else " (nothing was compared)")
 
 
 def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None:
