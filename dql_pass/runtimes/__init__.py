@@ -1,0 +1,52 @@
+"""Every way of running a model, behind one small interface, and what each runtime lacks, as data.
+
+Each adapter is one module and one :class:`~dql_pass.runtimes.base.Runtime` subclass; comparing
+runtimes is one loop over :data:`RUNTIMES`. Adapters import their runtime only when a model is
+loaded, so listing them, reading their limits and picking a target cost no runtime import.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RUNTIMES", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "input_classes", "lacking",
+]
+
+from collections.abc import Iterable
+
+import onnx
+
+from dql_pass.errors import InputError
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, input_classes
+from dql_pass.runtimes.ort import OnnxRuntime
+from dql_pass.runtimes.reference import OnnxReference
+
+RUNTIMES: dict[str, Runtime] = {
+    runtime.name: runtime
+    for runtime in (
+        OnnxRuntime(),
+        OnnxReference(),
+    )
+}
+
+
+def get(name: str) -> Runtime:
+    """The runtime called ``name``; :class:`InputError` naming the known ones otherwise."""
+    if name not in RUNTIMES:
+        raise InputError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}")
+    return RUNTIMES[name]
+
+
+def _schema_version(domain: str, op_type: str, opset: int) -> int | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain).since_version
+    except onnx.defs.SchemaError:
+        return None
+
+
+def lacking(runtime: str, ops: Iterable[tuple[str, str]], opset: int) -> list[Lack]:
+    """What ``runtime`` lacks of ops ``(domain, op_type)`` at ai.onnx ``opset``."""
+    wanted = set(ops)
+    return [
+        lack for lack in get(runtime).lacks
+        if (lack.domain, lack.op_type) in wanted and (_schema_version(lack.domain, lack.op_type, opset) or 0) >= lack.since_version
+    ]
