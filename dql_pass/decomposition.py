@@ -94,6 +94,8 @@ def function_proto(
 _SUMMARIES = {
     "quantizelinear": "two reductions, scalar arithmetic for the scale and the zero point, then QuantizeLinear",
     "arithmetic": "no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack QuantizeLinear too",
+    "float64": "arithmetic with every division done in float64 and cast back, and reductions that never see an empty "
+    "tensor: exact on runtimes that divide through a reciprocal or refuse empty reductions",
 }
 
 

@@ -141,13 +141,14 @@ class _Constants:
     def __init__(self, root: Root, names: _Names):
         self._root = root
         self._names = names
-        self._values: dict[tuple[ir.DataType, bytes], ir.Value] = {}
+        self._values: dict[tuple[ir.DataType, tuple[int, ...], bytes], ir.Value] = {}
 
     def mapping(self, template: _Template) -> dict[ir.Value, ir.Value]:
         return {value: self._get(value.name, tensor) for value, tensor in template.constants.items()}
 
     def _get(self, role: str, tensor: ir.TensorProtocol) -> ir.Value:
-        key = (tensor.dtype, tensor.tobytes())
+        # The shape is part of the key: 0.0 and [0.0] have the same bytes.
+        key = (tensor.dtype, tuple(tensor.shape), tensor.tobytes())
         if key not in self._values:
             value = ir.Value(
                 name=self._names.unique(f"dql_pass_{role}"),

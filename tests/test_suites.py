@@ -24,7 +24,8 @@ from dql_pass.suites import generate, layout
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import FolderLock
 
-FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic))?_opset\d+$")
+SMALL = 2 * len(suites.FORMS)  # the folders of the small_suite fixture
+FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic|float64))?_opset\d+$")
 
 
 def _manifest(path):
@@ -67,7 +68,7 @@ def test_the_suite_covers_the_issue_categories(ort_suite):
     assert {(e["variant"], e["opset"]) for e in manifest.values()} == {
         (f, o) for f in suites.FORMS for o in (11, 21)
     }
-    assert len(manifest) == len({e["name"] for e in manifest.values()}) * 3 * 2
+    assert len(manifest) == len({e["name"] for e in manifest.values()}) * len(suites.FORMS) * 2
 
 
 def test_the_manifest_describes_every_folder(ort_suite):
@@ -149,13 +150,13 @@ def test_a_one_ulp_scale_edit_fails(small_suite):
     scale = numpy_helper.to_array(tensor)
     path.write_bytes(numpy_helper.from_array(np.nextafter(scale, np.float32(1)), tensor.name).SerializeToString())
     report = suites.run_suite(small_suite)
-    assert (report.passed, report.failed) == (5, 1)
+    assert (report.passed, report.failed) == (SMALL - 1, 1)
     assert "y_scale differs" in next(o.detail for o in report.outcomes if o.status == "FAIL")
 
 
 def test_a_suite_without_manifest_runs(small_suite):
     (small_suite / suites.MANIFEST).unlink()
-    assert suites.run_suite(small_suite, "reference").summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite, "reference").summary() == f"{SMALL} passed, 0 failed"
 
 
 def test_the_large_input_is_written_at_the_newest_opset_only(tmp_path):
@@ -222,14 +223,14 @@ def test_a_missing_data_file_fails_naming_it(small_suite, file):
     (small_suite / SPEC / "test_data_set_0" / file).unlink()
     report = suites.run_suite(small_suite)
     assert _not_passed(report) == [f"FAIL {SPEC}: test_data_set_0/{file} is missing"]
-    assert report.summary() == "5 passed, 1 failed"
+    assert report.summary() == f"{SMALL - 1} passed, 1 failed"
 
 
 def test_a_suite_without_its_last_outputs_fails_everywhere(small_suite):
     for path in small_suite.glob("*/test_data_set_0/output_2.pb"):
         path.unlink()
     report = suites.run_suite(small_suite, "reference")
-    assert report.summary() == "0 passed, 6 failed"
+    assert report.summary() == f"0 passed, {SMALL} failed"
     assert {o.detail for o in report.outcomes} == {"test_data_set_0/output_2.pb is missing"}
 
 
@@ -283,7 +284,7 @@ def test_external_data_of_a_test_file_is_read_beside_it(small_suite, tmp_path, m
     (data_set / "y").mkdir()
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 179], np.uint8).tobytes())
     monkeypatch.chdir(tmp_path)  # not the data set's folder: nothing may be looked up here
-    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 178], np.uint8).tobytes())
     assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0: y differs in 1 of 6 elements, first at [5]: got 179, expected 178"
@@ -307,7 +308,7 @@ def test_a_symlink_to_a_file_inside_the_suite_is_read(small_suite):
     (small_suite / "shared").mkdir()
     (data_set / "output_1.pb").rename(small_suite / "shared" / "y_scale.pb")
     (data_set / "output_1.pb").symlink_to("../../shared/y_scale.pb")
-    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
 
 
 def test_a_symlink_out_of_the_suite_is_refused(small_suite, tmp_path):
@@ -342,7 +343,7 @@ def test_symbolic_dims_get_a_finite_bound(small_suite, monkeypatch):
         value.type.tensor_type.shape.dim[0].dim_param = "n"
     model_path.write_bytes(model.SerializeToString())
     monkeypatch.setattr(layout, "UNKNOWN_SHAPE_LIMIT", 1000)
-    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
     data_set = small_suite / SPEC / "test_data_set_0"
     _to_external(data_set / "input_0.pb", "x.bin", data="x.bin")
     with (data_set / "x.bin").open("ab") as file:  # the six floats, then more than the bound allows
@@ -356,7 +357,7 @@ def test_a_manifest_of_more_than_a_few_megabytes_is_bad_input(small_suite):
     path = small_suite / suites.MANIFEST
     text = path.read_text()
     path.write_text(text + " " * (1 << 20))  # 1 MB of padding is still read
-    assert suites.run_suite(small_suite).summary() == "6 passed, 0 failed"
+    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
     path.write_text(text + " " * (9 << 20))
     with pytest.raises(InputError, match=rf"manifest.json holds {len(text) + (9 << 20)} bytes, more than the"):
         suites.run_suite(small_suite)
@@ -378,9 +379,9 @@ def test_folders_the_backend_cannot_run_are_left_out_and_listed(tmp_path):
         {"folder": left, "name": "spec_example", "opset": 28, "variant": "quantizelinear", "reason": reason}
     ]
     assert sorted(e["folder"] for e in manifest["cases"]) == sorted(d.name for d in path.iterdir() if d.is_dir())
-    assert len(manifest["cases"]) == 5
-    report = suites.run_suite(path)
-    assert report.summary() == "5 passed, 0 failed"
+    ran = 2 * len(suites.FORMS) - 1
+    assert len(manifest["cases"]) == ran
+    assert suites.run_suite(path).summary() == f"{ran} passed, 0 failed"
 
 
 def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_path):
@@ -416,7 +417,7 @@ def test_a_suite_holding_added_files_is_not_replaced_unless_forced(small_suite, 
         path.write_text("mine")
     with pytest.raises(InputError, match=rf"holds 1 file\(s\) that gen-tests did not write \({reported}\)"):
         suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
-    assert path.exists() and len(_manifest(small_suite)) == 6
+    assert path.exists() and len(_manifest(small_suite)) == SMALL
     suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",), force=True)
     assert sorted(p.name for p in small_suite.iterdir()) == [suites.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
 

@@ -45,7 +45,7 @@ which :mod:`dql_pass.expand` provides and the rewriter does not.
 
 Also here: ``behaviour_notes()`` (how the nodes fused by a rule differ from the block) and
 ``body_problems()`` (whether a body keeps the invariant that the rules' matcher and the diagnosis
-rely on: x read by one ReduceMin and one ReduceMax, nodes in topological order, each Constant
+rely on: one ReduceMin and one ReduceMax reading the same value, nodes in topological order, each Constant
 node's tensor in ``value``, and every output but y computed in y's backward slice or next to it;
 see :mod:`dql_pass.fusion._onnxscript_compat`). Every body a rule is built from is checked.
 
@@ -209,8 +209,9 @@ def body_problems(body: onnx.FunctionProto) -> list[str]:
     """How ``body`` breaks the invariant the rules and the diagnosis rely on; empty when it keeps it.
 
     The invariant: one input x and the outputs y, y_scale, y_zero_point; nodes in topological
-    order; each Constant node holds its tensor in ``value``; x is read by exactly one ReduceMin
-    and one ReduceMax (how :mod:`dql_pass.fusion.diagnosis` finds blocks left alone), and y is
+    order; each Constant node holds its tensor in ``value``; one ReduceMin and one ReduceMax read
+    the same value, x or one made of it (how :mod:`dql_pass.fusion.diagnosis` finds blocks left
+    alone), and y is
     computed from both; every output but y is computed in y's backward slice or by a node that
     reads a value computed there (where :class:`~dql_pass.fusion._onnxscript_compat.NeighbourMatcher`
     looks for it).
@@ -226,9 +227,11 @@ def body_problems(body: onnx.FunctionProto) -> list[str]:
         if node.op_type == "Constant" and [a.name for a in node.attribute] != ["value"]:
             problems.append(f"Constant node {index} does not hold its tensor in 'value'")
         producer.update(dict.fromkeys(node.output, index))
-    reductions = [i for i, n in enumerate(body.node) if x in n.input and n.op_type in ("ReduceMin", "ReduceMax")]
-    if sorted(body.node[i].op_type for i in reductions) != ["ReduceMax", "ReduceMin"]:
-        problems.append("x is not read by exactly one ReduceMin and one ReduceMax")
+    reductions = [i for i, n in enumerate(body.node) if n.op_type in ("ReduceMin", "ReduceMax")]
+    if sorted(body.node[i].op_type for i in reductions) != ["ReduceMax", "ReduceMin"] or len(
+        {body.node[i].input[0] for i in reductions}
+    ) != 1:
+        problems.append("the body has not exactly one ReduceMin and one ReduceMax, reading the same value")
     if missing := [name for name in body.output if name not in producer]:
         return [*problems, f"no node computes {missing}"]
     backward, pending = set(), [producer[y]]
