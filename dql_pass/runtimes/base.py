@@ -80,8 +80,36 @@ class KnownDifference:
     policy: str | None = None  # the zero-range policy under which it shows; None: any
 
 
+def _subnormal(values: np.ndarray) -> bool:
+    values = np.abs(np.asarray(values, np.float32))
+    return bool(np.any((values > 0) & (values < np.finfo(np.float32).tiny)))
+
+
+def _reciprocal_changes(x: np.ndarray, scale: np.float32) -> bool:
+    """Whether dividing through a float32 reciprocal (``a * (1 / b)``) changes a DQL output of ``x``."""
+    finite = x[np.isfinite(x)]
+    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
+    hi = max(np.float32(0), finite.max(initial=np.float32(0)))
+    if hi - lo == 0 or not np.isfinite(scale) or scale == 0:
+        return False
+    inverse = np.float32(1) / scale
+    if np.float32(hi - lo) * (np.float32(1) / np.float32(255)) != scale:
+        return True
+    saturated = np.float32(255)
+    if np.round(min(np.float32(-lo * inverse), saturated)) != np.round(min(np.float32(-lo / scale), saturated)):
+        return True
+    return bool(np.any(np.round(finite * inverse) != np.round(finite / scale)))
+
+
 def input_classes(x: np.ndarray, policy: str) -> set[str]:
-    """The classes of ``x`` that known differences are stated for."""
+    """The classes of ``x`` that known differences are stated for:
+
+    - ``empty``, ``all zero`` and ``zero range`` (either);
+    - ``x/scale overflows to +inf``;
+    - ``subnormal``: x, its range or its scale holds a subnormal float32 (runtimes that flush
+      subnormals to zero compute another range, scale or quotient);
+    - ``reciprocal``: dividing through a float32 reciprocal instead changes an output.
+    """
     classes = set()
     with np.errstate(all="ignore"):
         if not x.size:
@@ -92,6 +120,12 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
             scale = dynamic_quantize_linear(x, policy)[1]
             if np.isposinf(x / scale).any():
                 classes.add("x/scale overflows to +inf")
+            if x.size:
+                value_range = np.float32(max(np.float32(0), x.max()) - min(np.float32(0), x.min()))
+                if _subnormal(x) or _subnormal(value_range) or _subnormal(scale):
+                    classes.add("subnormal")
+            if _reciprocal_changes(x.ravel(), scale):
+                classes.add("reciprocal")
     return classes
 
 
