@@ -17,14 +17,27 @@ import onnx
 
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, input_classes
+from dql_pass.runtimes.iree import Iree
+from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
 from dql_pass.runtimes.reference import OnnxReference
+from dql_pass.runtimes.tinygrad import Tinygrad
+from dql_pass.runtimes.torch import OnnxToPytorch, OnnxToTorch
+from dql_pass.runtimes.tract import Tract
+from dql_pass.runtimes.tvm import Tvm
 
 RUNTIMES: dict[str, Runtime] = {
     runtime.name: runtime
     for runtime in (
         OnnxRuntime(),
         OnnxReference(),
+        Tract(),
+        OpenVino(),
+        Tinygrad(),
+        Tvm(),
+        Iree(),
+        OnnxToTorch(),
+        OnnxToPytorch(),
     )
 }
 

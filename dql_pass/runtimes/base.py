@@ -16,7 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "ShapeCachedSession", "as_file", "as_proto",
-    "conform", "failures_of", "input_classes", "output_types",
+    "compiled_per_rank", "conform", "failures_of", "input_classes", "output_types", "with_ranks",
 ]
 
 import contextlib
@@ -101,6 +101,18 @@ def _reciprocal_changes(x: np.ndarray, scale: np.float32) -> bool:
     return bool(np.any(np.round(finite * inverse) != np.round(finite / scale)))
 
 
+def _near_tie(x: np.ndarray, scale: np.float32, zero_point: np.uint8) -> bool:
+    """Whether a quotient a kernel rounds lies on k + 0.5 or within 4 float32 ulps of it: x/scale,
+    the zero point's -lo/scale, or x/scale + zero_point summed in float32 (|q| < 2^22)."""
+    finite = x[np.isfinite(x)]
+    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
+    q = (finite / scale).astype(np.float32)
+    candidates = np.concatenate([q, [np.float32(-lo / scale)], (q + np.float32(zero_point)).astype(np.float32)])
+    candidates = candidates[np.isfinite(candidates) & (np.abs(candidates) < 2**22)]
+    distance = np.abs(candidates - (np.floor(candidates) + np.float32(0.5)))
+    return bool(np.any(distance <= 4 * np.spacing(np.abs(candidates))))
+
+
 def input_classes(x: np.ndarray, policy: str) -> set[str]:
     """The classes of ``x`` that known differences are stated for:
 
@@ -108,7 +120,10 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
     - ``x/scale overflows to +inf``;
     - ``subnormal``: x, its range or its scale holds a subnormal float32 (runtimes that flush
       subnormals to zero compute another range, scale or quotient);
-    - ``reciprocal``: dividing through a float32 reciprocal instead changes an output.
+    - ``reciprocal``: dividing through a float32 reciprocal instead changes an output;
+    - ``infinite``: x holds +inf or -inf;
+    - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
+      that round ties away from zero, or add the zero point before rounding, differ there).
     """
     classes = set()
     with np.errstate(all="ignore"):
@@ -116,8 +131,10 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
             classes |= {"empty", "zero range"}
         elif np.all(x == 0):
             classes |= {"all zero", "zero range"}
+        if np.isinf(x).any():
+            classes.add("infinite")
         if not np.isnan(x).any():
-            scale = dynamic_quantize_linear(x, policy)[1]
+            _, scale, zero_point = dynamic_quantize_linear(x, policy)
             if np.isposinf(x / scale).any():
                 classes.add("x/scale overflows to +inf")
             if x.size:
@@ -126,6 +143,8 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
                     classes.add("subnormal")
             if _reciprocal_changes(x.ravel(), scale):
                 classes.add("reciprocal")
+            if x.size and _near_tie(x.ravel(), scale, zero_point):
+                classes.add("near tie")
     return classes
 
 
@@ -174,10 +193,14 @@ class Runtime:
         ``optimize``: ``"all"`` as the runtime does by default, ``"basic"`` folds constants but
         fuses nothing, ``"none"`` runs every node as written, where the runtime allows the choice.
         """
+        self.check_installed()
+        return self._load(model, threads=threads, optimize=optimize)
+
+    def check_installed(self) -> None:
+        """:class:`InputError` naming the extra to install, unless the runtime is installed."""
         if not self.installed():
             install = f"pip install 'dql_pass[{self.extra}]'" if self.extra else "reinstall dql_pass"
             raise InputError(f"the runtime {self.name} is not installed; {install}")
-        return self._load(model, threads=threads, optimize=optimize)
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         raise NotImplementedError
@@ -290,3 +313,41 @@ class ShapeCachedSession(Session):
 def output_types(model: onnx.ModelProto) -> list[np.dtype]:
     """The numpy types of the graph outputs of ``model``."""
     return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
+
+
+def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto], Compiled]) -> Session:
+    """A session of a compiler that keeps dimensions symbolic: ``proto`` compiled at load, once for
+    every input shape it admits; an input of unknown rank gets symbolic dimensions of the rank fed,
+    one compile per rank. Any exception out of the compiler is its refusal (TVM's and IREE's C++
+    errors arrive as builtin ValueError and others)."""
+    ranked = all(i.type.tensor_type.HasField("shape") for i in proto.graph.input)
+    by_ranks: dict[tuple[int, ...], Compiled] = {}
+
+    def compiled(signature) -> Compiled:
+        ranks = () if ranked else tuple(len(shape) for shape, _ in signature)
+        if ranks not in by_ranks:
+            by_ranks[ranks] = compile(proto if ranked else with_ranks(proto, ranks))
+        return by_ranks[ranks]
+
+    if ranked:
+        with failures_of():
+            compiled(())
+    return ShapeCachedSession(
+        [i.name for i in proto.graph.input], [o.name for o in proto.graph.output], output_types(proto), compiled,
+    )
+
+
+def with_ranks(proto: onnx.ModelProto, ranks: tuple[int, ...]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose inputs have symbolic dimensions of ``ranks``, and whose other shapes
+    are left to inference (what they say was for no rank in particular)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    del fixed.graph.value_info[:]
+    for value in fixed.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    for value, rank in zip(fixed.graph.input, ranks):
+        shape = value.type.tensor_type.shape
+        shape.SetInParent()  # rank 0 too is a known rank
+        for axis in range(rank):
+            shape.dim.add().dim_param = f"{value.name}_{axis}"
+    return fixed

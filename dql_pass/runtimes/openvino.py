@@ -1,0 +1,78 @@
+"""OpenVINO's CPU plugin, always at float32 inference precision.
+
+On a CPU with AMX-bf16 the plugin runs float32 models in bf16 unless told otherwise, which no
+DQL output survives. A session compiles once per input shape: the plugin refuses inputs of
+unknown rank. ``threads`` > 0 sets INFERENCE_NUM_THREADS; ``optimize`` is ignored: the plugin
+has no switch for its graph transformations.
+"""
+
+from __future__ import annotations
+
+__all__ = ["OpenVino"]
+
+import numpy as np
+import onnx
+
+from dql_pass.runtimes.base import (
+    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
+)
+
+
+class OpenVino(Runtime):
+    name = "openvino"
+    module = "openvino"
+    distribution = "openvino"
+    extra = "openvino"
+    target = "float64"
+    known_differences = (
+        KnownDifference(("native",), "zero range",
+                        "measured: OpenVINO's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "
+                        "scale 0"),
+        KnownDifference(("native",), "x/scale overflows to +inf",
+                        "measured: where the scale underflows to 0, OpenVINO's DynamicQuantizeLinear gives the zero "
+                        "point 0 for 0/0; the contract saturates it to 255"),
+        KnownDifference(("native",), "infinite",
+                        "measured: with -inf in x, OpenVINO's DynamicQuantizeLinear gives the zero point 0 for "
+                        "inf/inf; the contract saturates it to 255"),
+        KnownDifference(("native", "quantizelinear"), "near tie",
+                        "measured: OpenVINO rounds a quotient on or next to a tie away from zero, after adding the "
+                        "zero point in float32 (127.49999 + 127 rounds to 255, not 254)"),
+        KnownDifference(("quantizelinear",), "infinite",
+                        "measured: OpenVINO's QuantizeLinear gives y 255 for x = +inf (inf/inf); the contract "
+                        "gives 0"),
+        KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
+                        "measured: OpenVINO computes every float32 Div as a multiplication by the reciprocal"),
+        KnownDifference(("float64",), "reciprocal",
+                        "measured: OpenVINO's CPU plugin computes float64 as float32, so the float64 divisions "
+                        "go through a float32 reciprocal too"),
+    )
+
+    def _load(self, model, *, threads: int, optimize: str) -> Session:
+        import openvino
+
+        config = {"INFERENCE_PRECISION_HINT": "f32"}
+        if threads > 0:
+            config["INFERENCE_NUM_THREADS"] = threads
+        with as_file(model) as path:
+            proto = onnx.load(path, load_external_data=False)
+            with failures_of():
+                core = openvino.Core()
+                read = core.read_model(path)
+
+        def compile(signature):
+            # Compiled per input shape: the CPU plugin refuses an input of unknown rank, and a
+            # fixed shape is what it optimizes best.
+            fixed = read.clone()
+            fixed.reshape({index: list(shape) for index, (shape, _) in enumerate(signature)})
+            compiled = core.compile_model(fixed, "CPU", config)
+
+            def run(arrays):
+                results = compiled.create_infer_request().infer(dict(enumerate(arrays)))
+                return [np.array(results[port]) for port in compiled.outputs]
+            return run
+
+        # Names from the file, outputs by position: the plugin keeps one of a port's names, not always the graph's.
+        weights = {tensor.name for tensor in proto.graph.initializer}
+        inputs = [value.name for value in proto.graph.input if value.name not in weights]
+        # The plugin raises plain RuntimeErrors, and only the plugin runs in ``compile``.
+        return ShapeCachedSession(inputs, [value.name for value in proto.graph.output], output_types(proto), compile)

@@ -1,0 +1,93 @@
+"""tinygrad on its CPU device (C code compiled by clang), through its ONNX runner.
+
+A runner pins the model's symbolic dimensions on its first call, so a session builds one per
+input shape. The device is chosen per call with tinygrad's own ``Context(DEV="CPU")``: nothing
+global changes, and a GPU that tinygrad would pick by default is never opened. ``threads`` > 0
+caps the threads a kernel is split over (NUM_CPU_THREADS); ``optimize`` is ignored: tinygrad
+always fuses and schedules its kernels its own way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Tinygrad"]
+
+import contextlib
+import itertools
+import os
+import weakref
+
+import onnx
+import onnx_ir as ir
+
+from dql_pass.runtimes.base import (
+    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
+)
+
+
+class Tinygrad(Runtime):
+    name = "tinygrad"
+    module = "tinygrad"
+    distribution = "tinygrad"
+    extra = "tinygrad"
+    target = "float64"
+    known_differences = (
+        KnownDifference(("native",), "zero range",
+                        "measured: tinygrad's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "
+                        "scale 0"),
+        KnownDifference(("native", "quantizelinear"), "x/scale overflows to +inf",
+                        "measured: where the scale underflows to 0, tinygrad's DynamicQuantizeLinear gives the zero "
+                        "point 0 or 128, and its QuantizeLinear y 0 for x/0 = +inf; the contract saturates them to 255"),
+        KnownDifference(("native",), "infinite",
+                        "measured: with -inf in x, tinygrad's DynamicQuantizeLinear gives the zero point 0 for "
+                        "inf/inf; the contract saturates it to 255"),
+        KnownDifference(("native", "quantizelinear"), "near tie",
+                        "measured: tinygrad rounds a quotient on a tie, or within a few ulps of one, away from zero "
+                        "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even"),
+        KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
+                        "measured: tinygrad divides by a constant (range / 255) through its reciprocal"),
+    )
+
+    def _load(self, model, *, threads: int, optimize: str) -> Session:
+        from tinygrad.helpers import Context
+
+        settings = {"DEV": "CPU"} | ({"NUM_CPU_THREADS": threads} if threads > 0 else {})
+        with Context(**settings):
+            # Its import asks for the default device: unset, tinygrad would pick the first one it
+            # can open (a GPU, say) and write it to os.environ["DEV"].
+            from tinygrad.nn.onnx import OnnxRunner
+        with contextlib.ExitStack() as files:
+            # A copy of our own, even of a file: the per-shape copies go beside it.
+            path = files.enter_context(as_file(ir.load(model) if isinstance(model, (str, os.PathLike)) else model))
+            proto = onnx.load(path, load_external_data=False)
+            # tinygrad raises plain Python errors (ValueError, AssertionError...), and only tinygrad runs here.
+            with failures_of(), Context(**settings):
+                probe = OnnxRunner(path)  # a model tinygrad cannot read fails here, not at its first run
+            kept = files.pop_all()  # open as long as the session, below
+        copies = itertools.count()
+
+        def compile(signature):
+            # A runner takes only arrays of its inputs' declared rank and pins their dims on first
+            # use: each input shape gets a copy of the model that declares that shape, beside the
+            # original so that its external data is found.
+            fixed = onnx.ModelProto()
+            fixed.CopyFrom(proto)
+            for value, (shape, _) in zip((v for v in fixed.graph.input if v.name in probe.graph_inputs), signature):
+                value.type.tensor_type.shape.Clear()
+                for size in shape:
+                    value.type.tensor_type.shape.dim.add().dim_value = size
+            copy = path.with_name(f"shape{next(copies)}.onnx")
+            onnx.save(fixed, copy)
+            with Context(**settings):
+                runner = OnnxRunner(copy)
+
+            def run(arrays):
+                with Context(**settings):
+                    results = runner(dict(zip(probe.graph_inputs, arrays)))
+                    return [results[name].numpy() for name in probe.graph_outputs]
+            return run
+
+        session = ShapeCachedSession(
+            list(probe.graph_inputs), list(probe.graph_outputs), output_types(proto), compile,
+        )
+        weakref.finalize(session, kept.close)
+        return session
