@@ -844,7 +844,7 @@ def test_a_rewrite_that_fixes_the_batch_to_one_fails(tmp_path):
                 dim.dim_value = 1
     result = dql_pass_cli("verify", MLP, _save(rewritten, tmp_path / "batch_one.onnx"))
     _assert_exit(result, 1)
-    assert "ORT cannot run REWRITTEN" in result.stdout
+    assert "onnxruntime cannot run REWRITTEN" in result.stdout
 
 
 def test_inputs_too_large_to_synthesize_are_bad_input():

@@ -541,7 +541,7 @@ def _without_batch(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def test_a_rewrite_that_fixes_the_batch_to_one_fails(mlp):
     report = verify(mlp, _without_batch(dql_pass.expand(mlp)))
-    assert report.verdict == "FAIL" and "ORT cannot run REWRITTEN" in report.model_error
+    assert report.verdict == "FAIL" and "onnxruntime cannot run REWRITTEN" in report.model_error
     assert report.notes == []
 
 

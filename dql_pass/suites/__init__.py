@@ -5,7 +5,7 @@
 - :mod:`~dql_pass.suites.generate`: :func:`generate_suite` writes one test folder per (input,
   form, opset), with expected outputs from :mod:`dql_pass.reference`, and puts the suite in place
   in one step.
-- :mod:`~dql_pass.suites.run`: :func:`run_suite` runs any suite in the layout on a backend of
+- :mod:`~dql_pass.suites.run`: :func:`run_suite` runs any suite in the layout on a runtime of
   :mod:`dql_pass.runtimes` and compares every output bit for bit.
 
 onnx's ``load_model_tests(data_dir=PARENT, kind=NAME)`` and ORT's onnx_test_runner read the
@@ -15,7 +15,6 @@ suites too.
 from __future__ import annotations
 
 __all__ = [
-    "BACKENDS",
     "DEFAULT_OPSETS",
     "FORMS",
     "MANIFEST",
@@ -30,4 +29,4 @@ __all__ = [
 
 from dql_pass.suites.generate import DEFAULT_OPSETS, GeneratedSuite, generate_suite
 from dql_pass.suites.layout import FORMS, MANIFEST, LeftOut, SuiteEntry
-from dql_pass.suites.run import BACKENDS, Outcome, RunReport, run_suite
+from dql_pass.suites.run import Outcome, RunReport, run_suite

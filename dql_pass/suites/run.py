@@ -1,8 +1,8 @@
-"""Run a suite on a backend and compare every output bit for bit.
+"""Run a suite on a runtime and compare every output bit for bit.
 
 - Any folder in the layout runs: ``manifest.json`` is optional, so suites written elsewhere work;
   when present it says which folders are not comparable (they must only run) and which
-  differences of a backend are known (XFAIL, not a failure).
+  differences of a runtime are known (XFAIL, not a failure).
 - Every run goes through :mod:`dql_pass.runtimes`; outputs are compared by dtype, shape and the raw
   bits of each element (so -0.0 differs from 0.0), through :mod:`dql_pass.compare`.
 - A test passes only when its model has outputs, each data set has one file per input and per
@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BACKENDS", "Outcome", "RunReport", "run_suite"]
+__all__ = ["Outcome", "RunReport", "run_suite"]
 
 import dataclasses
 import os
@@ -26,7 +26,6 @@ from dql_pass.errors import InputError
 from dql_pass.modelfiles import one_line
 from dql_pass.suites.layout import MANIFEST, MODEL, Refused, data_set_tensors, read_manifest, read_model
 
-BACKENDS: tuple[str, ...] = tuple(runtimes.RUNTIMES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +44,7 @@ class Outcome:
 class RunReport:
     """Every outcome of :func:`run_suite`, with the counts of its summary line."""
 
-    backend: str
+    runtime: str
     outcomes: list[Outcome]
 
     @property
@@ -74,17 +73,17 @@ class RunReport:
 def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None:
     """Run every data set of one test folder; None when all outputs match, else the first difference.
 
-    Every file is read and checked before the backend loads the model, so a missing or refused one
-    raises :class:`Refused` whatever the backend does. Whatever the backend raises propagates:
+    Every file is read and checked before the runtime loads the model, so a missing or refused one
+    raises :class:`Refused` whatever the runtime does. Whatever the runtime raises propagates:
     the caller tells a crash from a wrong output.
     """
-    # The backend loads the model and its external data itself, from the model's folder (both
+    # The runtime loads the model and its external data itself, from the model's folder (both
     # refuse a path that leaves it).
     model = read_model(folder, root)
     initializers = {tensor.name for tensor in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in initializers]
     outputs = list(model.graph.output)
-    if not outputs:  # a test that compares nothing would pass whatever the backend computes
+    if not outputs:  # a test that compares nothing would pass whatever the runtime computes
         raise Refused("the model has no outputs")
     data_sets = sorted(folder.glob("test_data_set_*"))
     if not data_sets:
@@ -108,23 +107,23 @@ def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None
     return None
 
 
-def _outcome(folder: Path, root: Path, entry: dict, backend: str) -> Outcome:
+def _outcome(folder: Path, root: Path, entry: dict, runtime: str) -> Outcome:
     crash = mismatch = None
     try:
-        mismatch = _mismatch(folder, root, runtimes.get(backend))
+        mismatch = _mismatch(folder, root, runtimes.get(runtime))
     except Refused as refusal:  # the test itself is broken: no known difference or NaN input excuses that
         return Outcome(folder.name, "FAIL", str(refusal))
-    except runtimes.RuntimeFailure as error:  # what the backend refuses is the case's result, not the runner's
+    except runtimes.RuntimeFailure as error:  # what the runtime refuses is the case's result, not the runner's
         crash = one_line(error)
     if not entry.get("comparable", True):
         if crash:
             return Outcome(folder.name, "FAIL", f"outputs unspecified, but it must run: {crash}")
         return Outcome(folder.name, "SKIP", "outputs unspecified for this input; it ran without error")
-    known = entry.get("known_differences", {}).get(backend)
+    known = entry.get("known_differences", {}).get(runtime)
     if known:
         if crash or mismatch:
-            return Outcome(folder.name, "XFAIL", f"known difference on {backend}: {known}")
-        return Outcome(folder.name, "SKIP", f"listed as a known difference on {backend} ({known}), but it matched")
+            return Outcome(folder.name, "XFAIL", f"known difference on {runtime}: {known}")
+        return Outcome(folder.name, "SKIP", f"listed as a known difference on {runtime} ({known}), but it matched")
     if crash or mismatch:
         return Outcome(folder.name, "FAIL", crash or mismatch)
     return Outcome(folder.name, "PASS")
@@ -132,17 +131,17 @@ def _outcome(folder: Path, root: Path, entry: dict, backend: str) -> Outcome:
 
 def run_suite(
     outdir: str | os.PathLike,
-    backend: str = "onnxruntime",
+    runtime: str = "onnxruntime",
     *,
     progress: Callable[[Outcome], None] | None = None,
 ) -> RunReport:
-    """Run every test folder of ``outdir`` (folders holding a ``model.onnx``) on ``backend``.
+    """Run every test folder of ``outdir`` (folders holding a ``model.onnx``) on ``runtime``.
 
     ``manifest.json``, when present, says which folders are not comparable (they must only run)
-    and which differences of a backend are known (reported as XFAIL, not as failures).
+    and which differences of a runtime are known (reported as XFAIL, not as failures).
     ``progress`` is called with each outcome as soon as it is known.
     """
-    runtimes.get(backend)
+    runtimes.get(runtime).check_installed()
     path = Path(outdir)
     if not path.is_dir():
         raise InputError(f"{path}: no such folder")
@@ -158,7 +157,7 @@ def run_suite(
         for outcome in outcomes:
             progress(outcome)
     for folder in folders:
-        outcomes.append(_outcome(folder, root, manifest.get(folder.name, {}), backend))
+        outcomes.append(_outcome(folder, root, manifest.get(folder.name, {}), runtime))
         if progress is not None:
             progress(outcomes[-1])
-    return RunReport(backend, outcomes)
+    return RunReport(runtime, outcomes)

@@ -1,7 +1,9 @@
 """What verify found, as data: one row per site, one per final output, and the verdict.
 
 Rules: PASS only when every site was checked and the model level compared something, with no
-mismatch; a mismatch anywhere is FAIL; anything not checked without a mismatch is INCOMPLETE.
+mismatch; a mismatch anywhere is FAIL; anything not checked without a mismatch is INCOMPLETE. A
+difference that the runtime REWRITTEN ran on states for those inputs is a known difference: listed
+and counted, not a mismatch.
 The exit code is 0 for PASS only.
 """
 
@@ -30,6 +32,7 @@ class SiteResult:
     worst_class: str | None = None
     detail: str | None = None
     classes: dict[str, int] = dataclasses.field(default_factory=dict)
+    known: dict[str, int] = dataclasses.field(default_factory=dict)  # the runtime's stated differences, by reason
     model_level: str = ""
     not_reachable: str | None = None
 
@@ -68,6 +71,7 @@ class VerifyReport:
     seconds: float = 0.0
     notes: list[str] = dataclasses.field(default_factory=list)
     model_not_checked: str | None = None
+    runtime: str = "onnxruntime"
 
     @property
     def mismatches(self) -> int:
@@ -96,6 +100,9 @@ class VerifyReport:
             f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets; "
             f"zero range {self.zero_range}; {self.seconds:.2f} s"
         )
+        if self.runtime != "onnxruntime":
+            known = sum(sum(s.known.values()) for s in self.sites)
+            text += f"; REWRITTEN ran on {self.runtime}" + (f", {known} known differences of {self.runtime}" if known else "")
         if unreachable:
             text += f"; {unreachable} sites not reachable, not checked"
         if self.model_not_checked:
@@ -118,6 +125,7 @@ class VerifyReport:
                 ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
                 classes = ", ".join(f"{name} {count}" for name, count in ranked)
                 lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
+            lines += [f"known difference of {self.runtime}: {s.name}, {count} cases: {reason}" for reason, count in s.known.items()]
         inside = [s.name for s in self.sites if s.graph != "main"]
         if inside:
             lines.append(

@@ -31,6 +31,7 @@ from dql_pass import runtimes
 from dql_pass.catalogue import Case, cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
+from dql_pass.expand import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import external_tensors, one_line
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
@@ -57,9 +58,14 @@ class Tally:
         self.read: list[tuple[ir.Value, ...]] = []
         self.worst: SiteDifference | None = None
 
-    def add(self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True) -> None:
+    def add(
+        self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True, known: str | None = None
+    ) -> None:
         self.result.cases += run
         if diff is None:
+            return
+        if known is not None:  # the runtime's stated difference: counted apart, never a pass in disguise
+            self.result.known[known] = self.result.known.get(known, 0) + 1
             return
         self.result.mismatches += 1
         self.result.classes[category] = self.result.classes.get(category, 0) + 1
@@ -88,40 +94,54 @@ def _large_cases(catalogue: Sequence[Case]) -> list[Case]:
 
 
 class _SiteRunner:
-    """Runs extracted site models over the catalogue, once per distinct computation."""
+    """Runs extracted site models over the catalogue, once per distinct computation: on ORT, which
+    runs the ops as ONNX defines them, and on ``runtime`` too when it is another one."""
 
-    def __init__(self, catalogue: Sequence[Case], zero_range: str):
+    def __init__(self, catalogue: Sequence[Case], zero_range: str, runtime: runtimes.Runtime):
         self.catalogue = catalogue
+        self.zero_range = zero_range
+        self.runtime = runtime
         self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
-        self._results: dict[bytes, list[SiteDifference | None]] = {}
+        self._results: dict[bytes, list[tuple[SiteDifference | None, str | None]]] = {}
 
-    def run(self, model: ir.Model) -> list[SiteDifference | None]:
+    def run(self, model: ir.Model) -> list[tuple[SiteDifference | None, str | None]]:
+        """Per case, the difference found (None: same bits) and the runtime's known reason for it, if any."""
         proto = ir.serde.serialize_model(model)  # once: for the cache key and for the session
         key = proto.SerializeToString(deterministic=True)
         if key not in self._results:
             # Constants kept on disk go through the runtime's own loading, which reads them.
-            self._results[key] = self._run(model if external_tensors(model) else proto)
+            loaded = model if external_tensors(model) else proto
+            results = [(diff, None) for diff in self._run(loaded, _ORT)]
+            if self.runtime is not _ORT:
+                for i, diff in enumerate(self._run(loaded, self.runtime)):
+                    if results[i][0] is None and diff is not None:
+                        known = self.runtime.differences(self.catalogue[i].x, self.runtime.target, self.zero_range)
+                        results[i] = (diff, known[0] if known else None)
+            self._results[key] = results
         return self._results[key]
 
-    def _run(self, model: ir.Model | onnx.ModelProto) -> list[SiteDifference | None]:
+    def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> list[SiteDifference | None]:
         try:
-            session = _ORT.load(model, threads=1, optimize="basic")
-        except runtimes.RuntimeFailure as error:  # whatever ORT refuses, the rewrite is at fault
-            return [SiteDifference(_WORST, f"ORT cannot load the site: {one_line(error)}")] * len(self.catalogue)
+            session = runtime.load(model, threads=1, optimize="basic")
+        except runtimes.RuntimeFailure as error:  # whatever the runtime refuses, the rewrite is at fault
+            return [SiteDifference(_WORST, f"{runtime.name} cannot load the site: {one_line(error)}")] * len(self.catalogue)
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
             try:
-                diffs.append(compare_site(session.run({"x": case.x}, OUTPUTS), expected))
+                diff = compare_site(session.run({"x": case.x}, OUTPUTS), expected)
             except runtimes.RuntimeFailure as error:  # an input the rewrite cannot run is a mismatch
-                diffs.append(SiteDifference(_WORST, f"ORT failed: {one_line(error)}"))
+                diff = SiteDifference(_WORST, f"failed: {one_line(error)}")
+            diffs.append(diff if diff is None else dataclasses.replace(diff, detail=f"on {runtime.name}: {diff.detail}"))
         return diffs
 
 
-def check_sites(model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str) -> list[Tally]:
+def check_sites(
+    model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT
+) -> list[Tally]:
     """Each site of ORIGINAL, as REWRITTEN (``model``) computes what its readers read, on the catalogue."""
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     catalogue += _large_cases(catalogue)
-    runner = _SiteRunner(catalogue, zero_range)
+    runner = _SiteRunner(catalogue, zero_range, runtime)
     scopes = Scopes(model)
     tallies = [Tally(site) for site in sites]
     for tally in tallies:
@@ -136,8 +156,8 @@ def check_sites(model: ir.Model, sites: Sequence[Site], seed: int, zero_range: s
             tally.result.not_reachable = str(reason)
             continue
         for site_model in extracted:
-            for case, diff in zip(catalogue, runner.run(site_model)):
-                tally.add(case.name, case.category, diff)
+            for case, (diff, known) in zip(catalogue, runner.run(site_model)):
+                tally.add(case.name, case.category, diff, known=known)
     return tallies
 
 
@@ -177,10 +197,12 @@ def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]) -> Iterator[None
             value.type = None
 
 
-def _run_all(model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets) -> dict[str, dict[str, object]]:
+def _run_all(
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT
+) -> dict[str, dict[str, object]]:
     """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
     with _exposed(model, names):
-        session = _ORT.load(model, optimize="basic")
+        session = runtime.load(model, optimize="basic")
     fetched = session.output_names
     values = values_by_name(model.graph)
     constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
@@ -283,6 +305,20 @@ def _run_original(
     return sets, runs, [note]
 
 
+def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_ort: Sets) -> tuple[Sets, str]:
+    """The graph outputs REWRITTEN is held to on ``runtime``: ORIGINAL with its DQL expanded by the
+    runtime's target variant, run there; ORIGINAL on ORT (``on_ort``) when the runtime cannot run it."""
+    model = original.clone()
+    ExpandDynamicQuantizeLinearPass(variant=runtime.target, runtime=None)(model)
+    try:
+        runs = _run_all(model, {}, sets, runtime)
+    except runtimes.RuntimeFailure as error:
+        return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
+                        f"expanded ({one_line(error)})")
+    return runs, (f"graph outputs compared with ORIGINAL run on {runtime.name}, its DQL expanded by the variant exact "
+                  f"there ({runtime.target}): {runtime.name} rounds the other ops its own way")
+
+
 def not_checked(tallies: Sequence[Tally], reason: str) -> ModelCheck:
     """The model level when it cannot run at all."""
     for tally in tallies:
@@ -297,9 +333,16 @@ def check_model(
     sets: Sets,
     fallback: Callable[[], Sets] | None,
     zero_range: str,
+    runtime: runtimes.Runtime = _ORT,
 ) -> ModelCheck:
     """Run both models; check what main-graph sites' readers read on the sites' actual inputs, and
-    compare the graph outputs."""
+    compare the graph outputs.
+
+    ORIGINAL runs on ORT, REWRITTEN on ``runtime``. On another runtime the readers' values are
+    checked against the reference on the site's input as REWRITTEN computes it there, and the
+    graph outputs are compared with ORIGINAL run there with its DQL expanded by the runtime's
+    target variant: the runtime computes the other ops with its own rounding.
+    """
     exposed = [
         t for t in tallies
         if t.site.graph == "main" and t.read and all(v.graph is rewritten.graph for values in t.read for v in values)
@@ -315,21 +358,31 @@ def check_model(
             )
     original_names = {t.site.input: ir.DataType.FLOAT for t in exposed}
     rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, OUTPUT_TYPES)}
+    elsewhere = runtime is not _ORT
+    if elsewhere:  # the sites' inputs as the runtime computes them, where REWRITTEN still has them
+        rewritten_names.update((name, dtype) for name, dtype in original_names.items() if name in values_by_name(rewritten.graph))
     sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
     try:
-        actual_runs = _run_all(rewritten, rewritten_names, sets)
-    except runtimes.RuntimeFailure as error:  # a rewrite that ORT refuses is a failed rewrite
+        actual_runs = _run_all(rewritten, rewritten_names, sets, runtime)
+    except runtimes.RuntimeFailure as error:  # a rewrite that the runtime refuses is a failed rewrite
         for tally in exposed:
             tally.result.model_level = "not checked in the models: REWRITTEN did not run"
         outputs = _compare_outputs(original, rewritten, expected_runs, None)
-        return ModelCheck(outputs, sets, f"ORT cannot run REWRITTEN: {one_line(error)}", notes)
+        return ModelCheck(outputs, sets, f"{runtime.name} cannot run REWRITTEN: {one_line(error)}", notes)
     for tally in exposed:
         tally.result.model_level = f"checked on {len(sets)} input sets"
         for label in sets:
-            expected = dynamic_quantize_linear(expected_runs[label][tally.site.input], zero_range)
+            x = (actual_runs if elsewhere and tally.site.input in actual_runs[label] else expected_runs)[label][tally.site.input]
+            expected = dynamic_quantize_linear(x, zero_range)
+            known = runtime.differences(np.asarray(x), runtime.target, zero_range) if elsewhere else []
             for values in tally.read:
-                tally.add(label, "model input", compare_site([actual_runs[label][v.name] for v in values], expected))
-    outputs = _compare_outputs(original, rewritten, expected_runs, actual_runs)
+                diff = compare_site([actual_runs[label][v.name] for v in values], expected)
+                tally.add(label, "model input", diff, known=known[0] if known else None)
+    held_to = expected_runs
+    if elsewhere:
+        held_to, note = _original_on(original, sets, runtime, expected_runs)
+        notes.append(note)
+    outputs = _compare_outputs(original, rewritten, held_to, actual_runs)
     compared = sum(_size(run[name]) for run in expected_runs.values() for name in [*original_names, *(v.name for v in original.graph.outputs)])
     if not compared:
         reason = "every input set gives empty graph outputs and DQL inputs: nothing was compared"
