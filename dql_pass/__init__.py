@@ -12,6 +12,9 @@ The public API:
 - :func:`generate_suite` writes a conformance suite in ONNX's backend-test layout; :func:`run_suite` runs one.
 - :func:`load_model` and :func:`save_model` read checked models and write them atomically.
 - :func:`verify` checks a rewritten model against the original, bit for bit.
+- :func:`lower` (and :func:`lower_file`) rewrites the quantization ops of a ``quantize_dynamic``
+  model into float32 primitives, bit-exact, and reports the proof per node;
+  :class:`LowerQuantizationPass` is its onnx_ir pass.
 
 Fusion and the suites load when first used; no runtime loads until a model runs on it. So
 expanding imports neither onnxscript nor a runtime.
@@ -25,6 +28,8 @@ __all__ = [
     "FuseDynamicQuantizeLinearPass",
     "FuseReport",
     "InputError",
+    "LowerQuantizationPass",
+    "LowerReport",
     "MODES",
     "VARIANTS",
     "VerifyReport",
@@ -38,18 +43,22 @@ __all__ = [
     "fuse_file",
     "generate_suite",
     "load_model",
+    "lower",
+    "lower_file",
     "run_suite",
     "save_model",
+    "target_variant",
     "verify",
 ]
 
 import importlib
 from typing import TYPE_CHECKING
 
-from dql_pass.api import expand, expand_file, fuse, fuse_file
+from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
 from dql_pass.decomposition import function_proto
 from dql_pass.errors import InputError
 from dql_pass.expand import ExpandDynamicQuantizeLinearPass, ExpandResult
+from dql_pass.lower import LowerQuantizationPass, LowerReport
 from dql_pass.modelfiles import load_model, save_model
 from dql_pass.op import MODES, VARIANTS, ZERO_RANGE_POLICIES
 from dql_pass.reference import dynamic_quantize_linear

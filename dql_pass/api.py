@@ -10,7 +10,7 @@ Fusion is imported when it is first used: expanding needs neither onnxscript's r
 
 from __future__ import annotations
 
-__all__ = ["expand", "expand_file", "fuse", "fuse_file"]
+__all__ = ["expand", "expand_file", "fuse", "fuse_file", "lower", "lower_file", "target_variant"]
 
 import os
 from typing import TYPE_CHECKING, overload
@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, overload
 import onnx
 import onnx_ir as ir
 
+from dql_pass import runtimes
+from dql_pass.errors import InputError
 from dql_pass.expand import ExpandDynamicQuantizeLinearPass, ExpandResult
+from dql_pass.lower import LowerQuantizationPass, LowerReport, LowerResult
 from dql_pass.modelfiles import as_ir_model, load_model, save_model
 
 if TYPE_CHECKING:
@@ -27,19 +30,22 @@ if TYPE_CHECKING:
 
 @overload
 def expand(
-    model: onnx.ModelProto, *, variant: str = ..., mode: str = ..., zero_range: str = ..., runtime: str | None = ...
+    model: onnx.ModelProto, *, variant: str | None = ..., mode: str = ..., zero_range: str = ...,
+    runtime: str | None = ..., target: str | None = ...,
 ) -> onnx.ModelProto: ...
 @overload
 def expand(
-    model: ir.Model | str | os.PathLike, *, variant: str = ..., mode: str = ..., zero_range: str = ..., runtime: str | None = ...
+    model: ir.Model | str | os.PathLike, *, variant: str | None = ..., mode: str = ..., zero_range: str = ...,
+    runtime: str | None = ..., target: str | None = ...,
 ) -> ir.Model: ...
 def expand(
     model: onnx.ModelProto | ir.Model | str | os.PathLike,
     *,
-    variant: str = "quantizelinear",
+    variant: str | None = None,
     mode: str = "inline",
     zero_range: str = "onnxruntime",
     runtime: str | None = "onnxruntime",
+    target: str | None = None,
 ) -> onnx.ModelProto | ir.Model:
     """Expand every DynamicQuantizeLinear of ``model`` into primitive ONNX ops.
 
@@ -49,9 +55,26 @@ def expand(
 
     ``runtime`` is where the expansion must load (see :mod:`dql_pass.runtimes`): a variant it
     cannot load at the model's opset raises :class:`InputError`; ``None`` skips the check.
+
+    ``target`` names the runtime the model is for: its exact variant is used (see
+    :func:`target_variant`), and it is the runtime checked. ``variant`` defaults to quantizelinear.
     """
-    rewrite = ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime)
-    return _apply(rewrite, model)[0]
+    return _apply(_expansion(variant, mode, zero_range, runtime, target), model)[0]
+
+
+def target_variant(target: str) -> str:
+    """The expansion variant that is exact on the runtime ``target`` (:attr:`Runtime.target`)."""
+    return runtimes.get(target).target
+
+
+def _expansion(
+    variant: str | None, mode: str, zero_range: str, runtime: str | None, target: str | None
+) -> ExpandDynamicQuantizeLinearPass:
+    if target is not None:
+        if variant is not None and variant != target_variant(target):
+            raise InputError(f"variant {variant} is not the one target {target} gets ({target_variant(target)}); give one of them")
+        variant, runtime = target_variant(target), target
+    return ExpandDynamicQuantizeLinearPass(variant=variant or "quantizelinear", mode=mode, zero_range=zero_range, runtime=runtime)
 
 
 @overload
@@ -70,6 +93,25 @@ def fuse(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[onnx.Mo
     return model, result.report
 
 
+@overload
+def lower(model: onnx.ModelProto, *, target: str | None = ...) -> tuple[onnx.ModelProto, LowerReport]: ...
+@overload
+def lower(model: ir.Model | str | os.PathLike, *, target: str | None = ...) -> tuple[ir.Model, LowerReport]: ...
+def lower(
+    model: onnx.ModelProto | ir.Model | str | os.PathLike, *, target: str | None = None
+) -> tuple[onnx.ModelProto | ir.Model, LowerReport]:
+    """Lower the quantization ops of ``model`` (DynamicQuantizeLinear, MatMulInteger, ConvInteger,
+    QuantizeLinear, DequantizeLinear) to float32 primitives, bit-exact.
+
+    Returns the model and a :class:`~dql_pass.lower.LowerReport` (per node, the proof that applied;
+    what was left alone and why; what ``target`` still lacks). ``target`` names a runtime of
+    :mod:`dql_pass.runtimes`, whose exact expansion variant is used; None: ``arithmetic``. Models
+    are taken and given back as in :func:`expand`.
+    """
+    model, result = _apply(LowerQuantizationPass(target), model)
+    return model, result.report
+
+
 def _apply(rewrite: ir.passes.InPlacePass, model):
     """Run ``rewrite`` on a model argument; a ModelProto comes back as a new ModelProto."""
     result = rewrite(as_ir_model(model))
@@ -78,24 +120,32 @@ def _apply(rewrite: ir.passes.InPlacePass, model):
 
 def expand_file(
     source: str | os.PathLike,
-    target: str | os.PathLike,
+    output: str | os.PathLike,
     *,
-    variant: str = "quantizelinear",
+    variant: str | None = None,
     mode: str = "inline",
     zero_range: str = "onnxruntime",
     runtime: str | None = "onnxruntime",
+    target: str | None = None,
 ) -> ExpandResult:
-    """Expand the model at ``source`` into ``target``; the result counts the sites of each graph."""
-    rewrite = ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime)
-    result = rewrite(load_model(source))
-    save_model(result.model, target, source=source)
+    """Expand the model at ``source`` into ``output``; the result counts the sites of each graph.
+    The options are :func:`expand`'s."""
+    result = _expansion(variant, mode, zero_range, runtime, target)(load_model(source))
+    save_model(result.model, output, source=source)
     return result
 
 
-def fuse_file(source: str | os.PathLike, target: str | os.PathLike) -> FuseResult:
-    """Fuse the model at ``source`` into ``target``; the result's report says what was fused and left alone."""
+def fuse_file(source: str | os.PathLike, output: str | os.PathLike) -> FuseResult:
+    """Fuse the model at ``source`` into ``output``; the result's report says what was fused and left alone."""
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass
 
     result = FuseDynamicQuantizeLinearPass()(load_model(source))
-    save_model(result.model, target, source=source)
+    save_model(result.model, output, source=source)
+    return result
+
+
+def lower_file(source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None) -> LowerResult:
+    """Lower the model at ``source`` into ``output``; the result's report gives each node's proof."""
+    result = LowerQuantizationPass(target)(load_model(source))
+    save_model(result.model, output, source=source)
     return result

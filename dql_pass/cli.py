@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = ["main", "run"]
 
 import argparse
+import collections
 import dataclasses
 import gc
 import logging
@@ -26,7 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass import decomposition, suites
+from dql_pass import decomposition, runtimes, suites
 from dql_pass.errors import MissingDependency
 from dql_pass.modelfiles import check_output_path, external_tensors, one_line
 from dql_pass.verify import MAX_INPUT_BYTES
@@ -34,14 +35,17 @@ from dql_pass.verify import MAX_INPUT_BYTES
 
 def _expand(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    result = dql_pass.expand_file(args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range)
+    result = dql_pass.expand_file(
+        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target
+    )
     elapsed = time.perf_counter() - start
+    variant = args.variant or (dql_pass.target_variant(args.target) if args.target else "quantizelinear")
     if not result.sites:
         print(f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
         return _verified(args)
     total = sum(result.sites.values())
     print(
-        f"expanded {total} DynamicQuantizeLinear (variant {args.variant}, mode {args.mode}, "
+        f"expanded {total} DynamicQuantizeLinear (variant {variant}{f' for {args.target}' if args.target else ''}, mode {args.mode}, "
         f"zero range {args.zero_range}) into {args.output} in {elapsed:.2f} s"
     )
     for label, count in result.sites.items():
@@ -49,11 +53,29 @@ def _expand(args: argparse.Namespace) -> int:
     return _verified(args)
 
 
+def _lower(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    result = dql_pass.lower_file(args.input, args.output, target=args.target)
+    elapsed = time.perf_counter() - start
+    report = result.report
+    if result.modified:
+        counts = collections.Counter(node.op_type for node in report.lowered)
+        print(f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())}) "
+              f"into {args.output} in {elapsed:.2f} s")
+    else:
+        print(f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    if report.format():
+        print(report.format())
+    return _verified(args)
+
+
 def _verified(args: argparse.Namespace) -> int:
     """The exit code of ``expand``: 0, or with --verify the verdict of verify on what it wrote."""
     if not args.verify:
         return 0
-    return _show(dql_pass.verify(args.input, args.output, zero_range=args.zero_range))
+    # An expansion for a target is verified there.
+    runtime = args.target if getattr(args, "target", None) else "onnxruntime"
+    return _show(dql_pass.verify(args.input, args.output, zero_range=args.zero_range, runtime=runtime))
 
 
 def _show(report: dql_pass.VerifyReport, json_path: str | None = None) -> int:
@@ -117,7 +139,8 @@ def _verify(args: argparse.Namespace) -> int:
         # Before the run, which can take minutes.
         _check_report_path(args.json, {args.original: original, args.rewritten: rewritten}, arrays.values())
     report = dql_pass.verify(
-        original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims, zero_range=args.zero_range
+        original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims, zero_range=args.zero_range,
+        runtime=args.runtime,
     )
     # verify names in-memory models after their graphs; the report names the files.
     return _show(dataclasses.replace(report, original=args.original, rewritten=args.rewritten), args.json)
@@ -162,7 +185,7 @@ def _gen_tests(args: argparse.Namespace) -> int:
 
 
 def _run_tests(args: argparse.Namespace) -> int:
-    report = dql_pass.run_suite(args.outdir, args.backend, progress=lambda outcome: print(outcome.line(), flush=True))
+    report = dql_pass.run_suite(args.outdir, args.runtime, progress=lambda outcome: print(outcome.line(), flush=True))
     print(report.summary())
     return 0 if report.ok else 1
 
@@ -192,6 +215,28 @@ def _fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _targets() -> list[str]:
+    """Each target: the variant it gets, whether it is installed, what it lacks and what still differs."""
+    lines = []
+    for name, runtime in runtimes.RUNTIMES.items():
+        version = runtime.version()
+        installed = f"{runtime.distribution} {version}" if version else f"not installed: pip install 'dql_pass[{runtime.extra}]'"
+        lines.append(f"{name}: variant {runtime.target} ({installed})")
+        lines += [f"  differs on {d.inputs} inputs: {d.reason}" for d in runtime.known_differences
+                  if runtime.target in d.forms]
+        lines += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
+    return lines
+
+
+class _ListTargets(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        print("\n".join(_targets()))
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line like every other bad input (``-h`` shows the usage)."""
 
@@ -209,9 +254,13 @@ def _parser() -> argparse.ArgumentParser:
     expand = commands.add_parser("expand", help="rewrite every DynamicQuantizeLinear into primitive ops")
     expand.add_argument("input", help="the ONNX model to read; it is never modified")
     expand.add_argument("-o", "--output", required=True, help="where to write the expanded model")
-    expand.add_argument("--variant", choices=dql_pass.VARIANTS, default="quantizelinear",
+    chosen = expand.add_mutually_exclusive_group()
+    chosen.add_argument("--variant", choices=dql_pass.VARIANTS,
                         help="; ".join(f"{v}: {decomposition.variant(v).summary}" for v in dql_pass.VARIANTS)
                         + " (default quantizelinear)")
+    chosen.add_argument("--target", choices=list(runtimes.RUNTIMES),
+                        help="the runtime the model is for: the variant that is exact there (see --list-targets)")
+    expand.add_argument("--list-targets", action=_ListTargets, help="print each target, its variant and what still differs there, and exit")
     expand.add_argument("--mode", choices=dql_pass.MODES, default="inline",
                         help="inline the ops (default) or call one model-local function")
     expand.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
@@ -219,6 +268,17 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("--verify", action="store_true",
                         help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     expand.set_defaults(run=_expand)
+
+    lower = commands.add_parser("lower", help="rewrite the quantization ops of a quantize_dynamic model into float "
+                                "primitives, bit-exact, with the proof per node")
+    lower.add_argument("input", help="the ONNX model to read; it is never modified")
+    lower.add_argument("-o", "--output", required=True, help="where to write the lowered model")
+    lower.add_argument("--target", choices=list(runtimes.RUNTIMES),
+                       help="the runtime to lower for: its exact DynamicQuantizeLinear variant, and the ops it "
+                            "still lacks in the report (default: no target, variant arithmetic)")
+    lower.add_argument("--verify", action="store_true",
+                       help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
+    lower.set_defaults(run=_lower, zero_range="onnxruntime")
 
     fuse = commands.add_parser("fuse", help="turn decomposed DynamicQuantizeLinear back into single nodes")
     fuse.add_argument("input", help="the ONNX model to read; it is never modified")
@@ -238,6 +298,9 @@ def _parser() -> argparse.ArgumentParser:
                              "batch-like names, 1 if ORIGINAL does not run at 2, else 128; repeatable)")
     verify.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
                         help="the policy the reference follows on all-zero and empty inputs (default onnxruntime)")
+    verify.add_argument("--runtime", choices=list(runtimes.RUNTIMES), default="onnxruntime",
+                        help="run REWRITTEN on this runtime (its sites also on ORT); the expected values stay the "
+                        "NumPy reference (default onnxruntime)")
     verify.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
     verify.set_defaults(run=_verify)
 
@@ -263,8 +326,8 @@ def _parser() -> argparse.ArgumentParser:
     run_tests = commands.add_parser("run-tests", help="run a conformance suite and compare every output bit for bit")
     run_tests.add_argument("outdir", nargs="?", default="conformance/dql",
                            help="the suite folder (default conformance/dql); manifest.json is optional")
-    run_tests.add_argument("--backend", choices=suites.BACKENDS, default="onnxruntime",
-                           help="onnxruntime (CPU) or reference (onnx.reference); default onnxruntime")
+    run_tests.add_argument("--runtime", "--backend", choices=list(runtimes.RUNTIMES), default="onnxruntime",
+                           help="the runtime to run it on (default onnxruntime); see `dql-pass expand --list-targets`")
     run_tests.set_defaults(run=_run_tests)
     return parser
 

@@ -25,7 +25,7 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandResult"]
+__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandResult", "SharedConstants", "UniqueNames"]
 
 import collections
 import contextlib
@@ -55,7 +55,7 @@ class ExpandResult(ir.passes.PassResult):
     sites: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-class _Names:
+class UniqueNames:
     """Hands out names that no value or node of the model uses, in any scope.
 
     A site gets one fresh prefix ``p``; its names are ``p/role``. Such a name can only clash with
@@ -70,7 +70,7 @@ class _Names:
         self._prefix_counts: collections.Counter[str] = collections.Counter()
 
     @classmethod
-    def of_model(cls, model: ir.Model) -> _Names:
+    def of_model(cls, model: ir.Model) -> UniqueNames:
         taken: set[str] = set()
         for root in (model.graph, *model.functions.values()):
             graph = root if isinstance(root, ir.Graph) else root.graph
@@ -135,18 +135,19 @@ class _Template:
         return stamped
 
 
-class _Constants:
+class SharedConstants:
     """Constants shared by the sites of one root: main-graph initializers, or a function's Constant nodes."""
 
-    def __init__(self, root: Root, names: _Names):
+    def __init__(self, root: Root, names: UniqueNames):
         self._root = root
         self._names = names
         self._values: dict[tuple[ir.DataType, tuple[int, ...], bytes], ir.Value] = {}
 
     def mapping(self, template: _Template) -> dict[ir.Value, ir.Value]:
-        return {value: self._get(value.name, tensor) for value, tensor in template.constants.items()}
+        return {value: self.get(value.name, tensor) for value, tensor in template.constants.items()}
 
-    def _get(self, role: str, tensor: ir.TensorProtocol) -> ir.Value:
+    def get(self, role: str, tensor: ir.TensorProtocol) -> ir.Value:
+        """The shared value holding ``tensor``, made on first use and named after ``role``."""
         # The shape is part of the key: 0.0 and [0.0] have the same bytes.
         key = (tensor.dtype, tuple(tensor.shape), tensor.tobytes())
         if key not in self._values:
@@ -219,7 +220,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         opset = _ai_onnx_opset(model.graph, "the model")
         self._check_runs(opset)
         template = _Template(ir.serde.deserialize_function(decomposition.function_proto(self.variant, opset, self.zero_range)))
-        names = _Names.of_model(model)
+        names = UniqueNames.of_model(model)
         rewrites: dict[int, Callable[[ir.Node], None]] = {}
         for label, nodes in sites.items():
             for node in nodes:
@@ -243,13 +244,13 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         raise InputError(f"variant {self.variant} at ai.onnx opset {opset}: {lacks[0].describe()}{instead}")
 
     def _rewrite(
-        self, model: ir.Model, root: Root, label: str, template: _Template, names: _Names
+        self, model: ir.Model, root: Root, label: str, template: _Template, names: UniqueNames
     ) -> Callable[[ir.Node], None]:
         """What replaces each DQL of ``root``."""
         if isinstance(root, ir.Function):
             _align_opset(root, label, template.opset_imports[""])
         if self.mode == "inline":
-            constants = _Constants(root, names).mapping(template)
+            constants = SharedConstants(root, names).mapping(template)
             return functools.partial(self._inline, template=template, constants=constants, names=names)
         function = self._local_function(model, template)
         if isinstance(root, ir.Function):
@@ -257,7 +258,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         return functools.partial(self._call, function=function)
 
     @staticmethod
-    def _inline(node: ir.Node, template: _Template, constants: dict[ir.Value, ir.Value], names: _Names) -> None:
+    def _inline(node: ir.Node, template: _Template, constants: dict[ir.Value, ir.Value], names: UniqueNames) -> None:
         prefix = names.prefix(node.name or node.outputs[0].name or "DynamicQuantizeLinear")
         mapping = {template.input: node.inputs[0], **constants}
         stamped = template.stamp(mapping, prefix)
@@ -297,7 +298,7 @@ def _build_function(template: _Template, name: str) -> ir.Function:
     x = ir.Value(name=template.input.name, type=ir.TensorType(ir.DataType.FLOAT))
     graph = ir.Graph([x], [], nodes=[], opset_imports=dict(template.opset_imports), name=name)
     function = ir.Function(decomposition.FUNCTION_DOMAIN, name, graph=graph, attributes=[])
-    mapping = {template.input: x, **_Constants(function, _Names({x.name})).mapping(template)}
+    mapping = {template.input: x, **SharedConstants(function, UniqueNames({x.name})).mapping(template)}
     graph.extend(template.stamp(mapping, ""))
     graph.outputs.extend(mapping[value] for value in template.outputs)
     return function

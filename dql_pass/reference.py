@@ -1,4 +1,5 @@
-"""NumPy reference for DynamicQuantizeLinear, bit-exact with ONNX Runtime's CPU kernel.
+"""NumPy references: DynamicQuantizeLinear, bit-exact with ONNX Runtime's CPU kernel, and the
+integer ops that ``quantize_dynamic`` puts around it, computed exactly in int64.
 
 It follows ``docs/SEMANTICS.md``:
 
@@ -7,11 +8,26 @@ It follows ``docs/SEMANTICS.md``:
    policy's scale instead of 0/0.
 3. ``zp = round_half_even(clamp(0 - lo / scale, 0, 255))``; a NaN zero point saturates to 255.
 4. ``y = clamp(round_half_even(x / scale) + zp, 0, 255)``; a NaN quotient gives 0.
+
+The integer ops follow their ONNX pages, as ORT's CPU kernels compute them:
+
+- MatMulInteger: ``(a - a_zp) @ (b - b_zp)``; ``a_zp`` per tensor or per row, ``b_zp`` per tensor
+  or per column; int64 sums cast to int32. (ORT's u8s8 kernels saturate on x86 without VNNI,
+  ORT PR #12088; this is the exact result.)
+- ConvInteger: the convolution of ``x - x_zp`` (padding adds zeros after the shift, as ORT pads
+  with ``x_zp``) with ``w - w_zp``, ``w_zp`` per tensor or per output channel.
+- QuantizeLinear: ``saturate(round_half_even(x / scale) + zp)``, a float32 division.
+- DequantizeLinear: ``float32(x - zp) * scale``.
+
+Per-axis scales and zero points lie along ``axis``.
 """
 
 from __future__ import annotations
 
-__all__ = ["ZERO_RANGE_POLICIES", "dynamic_quantize_linear", "zero_range_scale"]
+__all__ = [
+    "ZERO_RANGE_POLICIES", "conv_integer", "dequantize_linear", "dynamic_quantize_linear", "matmul_integer",
+    "per_axis", "quantize_linear", "zero_range_scale",
+]
 
 import numpy as np
 
@@ -45,3 +61,71 @@ def dynamic_quantize_linear(
         quotient = np.round(x / scale)
         y = np.clip(np.nan_to_num(quotient + zp, nan=0.0), 0, qmax)
     return np.asarray(y).astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)
+
+
+def per_axis(values: np.ndarray | None, rank: int, axis: int) -> np.ndarray:
+    """A per-tensor or per-axis parameter, shaped to broadcast along ``axis`` of a rank-``rank`` tensor."""
+    values = np.asarray(0 if values is None else values)
+    if values.size <= 1:
+        return values.reshape(())
+    return values.reshape([-1] + [1] * (rank - axis % rank - 1))
+
+
+def matmul_integer(
+    a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None
+) -> np.ndarray:
+    """MatMulInteger: int32 ``(a - a_zero_point) @ (b - b_zero_point)``, summed exactly in int64."""
+    a_shifted = a.astype(np.int64) - per_axis(a_zero_point, max(a.ndim, 2), -2)  # per row of a
+    b_shifted = b.astype(np.int64) - np.asarray(0 if b_zero_point is None else b_zero_point, np.int64)  # per column of b
+    return np.matmul(a_shifted, b_shifted).astype(np.int32)
+
+
+def conv_integer(
+    x: np.ndarray,
+    w: np.ndarray,
+    x_zero_point: np.ndarray | None = None,
+    w_zero_point: np.ndarray | None = None,
+    *,
+    pads: tuple[int, ...] | None = None,
+    strides: tuple[int, ...] | None = None,
+    dilations: tuple[int, ...] | None = None,
+    group: int = 1,
+) -> np.ndarray:
+    """ConvInteger on explicit ``pads`` (begins then ends): int32 sums of ``(x - x_zp) * (w - w_zp)``, exact in int64."""
+    spatial = x.ndim - 2
+    pads = pads or (0,) * 2 * spatial
+    strides, dilations = strides or (1,) * spatial, dilations or (1,) * spatial
+    shifted = x.astype(np.int64) - np.asarray(0 if x_zero_point is None else x_zero_point, np.int64)
+    shifted = np.pad(shifted, [(0, 0), (0, 0), *zip(pads[:spatial], pads[spatial:])])  # zeros after the shift
+    kernel = w.astype(np.int64) - per_axis(w_zero_point, w.ndim, 0)
+    # Every window of the padded input, dilated, then strided: [N, C, *out, *kernel].
+    extent = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], dilations)]
+    windows = np.lib.stride_tricks.sliding_window_view(shifted, extent, axis=tuple(range(2, x.ndim)))
+    windows = windows[(..., *(slice(None, None, d) for d in dilations))]
+    windows = windows[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
+    per_group = w.shape[0] // group
+    outputs = []
+    for g in range(group):
+        part = windows[:, g * w.shape[1]:(g + 1) * w.shape[1]]
+        weights = kernel[g * per_group:(g + 1) * per_group]
+        # Sum over channels and the kernel window: x[n, c, o..., k...] * w[m, c, k...].
+        outputs.append(np.einsum(part, [0, 1, *range(3, 3 + 2 * spatial)], weights, [2, 1, *range(3 + spatial, 3 + 2 * spatial)],
+                                 [0, 2, *range(3, 3 + spatial)]))
+    return np.concatenate(outputs, axis=1).astype(np.int32)
+
+
+def quantize_linear(
+    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1, dtype: np.dtype = np.uint8
+) -> np.ndarray:
+    """QuantizeLinear: ``saturate(round_half_even(x / scale) + zero_point)``, in the zero point's type (else ``dtype``)."""
+    dtype = np.dtype(dtype if zero_point is None else np.asarray(zero_point).dtype)
+    info = np.iinfo(dtype)
+    with np.errstate(all="ignore"):
+        q = np.round(x / per_axis(scale, x.ndim, axis).astype(np.float32)) + per_axis(zero_point, x.ndim, axis).astype(np.float32)
+        return np.clip(np.nan_to_num(q, nan=0.0), info.min, info.max).astype(dtype)
+
+
+def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1) -> np.ndarray:
+    """DequantizeLinear: ``float32(x - zero_point) * scale``, the difference exact in int64."""
+    shifted = x.astype(np.int64) - per_axis(zero_point, x.ndim, axis).astype(np.int64)
+    return shifted.astype(np.float32) * per_axis(scale, x.ndim, axis).astype(np.float32)

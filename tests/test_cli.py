@@ -18,7 +18,7 @@ from helpers import MODELS, digest, dql_model, dql_outputs, edit_graph, onnx_bod
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass import suites
+from dql_pass import runtimes, suites
 from dql_pass.cli import main
 
 MLP = MODELS / "mlp_dynamic.onnx"
@@ -383,3 +383,75 @@ def test_a_suite_folder_gets_ordinary_permissions(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "dql").stat().st_mode & 0o777 == 0o755
+
+
+# --- runtimes: expand --target, --list-targets, verify --runtime, run-tests --runtime -------------------------
+
+
+def _one_line_error(capsys, message: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
+
+
+def test_expand_target_picks_the_runtimes_variant(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runtimes.get("reference"), "target", "float64")
+    output = tmp_path / "out.onnx"
+    assert main(["expand", str(MLP), "-o", str(output), "--target", "reference"]) == 0
+    assert "(variant float64 for reference, mode inline" in capsys.readouterr().out
+    casts = {a.i for n in onnx.load(output).graph.node if n.op_type == "Cast" for a in n.attribute}
+    assert TensorProto.DOUBLE in casts
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target", "nosuch"], "argument --target: invalid choice: 'nosuch'"),
+    (["--target", "reference", "--variant", "arithmetic"], "argument --variant: not allowed with argument --target"),
+])
+def test_expand_target_bad_input(tmp_path, capsys, argv, message):
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), *argv]) == 2
+    _one_line_error(capsys, message)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_variant_that_is_not_the_targets_is_refused_by_the_api(mlp):
+    with pytest.raises(dql_pass.InputError, match="variant quantizelinear is not the one target reference gets"):
+        dql_pass.expand(mlp, variant="quantizelinear", target="reference")
+
+
+def test_list_targets_names_every_runtime_its_variant_and_what_differs(capsys):
+    assert main(["expand", "--list-targets"]) == 0
+    out = capsys.readouterr().out
+    for name, runtime in runtimes.RUNTIMES.items():
+        assert f"{name}: variant {runtime.target} (" in out
+        for difference in runtime.known_differences:
+            assert (f"differs on {difference.inputs} inputs: {difference.reason}" in out) == (runtime.target in difference.forms)
+
+
+def test_a_runtime_that_is_not_installed_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+    runtime = runtimes.get("reference")
+    monkeypatch.setattr(type(runtime), "installed", lambda self: False)
+    monkeypatch.setattr(runtime, "extra", "reference-extra", raising=False)
+    assert main(["verify", str(MLP), str(MLP), "--runtime", "reference"]) == 2
+    _one_line_error(capsys, "the runtime reference is not installed; pip install 'dql_pass[reference-extra]'")
+    assert main(["run-tests", str(tmp_path), "--runtime", "reference"]) == 2
+    _one_line_error(capsys, "pip install 'dql_pass[reference-extra]'")
+
+
+def test_verify_on_a_runtime_runs_rewritten_there(tmp_path, capsys):
+    arithmetic, quantizelinear = tmp_path / "a.onnx", tmp_path / "q.onnx"
+    assert main(["expand", str(MLP), "-o", str(arithmetic), "--target", "reference", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS: 3 sites" in out and "REWRITTEN ran on reference" in out
+    assert "graph outputs compared with ORIGINAL run on reference, its DQL expanded by the variant exact there" in out
+    # quantizelinear is exact on ORT, not on onnx.reference (+inf quotients): verify there says so.
+    assert main(["expand", str(MLP), "-o", str(quantizelinear)]) == 0
+    assert main(["verify", str(MLP), str(quantizelinear)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(MLP), str(quantizelinear), "--runtime", "reference"]) == 1
+    out = capsys.readouterr().out
+    assert "on reference: y differs" in out and out.splitlines()[-1].startswith("FAIL: 3 sites")
+
+
+def test_run_tests_on_a_runtime_and_its_old_name(small_suite, capsys):
+    for option in ("--runtime", "--backend"):
+        assert main(["run-tests", str(small_suite), option, "reference"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == f"{2 * len(suites.FORMS)} passed, 0 failed"

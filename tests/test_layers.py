@@ -18,6 +18,7 @@ LAYERS = [
     ["decomposition", "walk", "modelfiles"],
     ["runtimes"],
     ["expand", "fusion"],
+    ["lower"],
     ["verify", "suites"],
     ["api"],
     ["__init__"],

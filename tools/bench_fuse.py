@@ -25,12 +25,10 @@ The results replace the ``## Fusion`` section of ``--out`` through :func:`tools.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -169,19 +167,10 @@ def render(config: Config, mode: str, latency: list[str], matmuls: list[str], pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--out", type=Path, default=harness.REPO / "BENCHMARKS.md", help="the report to update")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    logger.setLevel(logging.INFO)
-    mode = "quick" if args.quick else "full"
-    config = CONFIGS[mode]
-    latency, matmuls = bench_models(config)
-    text = render(config, mode, latency, matmuls, bench_pass(config))
-    harness.write_report(args.out, text)
-    print(text)
-    return 0
+    return harness.section_main(
+        __doc__.split("\n\n")[0], logger, CONFIGS,
+        lambda config, mode: render(config, mode, *bench_models(config), bench_pass(config)), argv,
+    )
 
 
 if __name__ == "__main__":

@@ -32,13 +32,16 @@ __all__ = [
     "race",
     "ratio_target",
     "same_outputs",
+    "section_main",
     "table",
     "version",
     "write_report",
 ]
 
+import argparse
 import dataclasses
 import importlib.metadata
+import logging
 import json
 import os
 import platform
@@ -272,3 +275,21 @@ def write_report(out: Path, text: str) -> None:
     parts = [*kept[:at], head, *sections, *kept[at:]]
     with atomic_path(out, "report") as temporary:
         Path(temporary).write_text("\n\n".join(part.rstrip("\n") for part in parts if part.strip()) + "\n")
+
+
+def section_main(
+    description: str, logger: logging.Logger, configs: Mapping[str, object], section: Callable[[object, str], str], argv=None
+) -> int:
+    """The command line of a tool that measures and writes its own section of BENCHMARKS.md:
+    ``--quick`` for a smoke run, ``--out`` for the report; ``section(config, mode)`` gives the text."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the report to update")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    mode = "quick" if args.quick else "full"
+    text = section(configs[mode], mode)
+    write_report(args.out, text)
+    print(text)
+    return 0

@@ -15,6 +15,7 @@ __all__ = [
     "TransformerShape",
     "big_external_model",
     "chain_model",
+    "cnn_model",
     "dql_count",
     "inline_onnx_function",
     "minilm_model",
@@ -187,8 +188,55 @@ def minilm_model(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def quantize(model: onnx.ModelProto, folder: Path, name: str, op_types: Sequence[str] = ("MatMul",)) -> Path:
-    """``quantize_dynamic`` (``op_types``, uint8 weights) of ``model``, saved as ``folder/name``.
+def cnn_model(channels: int = 8, side: int = 16, classes: int = 10, opset: int = 13, seed: int = 0) -> onnx.ModelProto:
+    """A float CNN on ``[batch, 3, side, side]``: a padded Conv, a strided grouped Conv and a
+    dilated Conv (Relu after each), Flatten, and a MatMul + Add head.
+
+    Every Conv and MatMul has a constant weight, so ``quantize_dynamic`` quantizes them all and the
+    float ops left are elementwise or reshapes.
+    """
+    rng = np.random.default_rng(seed)
+    inits: list[TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def weight(name: str, *dims: int) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal(dims) / np.sqrt(np.prod(dims[1:]))).astype(np.float32), name))
+        return name
+
+    x = "image"
+    convs = (  # name, in, out, group, attributes
+        ("conv1", 3, channels, 1, dict(pads=[1, 1, 1, 1])),
+        ("conv2", channels, 2 * channels, 2, dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+        ("conv3", 2 * channels, 2 * channels, 1, dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    )
+    for name, n_in, n_out, group, attributes in convs:
+        nodes.append(helper.make_node("Conv", [x, weight(f"{name}.weight", n_out, n_in // group, 3, 3)], [f"{name}.out"],
+                                      name=name, group=group, kernel_shape=[3, 3], **attributes))
+        nodes.append(helper.make_node("Relu", [f"{name}.out"], [f"{name}.relu"], name=f"{name}.relu"))
+        x = f"{name}.relu"
+    nodes.append(helper.make_node("Flatten", [x], ["flat"], name="flatten"))
+    features = 2 * channels * (side // 2) ** 2
+    nodes.append(helper.make_node("MatMul", ["flat", weight("head.weight", features, classes)], ["head.matmul"], name="head"))
+    inits.append(numpy_helper.from_array(rng.standard_normal(classes).astype(np.float32), "head.bias"))
+    nodes.append(helper.make_node("Add", ["head.matmul", "head.bias"], ["logits"], name="head.bias"))
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("image", FLOAT, ["batch", 3, side, side])],
+        [helper.make_tensor_value_info("logits", FLOAT, ["batch", classes])], inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def quantize(
+    model: onnx.ModelProto,
+    folder: Path,
+    name: str,
+    op_types: Sequence[str] = ("MatMul",),
+    *,
+    weight_type: str = "QUInt8",
+    per_channel: bool = False,
+) -> Path:
+    """``quantize_dynamic`` (``op_types``, ``weight_type`` QUInt8 or QInt8, per tensor or per
+    channel) of ``model``, saved as ``folder/name``.
 
     ORT's quantization tool rewrites the model and runs nothing, so it is imported here directly
     rather than through ``dql_pass.runtimes``, and only when called.
@@ -202,7 +250,8 @@ def quantize(model: onnx.ModelProto, folder: Path, name: str, op_types: Sequence
     level = root.level
     root.setLevel(logging.ERROR)
     try:
-        quantize_dynamic(source, target, op_types_to_quantize=list(op_types), weight_type=QuantType.QUInt8)
+        quantize_dynamic(source, target, op_types_to_quantize=list(op_types), weight_type=QuantType[weight_type],
+                         per_channel=per_channel)
     finally:
         root.setLevel(level)
     return target

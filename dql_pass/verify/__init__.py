@@ -36,11 +36,13 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import as_ir_model, external_tensors
 from dql_pass.op import check_choice
 from dql_pass.verify.extract import original_sites
 from dql_pass.verify.inputs import FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, input_sets
+from dql_pass.verify.lowered import check_lowered
 from dql_pass.verify.report import OutputResult, SiteResult, VerifyReport
 from dql_pass.verify.run import check_model, check_sites, not_checked
 
@@ -67,6 +69,7 @@ def verify(
     inputs: Mapping[str, np.ndarray] | None = None,
     dims: Mapping[str, int] | None = None,
     zero_range: str = "onnxruntime",
+    runtime: str = "onnxruntime",
 ) -> VerifyReport:
     """Check ``rewritten`` against ``original`` at site and model level (see the module docstring).
 
@@ -74,8 +77,15 @@ def verify(
     ``ir.Model`` objects, which are read and left as they were. ``samples`` random input sets
     (besides the constructed ones), ``seed`` for them and the catalogue, ``inputs`` arrays by input
     name used in every set, ``dims`` sizes by symbolic dimension name.
+
+    ``runtime`` (a name of :data:`dql_pass.runtimes.RUNTIMES`) runs REWRITTEN: its sites run there
+    as well as on ORT, and its model level runs there. Differences that the runtime states for the
+    inputs concerned (:attr:`Runtime.known_differences` of its target variant) are counted apart as
+    known differences, not as mismatches; the report names them.
     """
     check_choice("zero-range policy", zero_range)
+    runner = runtimes.get(runtime)
+    runner.check_installed()
     if samples < 0:
         raise InputError(f"samples must be 0 or more, not {samples}")
     if any(size < 0 for size in (dims or {}).values()):
@@ -88,7 +98,7 @@ def verify(
         sets, unsynthesizable = input_sets(original_model, samples, seed, inputs, dims), None
     except Unsynthesizable as reason:
         sets, unsynthesizable = None, str(reason)
-    tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range)
+    tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner)
     if sets is None:
         check = not_checked(tallies, unsynthesizable)
     else:
@@ -96,10 +106,11 @@ def verify(
             functools.partial(input_sets, original_model, samples, seed, inputs, dims, FALLBACK_BATCH)
             if batch_is_default(original_model, inputs, dims) else None
         )
-        check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range)
+        check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
+    lowered = check_lowered(original_model, rewritten_model, seed, runner)
     report = VerifyReport(
-        original_label, rewritten_label, zero_range, [t.result for t in tallies], check.outputs, list(check.sets),
-        check.error, time.perf_counter() - start, check.notes, check.not_checked,
+        original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
+        check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime,
     )
     logger.info("%s", report.summary())
     return report

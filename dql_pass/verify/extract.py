@@ -22,16 +22,20 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["LostOutput", "NotReachable", "Scopes", "Site", "extract", "original_sites", "values_by_name"]
+__all__ = ["LostOutput", "NotReachable", "Scopes", "Site", "extract", "original_sites", "values_by_name", "walk"]
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
+from dql_pass.lower import LOWERED
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph, subgraphs
+
+
+_LOWERED = {("", op_type) for op_type in LOWERED}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +132,12 @@ def _captured(node: ir.Node) -> list[ir.Value]:
     return [v for n in nodes for v in n.inputs if v is not None and v.graph not in inner]
 
 
-def _walk(outputs: Sequence[ir.Value], input_name: str) -> tuple[ir.Value | None, list[ir.Node], list[ir.Value]]:
-    """Nodes computing ``outputs`` from the value named ``input_name``, in topological order, and the constants they read."""
-    found_input, order, constants, foreign = None, [], [], []
+def walk(
+    outputs: Sequence[ir.Value], input_names: Collection[str]
+) -> tuple[dict[str, ir.Value], list[ir.Node], list[ir.Value]]:
+    """The values named ``input_names`` that ``outputs`` are computed from, the nodes computing them
+    in topological order, and the constants they read."""
+    found, order, constants, foreign = {}, [], [], []
     seen_values: set[ir.Value] = set()
     seen_nodes: set[ir.Node] = set()
     stack: list[ir.Value | tuple[ir.Node]] = list(reversed(outputs))
@@ -143,8 +150,8 @@ def _walk(outputs: Sequence[ir.Value], input_name: str) -> tuple[ir.Value | None
             continue
         seen_values.add(item)
         producer = item.producer()
-        if item.name == input_name:
-            found_input = item
+        if item.name in input_names:
+            found[item.name] = item
         elif producer is None and item.const_value is not None:
             constants.append(item)
         elif producer is None:
@@ -154,8 +161,9 @@ def _walk(outputs: Sequence[ir.Value], input_name: str) -> tuple[ir.Value | None
             stack.append((producer,))
             stack.extend(v for v in reversed([*producer.inputs, *_captured(producer)]) if v is not None)
     if foreign:
-        raise NotReachable(f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its input {input_name!r}")
-    return found_input, order, constants
+        inputs = ", ".join(map(repr, sorted(input_names)))
+        raise NotReachable(f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its inputs {inputs}")
+    return found, order, constants
 
 
 def _canonical(graph: ir.Graph) -> None:
@@ -266,14 +274,19 @@ class Scopes:
         """
         graph = self.holder(site)
         found = [
-            list(dict.fromkeys(self._read(graph, use) for use in uses)) or [self.values[graph][name]]
+            list(dict.fromkeys(self._read(graph, use, name) for use in uses)) or [self.values[graph][name]]
             for name, uses in zip(site.outputs, site.uses, strict=True)
         ]
         first = tuple(values[0] for values in found)
         return graph, [first] + [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
 
-    def _read(self, holder: ir.Graph, use: _Use) -> ir.Value:
-        """The value that REWRITTEN reads where ORIGINAL reads a site output (``use``)."""
+    def _read(self, holder: ir.Graph, use: _Use, name: str) -> ir.Value:
+        """The value that REWRITTEN reads where ORIGINAL reads the site output ``name`` (``use``).
+
+        A reader that a rewrite lowered (a MatMulInteger that became float ops, say) is checked as a
+        site of its own by :mod:`dql_pass.verify.lowered`, from the values named like its inputs:
+        what it reads is the value of this name.
+        """
         if use.op is None:
             if use.index >= len(holder.outputs):
                 raise LostOutput(f"REWRITTEN's graph {use.graph} has no output {use.index}")
@@ -284,6 +297,8 @@ class Scopes:
         if graph is None and use.live and names:
             self._dead(use.graph, names)
         node = self.values[graph][names[0]].producer() if graph is not None else None
+        if graph is not None and use.op in _LOWERED and (node is None or _op(node) != use.op):
+            return self.values[holder][name]
         if node is None or _op(node) != use.op or tuple(v.name for v in node.outputs) != use.node_outputs:
             raise NotReachable(f"REWRITTEN has no {reader}, which reads it in ORIGINAL: what reads it is unknown")
         if use.live and node not in self.live_nodes:
@@ -297,7 +312,8 @@ class Scopes:
 def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value]) -> ir.Model:
     """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing ``outputs``, the
     values read for the site in ``graph`` of ``model``."""
-    x, nodes, constants = _walk(outputs, site.input)
+    found, nodes, constants = walk(outputs, {site.input})
+    x = found.get(site.input)
     if len(set(outputs)) != len(outputs) or (x is not None and x in outputs):
         raise NotReachable("two of its outputs, or an output and its input, are the same value")
     x = x if x is not None else ir.Value(name=site.input)  # outputs that ignore x still get compared

@@ -1,0 +1,150 @@
+"""Lower the quantization ops of a ``quantize_dynamic`` model to float32 primitives, exactly.
+
+Rules the pass applies:
+
+- In the ai.onnx domain, in the main graph, If/Loop/Scan bodies at any depth and every
+  model-local function: MatMulInteger, ConvInteger, QuantizeLinear and DequantizeLinear are
+  rewritten by :mod:`dql_pass.lower.rules`, each under the proof of :mod:`dql_pass.lower.proof`;
+  a node that cannot be lowered exactly is left alone, with the reason in the report.
+- Then every DynamicQuantizeLinear goes through :class:`~dql_pass.expand.ExpandDynamicQuantizeLinearPass`
+  with the variant that is exact on ``target`` (``arithmetic``, which has no quantization op, when
+  there is no target); the QuantizeLinear that variant may stamp is the target's to run.
+- Every replaced node's output keeps its name; every new name is unique across the model.
+- Constants (shifted weights, scales, zero points, Slice bounds) are shared per root: initializers
+  of the main graph, Constant nodes at the top of a function. Weights and zero points that only
+  the replaced nodes read are dropped.
+- The report says per node which proof applied, what was left alone and why, and which ops that
+  stay in the model ``target`` lacks (:func:`dql_pass.runtimes.lacking`).
+- A model with nothing to lower is left untouched; the pass is idempotent.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LeftAloneNode", "LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode"]
+
+import dataclasses
+import logging
+
+import numpy as np
+import onnx_ir as ir
+
+from dql_pass import runtimes
+# expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
+from dql_pass.expand import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
+from dql_pass.lower.rules import LOWERED, Builder, LeftAlone, lower_node
+from dql_pass.op import DOMAINS, ai_onnx_opset
+from dql_pass.walk import find_sites, graph_scopes
+
+logger = logging.getLogger(__name__)
+
+_MIN_OPSET = 11  # Round, and Clip with its bounds as inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredNode:
+    graph: str
+    node: str
+    op_type: str
+    proof: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftAloneNode:
+    graph: str
+    node: str
+    op_type: str
+    reason: str
+
+
+@dataclasses.dataclass
+class LowerReport:
+    """What :class:`LowerQuantizationPass` lowered (per node, with its proof), left alone (with the
+    reason), and which remaining ops the target lacks."""
+
+    target: str | None
+    variant: str
+    lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
+    left_alone: list[LeftAloneNode] = dataclasses.field(default_factory=list)
+    lacking: list[str] = dataclasses.field(default_factory=list)
+
+    def format(self) -> str:
+        lines = [f"  {n.op_type} {n.node!r} in {n.graph}: {n.proof}" for n in self.lowered]
+        lines += [f"left alone: {n.op_type} {n.node!r} in {n.graph}: {n.reason}" for n in self.left_alone]
+        lines += [f"still blocks {self.target}: {lack}" for lack in self.lacking]
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class LowerResult(ir.passes.PassResult):
+    report: LowerReport = dataclasses.field(default_factory=lambda: LowerReport(None, "arithmetic"))
+
+
+def _drop_unused(values: list[ir.Value | None]) -> None:
+    """Drop the constants among ``values`` that nothing reads any more."""
+    for value in dict.fromkeys(v for v in values if v is not None):
+        if value.uses() or value.is_graph_output() or value.is_graph_input():
+            continue
+        producer = value.producer()
+        if value.is_initializer():
+            value.graph.initializers.pop(value.name)
+        elif producer is not None and producer.op_type == "Constant" and len(producer.outputs) == 1:
+            producer.graph.remove(producer, safe=True)
+
+
+class LowerQuantizationPass(ir.passes.InPlacePass):
+    """Rewrite the quantization ops of ``quantize_dynamic`` into float32 primitives (see the module docstring)."""
+
+    def __init__(self, target: str | None = None):
+        super().__init__()
+        self.target = None if target is None else runtimes.get(target).name
+        self.variant = "arithmetic" if target is None else runtimes.get(target).target
+
+    def call(self, model: ir.Model) -> LowerResult:
+        report = LowerReport(self.target, self.variant)
+        names = UniqueNames.of_model(model)
+        stores: dict[int, SharedConstants] = {}
+        replaced: list[ir.Value | None] = []
+        for graph, (label, root) in graph_scopes(model).items():
+            opset = ai_onnx_opset(root.opset_imports) or 0
+            for node in list(graph):
+                if node.domain not in DOMAINS or node.op_type not in LOWERED:
+                    continue
+                where = node.name or f"{node.op_type}({node.outputs[0].name if node.outputs else ''})"
+                if opset < _MIN_OPSET:
+                    report.left_alone.append(LeftAloneNode(label, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
+                    continue
+                store = stores.setdefault(id(root), SharedConstants(root, names))
+                constant = lambda role, array, store=store: store.get(role, ir.tensor(np.ascontiguousarray(array)))  # noqa: E731
+                try:
+                    lowering = lower_node(node, Builder(names.prefix(where), constant, self.variant))
+                except LeftAlone as reason:
+                    report.left_alone.append(LeftAloneNode(label, where, node.op_type, str(reason)))
+                    continue
+                replaced += node.inputs
+                ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
+                proof = lowering.proof.describe() if lowering.proof else "elementwise, exact as ORT computes it"
+                report.lowered.append(LoweredNode(label, where, node.op_type, proof))
+        sites = find_sites(model)
+        for label, nodes in sites.items():
+            proof = f"expanded, variant {self.variant}"
+            report.lowered += [LoweredNode(label, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
+        if sites:
+            ExpandDynamicQuantizeLinearPass(variant=self.variant, runtime=self.target)(model)
+        _drop_unused(replaced)
+        if report.lowered:
+            model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
+        if self.target is not None:
+            report.lacking = [lack.describe() for lack in runtimes.lacking(self.target, _ops(model), ai_onnx_opset(model.opset_imports) or 0)]
+        for item in report.left_alone:
+            logger.info("left alone %s %r in %s: %s", item.op_type, item.node, item.graph, item.reason)
+        logger.info("lowered %d nodes", len(report.lowered))
+        return LowerResult(model, modified=bool(report.lowered), report=report)
+
+
+def _ops(model: ir.Model) -> set[tuple[str, str]]:
+    """Every (domain, op_type) the model runs, ai.onnx as ``""``."""
+    found = set()
+    for root in (model.graph, *model.functions.values()):
+        for node in ir.traversal.RecursiveGraphIterator(root):
+            found.add(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
+    return found

@@ -1,0 +1,322 @@
+"""What each lowered op becomes, in float32 primitives, and when an op is left alone.
+
+Rules, one per op (ai.onnx domain; each keeps its output name):
+
+- MatMulInteger(A, B, a_zp, b_zp): ``Cast(MatMul(Cast(A) - a_zp, B - b_zp), int32)``. Constant
+  ``B - b_zp`` is computed once, as a float32 constant; other weights are cast and shifted at run
+  time. A reduction whose bound exceeds 2^24 (:mod:`dql_pass.lower.proof`) is cut along K into
+  Slices whose products are cast to int32 and added. A per-row ``a_zp`` is left alone.
+- ConvInteger(X, W, x_zp, w_zp): the same with Conv and its attributes; ORT pads with ``x_zp``,
+  which is 0 once shifted, as Conv pads. The cut runs along the input channels, and only when
+  ``group`` is 1.
+- QuantizeLinear(X, scale, zp) with constant scale and zero point, float32 X, 8- or 16-bit output:
+  ``Cast(Clip(Round(Div(X, scale)) + zp, lo, hi))``, ORT's order: a division, rounding half to even
+  before the zero point is added. The division is the one the target's exact DQL variant uses
+  (:data:`DIVISIONS`): float32 where the runtime rounds it correctly; float64, cast back once, where
+  it divides through the reciprocal (the correctly rounded float32 quotient wherever rounding can
+  tell); a target whose variant divides otherwise gets QuantizeLinear left alone. Blocked
+  quantization (``block_size``) is left alone.
+- DequantizeLinear(X, scale, zp) with constant scale and zero point, 8- or 16-bit X, float32 scale:
+  ``(Cast(X) - zp) * scale``; the difference is exact in float32, as ORT's int32 one is.
+- Per-axis scales and zero points become constants shaped to broadcast along ``axis``, which needs
+  X's rank.
+- Whatever a rule cannot prove exact raises :class:`LeftAlone` with the reason.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DIVISIONS", "LOWERED", "Builder", "LeftAlone", "Lowering", "constant", "element_type", "lower_node"]
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from dql_pass import reference
+from dql_pass.lower.proof import Proof, plan, span
+from dql_pass.op import is_dql
+
+FLOAT, DOUBLE, INT32 = ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32
+_PRODUCT_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8}
+_QUANTIZED_TYPES = {**_PRODUCT_TYPES, ir.DataType.UINT16: np.uint16, ir.DataType.INT16: np.int16}
+
+
+# How QuantizeLinear divides, by the DQL variant exact on the target: as that variant divides.
+DIVISIONS: dict[str, ir.DataType] = {"quantizelinear": FLOAT, "arithmetic": FLOAT, "float64": DOUBLE}
+
+
+class LeftAlone(Exception):
+    """The node cannot be lowered exactly; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """What replaces one node: its new nodes, the value in place of its output, and the proof, if a reduction."""
+
+    nodes: list[ir.Node]
+    output: ir.Value
+    proof: Proof | None
+
+
+class Builder:
+    """New nodes for one site, named under one fresh prefix; constants come from ``constant``
+    (role, array), which shares them within the node's root. ``variant``: the DQL variant exact on
+    the target, whose division QuantizeLinear uses."""
+
+    def __init__(self, prefix: str, constant: Callable[[str, np.ndarray], ir.Value], variant: str = "arithmetic"):
+        self.prefix = prefix
+        self.variant = variant
+        self.nodes: list[ir.Node] = []
+        self._constant = constant
+
+    def const(self, role: str, array: np.ndarray) -> ir.Value:
+        return self._constant(self.prefix + role, array)
+
+    def op(self, op_type: str, inputs: Sequence[ir.Value | None], dtype: ir.DataType, attributes=(), **attrs) -> ir.Value:
+        name = f"{self.prefix}{op_type}_{len(self.nodes)}"
+        output = ir.Value(name=name, type=ir.TensorType(dtype))
+        attributes = [*attributes, *ir.convenience.convert_attributes(attrs)]
+        self.nodes.append(ir.Node("", op_type, inputs, attributes=attributes, outputs=[output], name=name))
+        return output
+
+
+def constant(value: ir.Value | None) -> np.ndarray | None:
+    """The value's array when it is a constant no feed can override, else None."""
+    if value is None or value.is_graph_input():
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()
+
+
+def element_type(value: ir.Value) -> ir.DataType | None:
+    """The element type of ``value``, also where the model declares none but its producer fixes it."""
+    if value.dtype is not None:
+        return value.dtype
+    tensor = ir.convenience.get_const_tensor(value)  # a Constant node's output, say
+    if tensor is not None:
+        return tensor.dtype
+    producer = value.producer()
+    if producer is None:
+        return None
+    if is_dql(producer) and value.index() in (0, 2):  # y and y_zero_point
+        return ir.DataType.UINT8
+    if producer.op_type == "Cast" and "to" in producer.attributes:
+        return ir.DataType(producer.attributes["to"].as_int())
+    return None
+
+
+def _operand(value: ir.Value, zero_point: ir.Value | None, role: str) -> tuple[ir.DataType, np.ndarray | None, int]:
+    """An integer operand's type, its zero point's array (None: absent or not constant) and its span."""
+    dtype = element_type(value) or (element_type(zero_point) if zero_point is not None else None)
+    if dtype not in _PRODUCT_TYPES:
+        raise LeftAlone(f"{role} is {'of unknown type' if dtype is None else dtype.name.lower()}; uint8 and int8 are lowered")
+    points = constant(zero_point)
+    return dtype, points, span(_PRODUCT_TYPES[dtype], points, zero_point is None or points is not None)
+
+
+def _shifted(b: Builder, value: ir.Value, zero_point: ir.Value | None, points: np.ndarray | None) -> ir.Value:
+    """``Cast(value) - zero_point`` in float32, exact: both are small integers."""
+    cast = b.op("Cast", [value], FLOAT, to=FLOAT)
+    if zero_point is None or (points is not None and not points.any()):
+        return cast
+    if points is not None:
+        shift = b.const("zero_point", points.astype(np.float32))
+    else:
+        shift = b.op("Cast", [zero_point], FLOAT, to=FLOAT)
+    return b.op("Sub", [cast, shift], FLOAT)
+
+
+def _slice(b: Builder, value: ir.Value, start: int, stop: int, axis: int) -> ir.Value:
+    bounds = [b.const(role, np.array([v], np.int64)) for role, v in (("start", start), ("stop", stop), ("axis", axis))]
+    return b.op("Slice", [value, *bounds], FLOAT)
+
+
+def _reduce(
+    b: Builder,
+    proof: Proof,
+    product: Callable[[ir.Value, ir.Value], ir.Value],
+    activation: ir.Value,
+    weights: Callable[[int, int], ir.Value],
+    axes: tuple[int, int],
+) -> ir.Value:
+    """The int32 result: one product, or one per chunk of the reduction added in int32."""
+    total = None
+    for start, stop in proof.chunks:
+        part = activation if len(proof.chunks) == 1 else _slice(b, activation, start, stop, axes[0])
+        partial = b.op("Cast", [product(part, weights(start, stop))], INT32, to=INT32)
+        total = partial if total is None else b.op("Add", [total, partial], INT32)
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class _Product:
+    """What tells MatMulInteger and ConvInteger apart in their lowering."""
+
+    op: str  # the float op: MatMul or Conv
+    names: tuple[str, str]  # the operands as the ONNX pages call them
+    axes: tuple[int, int]  # the reduction axis of the activation and of the weights
+    centre: Callable[[np.ndarray, np.ndarray | None], np.ndarray]  # weights minus their zero points
+    terms: Callable[[np.ndarray], np.ndarray]  # |centred weights| -> bound per [reduction, output], before span_a
+    worst: Callable[[ir.Node], tuple[int, int]]  # non-constant weights: reduction length, terms per element
+
+
+def _matmul_worst(node: ir.Node) -> tuple[int, int]:
+    depth = _static_dim(node.inputs[1], -2) or _static_dim(node.inputs[0], -1)
+    if depth is None:
+        raise LeftAlone("B is not constant and K is unknown, so no bound can be computed")
+    return depth, 1
+
+
+def _conv_worst(node: ir.Node) -> tuple[int, int]:
+    shape, w_zp = node.inputs[1].shape, node.inputs[3] if len(node.inputs) > 3 else None
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        raise LeftAlone("W is not constant and its shape is unknown, so no bound can be computed")
+    if w_zp is not None and constant(w_zp) is None and (w_zp.shape is None or math.prod(w_zp.shape) != 1):
+        raise LeftAlone("W is not constant and its zero point may be per channel")
+    return shape[1], math.prod(shape[2:])
+
+
+_PRODUCTS = {
+    "MatMulInteger": _Product(
+        "MatMul", ("A", "B"), (-1, -2),
+        lambda w, zp: w - (0 if zp is None else zp.astype(np.int64)),  # per column: along the last axis
+        lambda w: np.moveaxis(w, -2, 0).reshape(w.shape[-2], -1),
+        _matmul_worst,
+    ),
+    "ConvInteger": _Product(
+        "Conv", ("X", "W"), (1, 1),
+        lambda w, zp: w - reference.per_axis(zp, w.ndim, 0).astype(np.int64),  # per output channel
+        lambda w: w.reshape(*w.shape[:2], -1).sum(axis=2).T,  # a term per channel pair: its kernel window
+        _conv_worst,
+    ),
+}
+
+
+def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
+    kind = _PRODUCTS[node.op_type]
+    a, w, a_zp, w_zp = (list(node.inputs) + [None] * 4)[:4]
+    _, a_points, a_span = _operand(a, a_zp, kind.names[0])
+    w_dtype, w_points, w_span = _operand(w, w_zp, kind.names[1])
+    if a_points is not None and a_points.size > 1:
+        raise LeftAlone(f"{kind.names[0]} has more than one zero point (per row)")
+    weights = constant(w)
+    if weights is not None and (w_zp is None or w_points is not None):
+        centred = kind.centre(weights.astype(np.int64), w_points)
+        proof = plan(a_span * kind.terms(np.abs(centred)), "constant weights")
+        part = lambda start, stop: b.const(  # noqa: E731
+            f"weight_{start}_{stop}", np.take(centred, range(start, stop), axis=kind.axes[1]).astype(np.float32))
+    else:
+        depth, window = kind.worst(node)
+        proof = plan(np.full((depth, 1), a_span * w_span * window), f"worst case of {w_dtype.name.lower()} weights")
+        shifted_w = _shifted(b, w, w_zp, w_points)
+        part = lambda start, stop: (  # noqa: E731
+            shifted_w if len(proof.chunks) == 1 else _slice(b, shifted_w, start, stop, kind.axes[1]))
+    group = node.attributes["group"].as_int() if "group" in node.attributes else 1
+    if len(proof.chunks) > 1 and group != 1:
+        raise LeftAlone(f"the bound {proof.bound:,} exceeds 2^24 and a grouped convolution (group {group}) is not cut")
+    activation = _shifted(b, a, a_zp, a_points)
+    product = lambda x, y: b.op(kind.op, [x, y], FLOAT, attributes=node.attributes.values())  # noqa: E731
+    return _reduce(b, proof, product, activation, part, kind.axes), proof
+
+
+def _static_dim(value: ir.Value, axis: int) -> int | None:
+    shape = value.shape
+    if shape is None or not len(shape):
+        return None
+    dim = shape[axis]
+    return dim if isinstance(dim, int) else None
+
+
+def _axis_shape(node: ir.Node, x: ir.Value, params: Sequence[np.ndarray | None]) -> list[int] | None:
+    """The shape per-axis parameters take to broadcast along ``axis`` of X; None for per-tensor ones."""
+    if all(p is None or p.size <= 1 for p in params):
+        return None
+    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else 1
+    if axis < 0:  # counted from the end: no rank needed
+        return [-1] + [1] * (-axis - 1)
+    if x.shape is None:
+        raise LeftAlone(f"per-axis scale or zero point on axis {axis} of an input of unknown rank")
+    return [-1] + [1] * (len(x.shape) - axis - 1)
+
+
+def _quantization_params(node: ir.Node) -> tuple[np.ndarray, np.ndarray | None]:
+    if "block_size" in node.attributes and node.attributes["block_size"].as_int():
+        raise LeftAlone("blocked quantization (block_size) is not lowered")
+    scale = constant(node.inputs[1])
+    if scale is None or scale.dtype != np.float32:
+        raise LeftAlone("its scale is not a float32 constant")
+    zero_point = node.inputs[2] if len(node.inputs) > 2 else None
+    points = constant(zero_point)
+    if zero_point is not None and points is None:
+        raise LeftAlone("its zero point is not a constant")
+    return scale, points
+
+
+def _shaped(array: np.ndarray, shape: list[int] | None) -> np.ndarray:
+    return array.reshape(() if shape is None else shape)
+
+
+def _param(b: Builder, role: str, array: np.ndarray, shape: list[int] | None) -> ir.Value:
+    return b.const(role, _shaped(array, shape).astype(np.float32))
+
+
+def _quantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
+    x = node.inputs[0]
+    if element_type(x) != FLOAT:
+        raise LeftAlone("X is not float32")
+    scale, points = _quantization_params(node)
+    if points is not None:
+        dtype = ir.DataType.from_numpy(points.dtype)
+    elif "output_dtype" in node.attributes and node.attributes["output_dtype"].as_int():
+        dtype = ir.DataType(node.attributes["output_dtype"].as_int())
+    else:
+        dtype = ir.DataType.UINT8
+    if dtype not in _QUANTIZED_TYPES:
+        raise LeftAlone(f"its output is {dtype.name.lower()}; 8- and 16-bit integers are lowered")
+    shape = _axis_shape(node, x, (scale, points))
+    division = DIVISIONS.get(b.variant)
+    if division is None:
+        raise LeftAlone(f"the target's exact variant {b.variant} does not divide in float32 or float64")
+    if division == DOUBLE:
+        wide = b.op("Div", [b.op("Cast", [x], DOUBLE, to=DOUBLE), b.const("scale", _shaped(scale, shape).astype(np.float64))], DOUBLE)
+        quotient = b.op("Cast", [wide], FLOAT, to=FLOAT)
+    else:
+        quotient = b.op("Div", [x, _param(b, "scale", scale, shape)], FLOAT)
+    q = b.op("Round", [quotient], FLOAT)
+    if points is not None and points.any():
+        q = b.op("Add", [q, _param(b, "zero_point", points, shape)], FLOAT)
+    info = np.iinfo(_QUANTIZED_TYPES[dtype])
+    bounds = [b.const(f"{dtype.name.lower()}_{end}", np.array(value, np.float32)) for end, value in (("min", info.min), ("max", info.max))]
+    return b.op("Cast", [b.op("Clip", [q, *bounds], FLOAT)], dtype, to=dtype), None
+
+
+def _dequantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
+    x = node.inputs[0]
+    dtype = element_type(x) or (element_type(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None)
+    if dtype not in _QUANTIZED_TYPES:
+        raise LeftAlone(f"X is {'of unknown type' if dtype is None else dtype.name.lower()}; 8- and 16-bit integers are lowered")
+    scale, points = _quantization_params(node)
+    shape = _axis_shape(node, x, (scale, points))
+    y = b.op("Cast", [x], FLOAT, to=FLOAT)
+    if points is not None and points.any():
+        y = b.op("Sub", [y, _param(b, "zero_point", points, shape)], FLOAT)
+    return b.op("Mul", [y, _param(b, "scale", scale, shape)], FLOAT), None
+
+
+_RULES: dict[str, Callable[[ir.Node, Builder], tuple[ir.Value, Proof | None]]] = {
+    "MatMulInteger": _integer_product,
+    "ConvInteger": _integer_product,
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": _dequantize_linear,
+}
+LOWERED: tuple[str, ...] = tuple(_RULES)
+
+
+def lower_node(node: ir.Node, builder: Builder) -> Lowering:
+    """The lowering of ``node``, one of :data:`LOWERED`; :class:`LeftAlone` when it cannot be exact."""
+    if len(node.outputs) != 1 or not node.inputs or any(v is None for v in node.inputs[:2]):
+        raise LeftAlone("it lacks an input or has other outputs than one")
+    output, proof = _RULES[node.op_type](node, builder)
+    return Lowering(builder.nodes, output, proof)
