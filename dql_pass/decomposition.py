@@ -96,6 +96,8 @@ _SUMMARIES = {
     "arithmetic": "no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack QuantizeLinear too",
     "float64": "arithmetic with every division done in float64 and cast back, and reductions that never see an empty "
     "tensor: exact on runtimes that divide through a reciprocal or refuse empty reductions",
+    "residual": "float64's reductions, with float32 divisions corrected by exact residuals (a - n * b with b split in "
+    "two): exact on runtimes that divide through a reciprocal and compute float64 as float32",
 }
 
 

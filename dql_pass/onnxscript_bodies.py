@@ -27,6 +27,11 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     zero, qmax, one = _tensor(0.0), _tensor(255.0), _tensor(1.0)
     qmax64, flat, zero_1d = _tensor(255.0, np.float64), _tensor([-1], np.int64), _tensor([0.0])
     zero_range_value = _tensor(reference.zero_range_scale(zero_range))
+    half, two, just_past_qmax = _tensor(0.5), _tensor(2.0), _tensor(256.0)
+    # Rump, Zimmermann, Boldo and Melquiond's successor: v + (v * PHI + ETA) is the float after v > 0.
+    phi, eta = _tensor(np.float32(2.0**-24 + 2.0**-47)), _tensor(np.float32(2.0**-149))
+    splitter = _tensor(2.0**9 + 1)  # Veltkamp: 15 high bits and 9 low ones
+    huge, tiny = _tensor(2.0**64), _tensor(2.0**-64)
 
     @onnxscript.script(default_opset=op)
     def extremes(x: FLOAT[...]):
@@ -63,6 +68,58 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # A float64 quotient, cast back once, is the correctly rounded float32 quotient even where
         # the runtime divides through a reciprocal (see docs/SEMANTICS.md).
         return op.Cast(op.Div(op.Cast(a, to=onnx.TensorProto.DOUBLE), op.Cast(b, to=onnx.TensorProto.DOUBLE)), to=onnx.TensorProto.FLOAT)
+
+    @onnxscript.script(default_opset=op)
+    def power_of_two_near_one(b: FLOAT):
+        # A power of two that brings b > 0 into [2^-85, 2^64], exactly and without overflow.
+        big = op.Constant(value=huge)
+        small = op.Constant(value=tiny)
+        unit = op.Constant(value=one)
+        return op.Where(op.Greater(b, big), small, op.Where(op.Less(b, small), big, unit))
+
+    @onnxscript.script(default_opset=op)
+    def scale_exactly(x_range: FLOAT):
+        # RN(x_range / 255) where Div multiplies by a float32 reciprocal: that quotient is at most
+        # one ulp off, and the exact residual x_range - 255 * quotient says which neighbour is right.
+        q_max = op.Constant(value=qmax)
+        quotient = op.Div(x_range, q_max)
+        step = op.Add(op.Mul(quotient, op.Constant(value=phi)), op.Constant(value=eta))
+        up = op.Add(quotient, step)
+        down = op.Sub(quotient, step)
+        # (a - 256 q) + q is exact, scaled so that 256 q cannot overflow.
+        k = power_of_two_near_one(x_range)
+        a = op.Mul(x_range, k)
+        q = op.Mul(quotient, k)
+        twice_residual = op.Mul(op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q), op.Constant(value=two))
+        # The true quotient is past a neighbour's midpoint: 2 * residual beyond 255 * its ulp (never equal).
+        # Only Less: OpenVINO's Greater is true for NaN.
+        above = op.Less(op.Mul(op.Mul(op.Sub(up, quotient), k), q_max), twice_residual)
+        below = op.Less(twice_residual, op.Mul(op.Mul(op.Sub(down, quotient), k), q_max))
+        return op.Where(above, up, op.Where(below, down, quotient))
+
+    @onnxscript.script(default_opset=op)
+    def rounding_quotient(a: FLOAT[...], b: FLOAT):
+        # A value whose Round is Round(RN(a / b)) for b > 0, where Div multiplies by a float32
+        # reciprocal; for b 0 or inf it is that quotient. Only |a / b| <= 256.5 needs it exact.
+        k = power_of_two_near_one(b)
+        a_k = op.Mul(a, k)
+        b_k = op.Mul(b, k)
+        n = op.Round(op.Div(a_k, b_k))
+        t = op.Mul(b_k, op.Constant(value=splitter))
+        b_high = op.Sub(t, op.Sub(t, b_k))
+        b_low = op.Sub(b_k, b_high)
+        # n has at most 9 bits, so both products and a - n * b are exact, even if fused.
+        residual = op.Sub(op.Sub(a_k, op.Mul(n, b_high)), op.Mul(n, b_low))
+        direction = op.Sign(residual)
+        half_integer = op.Add(n, op.Mul(direction, op.Constant(value=half)))
+        magnitude = op.Abs(half_integer)
+        ulp = op.Sub(op.Add(magnitude, op.Mul(magnitude, op.Constant(value=phi))), magnitude)
+        # 2 |a - n b| - b: how far past the half integer the exact quotient lies, times 2 b.
+        past = op.Sub(op.Mul(op.Abs(residual), op.Constant(value=two)), b_k)
+        # RN(a / b) is the half integer itself when within half its ulp (never exactly at it).
+        on_half = op.Less(op.Abs(past), op.Mul(ulp, b_k))
+        q_min = op.Constant(value=zero)
+        return op.Where(on_half, half_integer, op.Where(op.Less(q_min, past), op.Add(n, direction), n))
 
     @onnxscript.script(default_opset=op)
     def scale_and_zero_point(x: FLOAT[...]):
@@ -111,4 +168,13 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         y, y_zero_point = rounded(divide_in_float64(x, y_scale), zero_point_sat)
         return y, y_scale, y_zero_point
 
-    return {"quantizelinear": quantizelinear, "arithmetic": arithmetic, "float64": float64}
+    @onnxscript.script(default_opset=op)
+    def residual(x: FLOAT[...]):
+        x_min, x_max = extremes_never_empty(x)
+        x_range = op.Sub(x_max, x_min)
+        y_scale = guarded_scale(x_range, scale_exactly(x_range))
+        zero_point_sat = saturated_zero_point(rounding_quotient(x_min, y_scale))
+        y, y_zero_point = rounded(rounding_quotient(x, y_scale), zero_point_sat)
+        return y, y_scale, y_zero_point
+
+    return {"quantizelinear": quantizelinear, "arithmetic": arithmetic, "float64": float64, "residual": residual}

@@ -140,9 +140,13 @@ def test_onnx_body_without_identity_and_with_initializers():
     assert_same_on_ort(result, original)
 
 
+# Bodies with more than eight commutative nodes fuse in dql_pass's order only (one rule per ordering).
+COMMUTED_FORMS = [v for v in dql_pass.VARIANTS if v != "residual"]
+
+
 def test_commuted_inputs_fuse():
     original = sample("mlp_dynamic")
-    for form in (*dql_pass.VARIANTS, "onnx"):
+    for form in (*COMMUTED_FORMS, "onnx"):
         decomposed = onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form)
         model = ir.serde.deserialize_model(decomposed)
         swapped = 0

@@ -7,15 +7,17 @@ The rules, each a small class whose ``rule()`` gives an onnxscript ``RewriteRule
   y_scale and y_zero_point and without them. One pair of rules per function version that onnx
   defines (only DynamicQuantizeLinear-11 today), valid at every opset from 11 to the newest: the
   ops of the body keep their meaning there.
-- ``DqlPassBodyFusion``: dql_pass's own decompositions (``quantizelinear`` and ``arithmetic``),
-  one rule per zero-range policy, as ``expand(mode="inline")`` stamps them.
+- ``DqlPassBodyFusion``: dql_pass's own decompositions (every variant), one rule per zero-range
+  policy, as ``expand(mode="inline")`` stamps them.
 - ``DqlPassCallFusion``: a call to the model-local function ``dql_pass::DynamicQuantizeLinear_*``
   that ``expand(mode="function")`` adds, fused when the function's body is one of the bodies above.
 
 The body patterns are not written a second time here: each one is generated node by node from the
 FunctionProto that defines the decomposition (``onnx.defs`` for ONNX's body,
 :func:`dql_pass.decomposition.function_proto` for ours). ``fuse_rules()`` asks for commuted inputs,
-so ``Min(0, ReduceMin(x))``, ``Equal(0, range)`` or ``Add(zp, Round(q))`` fuse as well.
+so ``Min(0, ReduceMin(x))``, ``Equal(0, range)`` or ``Add(zp, Round(q))`` fuse as well; a body
+with more than eight commutative nodes (the residual variant) fuses with its inputs in dql_pass's
+order only, since each ordering is a rule of its own.
 
 What a rule checks before it fuses, so that the fused node computes exactly what the block did:
 
@@ -97,6 +99,10 @@ _NEUTRAL_ATTRIBUTES: dict[str, dict[str, frozenset[int] | None]] = {
     },
     "Cast": {"saturate": None, "round_mode": None},  # float8 outputs only
 }
+
+# The ops whose inputs onnxscript's RewriteRuleSet(commute=True) swaps, one rule per ordering.
+_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Equal", "Max", "Min", "Sum", "Mean"})
+_MAX_COMMUTED = 8  # at most 2^8 rules per body
 
 _ONNX_BODY_NOTE = (
     "on an all-zero or empty x, ONNX's function body computes y_scale 0 and then 0/0, so its zero point "
@@ -265,6 +271,7 @@ class _BodyFusion(_FusionRule):
         if problems := body_problems(body):
             raise ValueError(f"{name}: the body breaks the matcher's invariant: {'; '.join(problems)}")
         function = ir.serde.deserialize_function(body)
+        self.commutative_nodes = sum(n.op_type in _COMMUTATIVE for n in body.node)
         self._input = function.inputs[0]
         self._outputs = list(function.outputs)
         tensors = {
@@ -399,7 +406,11 @@ def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]
     versions = onnx.defs.get_schema(NAME).function_opset_versions
     bodies: list[_FusionRule] = [OnnxFunctionBodyFusion(v, keep_identity=k) for v in versions for k in (True, False)]
     bodies += [DqlPassBodyFusion(v, p) for v in VARIANTS for p in ZERO_RANGE_POLICIES]
-    commuted = RewriteRuleSet([b.rule() for b in bodies], commute=True).rules
+    # A rule per ordering of the commutative nodes' inputs: 2^n rules. A body with more than
+    # _MAX_COMMUTED of them (the residual variant has 38) fuses with its inputs in dql_pass's order.
+    few = [b for b in bodies if b.commutative_nodes <= _MAX_COMMUTED]
+    commuted = RewriteRuleSet([b.rule() for b in few], commute=True).rules
+    commuted += [b.rule() for b in bodies if b.commutative_nodes > _MAX_COMMUTED]
     calls: list[_FusionRule] = [
         DqlPassCallFusion(v, p, commuted) for v in VARIANTS for p in ZERO_RANGE_POLICIES
     ]
