@@ -171,3 +171,21 @@ def test_write_report_replaces_a_section_without_a_head_in_place(tmp_path):
     out.write_text("# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nfirst\n\n## Other\n\nother\n")
     harness.write_report(out, "## Fusion\n\nsecond\n")
     assert out.read_text() == "# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nsecond\n\n## Other\n\nother\n"
+
+
+@pytest.mark.benchmark
+def test_quick_runtime_matrix_on_onnxruntime_and_reference(tmp_path):
+    out = tmp_path / "RUNTIMES.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.runtimes", "--quick", "--out", str(out),
+         "--runtime", "onnxruntime", "--runtime", "reference"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr  # 1 would mean a difference no known difference explains
+    text = out.read_text()
+    assert "`python -m tools.runtimes --quick`" in text and "UNKNOWN" not in text
+    assert "| `onnxruntime` | " in text and "| `reference` | " in text
+    # ORT is the contract: no cell of its section is bold (a shortfall); onnx.reference's native node raises on empty.
+    ort = text.split("### onnxruntime")[1].split("### reference")[0]
+    assert "| 21 | native |" in ort and "**" not in ort
+    assert "does not run: ValueError: zero-size array" in text.split("### reference")[1]

@@ -7,8 +7,10 @@ Run from the repository root::
 What it measures, each part in its own section with its targets:
 
 1. Op level: a one-node DynamicQuantizeLinear model on ORT CPU (one intra-op thread and ORT's default)
-   against dql_pass's two variants and ONNX's own function body (the node inlined by
+   against each dql_pass variant and ONNX's own function body (the node inlined by
    ``onnx.inliner``), at 1K, 64K, 1M and 16M random normal floats; plus the nodes each puts per site.
+   Then, on each other installed runtime of ``dql_pass.runtimes`` whose native DQL loads, the
+   runtime's ``--target`` variant against that native kernel at 1K and 1M floats.
 2. Pass throughput: the whole ``dql-pass expand`` process against the whole
    ``onnx.load`` + ``onnx.inliner`` + ``onnx.save`` process on chains of 100, 1,000 and 10,000 sites,
    and a cProfile of the in-process expansion of the largest chain (written to ``--profile``).
@@ -33,7 +35,8 @@ Rules it applies (the timing rules are :mod:`tools.harness`'s, the models :mod:`
 
 from __future__ import annotations
 
-__all__ = ["CONFIGS", "Config", "bench_memory", "bench_models", "bench_ops", "bench_pass", "main", "render", "run"]
+__all__ = ["CONFIGS", "Config", "bench_memory", "bench_models", "bench_ops", "bench_pass", "main", "other_runtimes_table",
+           "render", "run"]
 
 import argparse
 import cProfile
@@ -86,6 +89,7 @@ class Config:
     op_sizes: tuple[int, ...]
     op_budget: float
     op_min_rounds: int
+    runtime_sizes: tuple[int, ...]  # the other runtimes: target variant against their native kernel
     chain_sites: tuple[int, ...]
     pass_budget: float
     pass_min_rounds: int
@@ -99,13 +103,14 @@ class Config:
 CONFIGS: dict[str, Config] = {
     "full": Config(
         op_sizes=(1 << 10, 1 << 16, 1 << 20, 1 << 24), op_budget=8.0, op_min_rounds=20,
+        runtime_sizes=(1 << 10, 1 << 20),
         chain_sites=(100, 1_000, 10_000), pass_budget=20.0, pass_min_rounds=5,
         # 100 x 4672^2 bytes = 2.03 GiB; 4672^2 is a multiple of 4096, so every weight is page aligned.
         memory_sites=100, memory_side=4672,
         model_budget=6.0, model_min_rounds=30, transformer=MINILM,
     ),
     "quick": Config(
-        op_sizes=(1 << 10, 1 << 16), op_budget=0.3, op_min_rounds=5,
+        op_sizes=(1 << 10, 1 << 16), op_budget=0.3, op_min_rounds=5, runtime_sizes=(1 << 10,),
         chain_sites=(10, 100), pass_budget=0.0, pass_min_rounds=1,
         memory_sites=10, memory_side=1024,
         model_budget=0.2, model_min_rounds=5,
@@ -135,6 +140,44 @@ def _op_contenders() -> dict[str, onnx.ModelProto]:
     return contenders
 
 
+def other_runtimes_table(config: Config) -> tuple[str, list[str], list[list[str]]]:
+    """Each other installed runtime's target variant against its native DQL kernel, one thread where
+    the runtime takes the setting; a runtime whose native node does not load has no kernel to race.
+
+    Run last: the runtimes stay loaded in this process (their caches and compiled code), which the
+    memory and whole-model sections would otherwise measure beside.
+    """
+    model = op.one_node_model(["n"], 21)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, runtime in runtimes.RUNTIMES.items():
+        if runtime is ORT or not runtime.installed():
+            continue
+        forms = {OP_BASELINE: model, f"dql_pass {runtime.target} (target)": dql_pass.expand(model, variant=runtime.target,
+                                                                                            runtime=None)}
+        for size in config.runtime_sizes:
+            x = rng.standard_normal(size, dtype=np.float32)
+            expected = dql_pass.dynamic_quantize_linear(x)
+            logger.info("op level: %s, %s floats", name, _floats(size))
+            try:
+                sessions = {form: runtime.load(m, threads=1) for form, m in forms.items()}
+                medians, _, rounds = harness.race(sessions, {"x": x}, config.op_budget, config.op_min_rounds)
+                exact = {form: harness.same_outputs(expected, s.run({"x": x})) for form, s in sessions.items()}
+            except runtimes.RuntimeFailure as error:
+                rows.append([name, runtime.version() or "-", _floats(size), "does not run", "-", "-", "-",
+                             str(error).splitlines()[0][:200]])
+                continue
+            finally:
+                sessions = {}  # compiled 1M-element models are large: one runtime's at a time
+            native, target = medians.values()
+            rows.append([name, runtime.version() or "-", _floats(size), format_time(native),
+                         f"{format_time(target)} ({runtime.target})", f"{target / native:.2f}x",
+                         " / ".join("yes" if e else "no" for e in exact.values()), str(rounds)])
+    return ("Other runtimes: target variant against the native kernel",
+            ["runtime", "version", "floats", "native DQL", "target variant", "ratio", "exact (native / target)", "rounds"],
+            rows)
+
+
 def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[int, float]]]]]:
     """Section 1 and, per thread setting and contender, the (size, ratio) points of the plot."""
     contenders = _op_contenders()
@@ -161,10 +204,13 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
     section = Section(
         "1. Op level",
         "One DynamicQuantizeLinear on ORT CPU (opset 21) against the same node expanded: by dql_pass "
-        "(both variants) and by `onnx.inliner.inline_selected_functions(..., inline_schema_functions=True)` "
+        "(each variant) and by `onnx.inliner.inline_selected_functions(..., inline_schema_functions=True)` "
         "(ONNX's function body). Input: random normal float32. Latency is the median of interleaved "
         "`session.run` calls; the ratio is to the native node. *Same bits* compares all three outputs with "
-        "the native node's.",
+        "the native node's. *Other runtimes* races, on each other installed runtime, the variant "
+        "`dql-pass expand --target NAME` picks against that runtime's own DQL kernel (one thread where the "
+        "runtime takes the setting; compilers compile once per shape, before timing); *exact* compares each "
+        "with the NumPy reference, bit for bit, on the timed input.",
         tables=[
             ("Latency", ["threads", "floats", "contender", "median", "ratio", "same bits", "rounds"], rows),
             ("Nodes per site", ["contender", "nodes", "shared initializers", "op types"], node_rows),
@@ -185,6 +231,11 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
         if target.met is not None:
             target.measured += f" (ONNX function body: {ratios[(one, 'ONNX function body', size)]:.3f}x)"
         section.targets.append(target)
+    million = (one, "dql_pass float64", 1 << 20), (one, "dql_pass arithmetic", 1 << 20)
+    section.targets.append(harness.ratio_target(
+        f"float64 no slower than arithmetic at 1M floats, {one} (float64 / arithmetic)",
+        ratios[million[0]] / ratios[million[1]] if all(k in ratios for k in million) else None, 1.0,
+    ))
     return section, curves
 
 
@@ -509,6 +560,7 @@ def run(mode: str, out: Path, profile: Path) -> list[Section]:
         scratch = Path(tmp)
         ops, curves = bench_ops(config)
         sections = [ops, bench_pass(config, scratch, profile), bench_memory(config), bench_models(config, scratch)]
+        ops.tables.append(other_runtimes_table(config))
     plot_name = "benchmarks/op_ratio.png"
     plot_version = plot(curves, out.parent / plot_name)
     load.append(os.getloadavg()[0])

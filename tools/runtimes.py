@@ -1,0 +1,614 @@
+"""The runtime matrix of issue 11: one command measures every figure of ``RUNTIMES.md``.
+
+Run from the repository root::
+
+    python -m tools.runtimes [--quick] [--out RUNTIMES.md]
+
+What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
+
+1. Its version, or that it is not installed, with the extra that installs it and the import error.
+2. Bit-exactness of the native DQL node, of each expansion variant and of ``--target`` (the
+   runtime's :attr:`~dql_pass.runtimes.Runtime.target` variant), against
+   :func:`dql_pass.reference.dynamic_quantize_linear` (y, y_scale, y_zero_point, every bit), on
+   the finite, the ±inf and the empty parts of :func:`dql_pass.catalogue.cases` and on inputs
+   built here, apart from the catalogue (:func:`independent_inputs`); at ai.onnx opset 21 and 13.
+3. Per runtime and form, the inputs that still differ: grouped by the known difference
+   (:meth:`~dql_pass.runtimes.Runtime.differences`) that explains them, or flagged UNKNOWN with
+   their input classes and one example.
+4. Whether the sample models in ``models/`` and a ``quantize_dynamic`` transformer load and run
+   once expanded for the runtime's target, the op that blocks them where they do not, and whether
+   their outputs equal ORT's on the original, bit for bit.
+
+Rules:
+
+- Each runtime runs in its own process: a runtime that crashes or hangs costs its own rows only
+  (reported with the reason), never the run. The processes run two at a time.
+- A form that does not load or run is reported with the runtime's one-line reason, never raised.
+- Every model runs through :mod:`dql_pass.runtimes`; the zero-range policy is ``onnxruntime``.
+- Compilers build per input shape, so the independent inputs come in a few shapes only, and on the
+  compilers (:data:`COMPILERS`, some 25 ms a run) only the target form gets all of them; the
+  catalogue is whole on every runtime and form. A shape that was refused three times running is
+  not tried again for that form (a refused compile costs as much as a good one).
+- Exit status 1 when any difference is UNKNOWN (no known difference of the runtime explains it).
+- ``--quick`` is a smoke run: opset 21 only, few independent inputs, a small transformer.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "RuntimeResult", "independent_inputs", "main",
+           "measure_runtime", "render", "run"]
+
+import argparse
+import collections
+import copy
+import dataclasses
+import datetime
+import functools
+import importlib
+import logging
+import multiprocessing
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+import dql_pass
+from dql_pass import catalogue, op, runtimes
+from dql_pass.compare import bit_difference, compare_site
+from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.runtimes import Runtime, RuntimeFailure
+from tools import harness, models
+
+logger = logging.getLogger("runtimes")
+
+POLICY = "onnxruntime"
+NATIVE = "native"
+TARGET = "--target"
+PARTS = ("finite", "±inf", "empty", "independent")
+COMPILERS = ("tinygrad", "tvm", "iree")  # compile per input shape: fewer independent inputs
+SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
+# A few shapes, so that a compiler builds each form a few times only.
+SHAPES: tuple[tuple[int, ...], ...] = ((16,), (4, 8), (2, 3, 5), (1, 97), (257,))
+F32 = np.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    opsets: tuple[int, ...]
+    independent: int  # inputs built apart from the catalogue, for the target and on fast runtimes every form
+    independent_on_compilers: int  # for the other forms on compilers
+    transformer: models.TransformerShape
+    timeout: float  # seconds per runtime before its process is stopped
+
+
+CONFIGS: dict[str, Config] = {
+    "full": Config(opsets=(21, 13), independent=1200, independent_on_compilers=200, transformer=models.MINILM,
+                   timeout=900.0),
+    "quick": Config(opsets=(21,), independent=50, independent_on_compilers=20,
+                    transformer=models.TransformerShape(layers=1, hidden=64, heads=4, intermediate=128, seq=16),
+                    timeout=300.0),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _scale(lo: np.float32, hi: np.float32) -> np.float32:
+    return F32(F32(hi - lo) / F32(255))
+
+
+def _span(rng: np.random.Generator, low: float = -30.0, high: float = 30.0) -> tuple[np.float32, np.float32]:
+    """A random range [lo, hi] around 0 at a random magnitude (the range always holds 0)."""
+    magnitude = 10.0 ** rng.uniform(low, high)
+    lo, hi = -rng.uniform(0, 1) * magnitude, rng.uniform(0, 1) * magnitude
+    return F32(lo), F32(max(hi, np.finfo(F32).smallest_subnormal))
+
+
+def _with_ends(x: np.ndarray, lo: np.float32, hi: np.float32, rng: np.random.Generator) -> np.ndarray:
+    """``x`` holding ``lo`` and ``hi`` at random places, so they are its extremes."""
+    flat = x.ravel().astype(F32)
+    at = rng.choice(flat.size, size=min(2, flat.size), replace=False)
+    flat[at[0]] = lo
+    if flat.size > 1:
+        flat[at[1]] = hi
+    return flat.reshape(x.shape)
+
+
+def _random(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal or uniform values at a random scale, of one sign or both."""
+    magnitude = 10.0 ** rng.uniform(-30, 30)
+    x = rng.standard_normal(shape) if rng.integers(2) else rng.uniform(-1, 1, shape)
+    sign = rng.integers(3)
+    x = np.abs(x) if sign == 1 else -np.abs(x) if sign == 2 else x
+    return (x * magnitude).astype(F32)
+
+
+def _quotients(rng: np.random.Generator, shape: tuple[int, ...], offset: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Values ``offset((k + 0.5) * scale)`` for random k in a random range: ties and their neighbours."""
+    lo, hi = _span(rng)
+    scale = _scale(lo, hi)
+    k = rng.integers(int(np.floor(lo / scale)), int(np.ceil(hi / scale)), size=shape)
+    x = offset(((k + 0.5) * scale).astype(F32))
+    return _with_ends(np.clip(x, lo, hi), lo, hi, rng)
+
+
+def _ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Exact (or nearly exact, where float32 cannot hold the tie) ties of x/scale."""
+    return _quotients(rng, shape, lambda x: x)
+
+
+def _near_ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """One ulp either side of a tie: where dividing through a reciprocal rounds the other way."""
+    return _quotients(rng, shape, lambda x: np.nextafter(x, np.where(rng.integers(2, size=x.shape), np.inf, -np.inf).astype(F32)))
+
+
+def _symmetric(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """[-t, t]: the zero point is exactly 127.5 before rounding."""
+    t = F32(10.0 ** rng.uniform(-30, 30))
+    return _with_ends(rng.uniform(-t, t, shape).astype(F32), -t, t, rng)
+
+
+def _subnormal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """A range below 255 * 2**-126: the scale (and often x) is subnormal or underflows."""
+    lo, hi = _span(rng, -45.5, -35.5)
+    return _with_ends(rng.uniform(lo, hi, shape).astype(F32), lo, hi, rng)
+
+
+_MAKERS = (_random, _ties, _near_ties, _symmetric, _subnormal)
+
+
+def independent_inputs(count: int, seed: int = 11) -> list[tuple[str, np.ndarray]]:
+    """``count`` seeded inputs built apart from the catalogue, named by their kind, in :data:`SHAPES`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    with np.errstate(all="ignore"):
+        for i in range(count):
+            make = _MAKERS[i % len(_MAKERS)]
+            shape = SHAPES[(i // len(_MAKERS)) % len(SHAPES)]
+            out.append((f"{make.__name__.strip('_')}_{i}", make(rng, shape)))
+    return out
+
+
+def _parts(independent: int) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """The inputs of each part of :data:`PARTS` (NaN inputs are outside the contract)."""
+    parts: dict[str, list[tuple[str, np.ndarray]]] = {part: [] for part in PARTS}
+    for case in catalogue.cases():
+        if not case.comparable:
+            continue
+        part = "empty" if not case.x.size else "±inf" if np.isinf(case.x).any() else "finite"
+        parts[part].append((case.name, case.x))
+    parts["independent"] = independent_inputs(independent)
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring one runtime
+
+
+@dataclasses.dataclass
+class FormResult:
+    """One form on one runtime at one opset: passed and total per part, and why the rest differ."""
+
+    counts: dict[str, list[int]] = dataclasses.field(default_factory=lambda: {part: [0, 0] for part in PARTS})
+    failure: str | None = None  # the first load or run refusal, one line
+    known: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> inputs
+    unknown: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # classes -> example input names + detail
+
+    @property
+    def passed(self) -> int:
+        return sum(p for p, _ in self.counts.values())
+
+    @property
+    def total(self) -> int:
+        return sum(t for _, t in self.counts.values())
+
+
+@dataclasses.dataclass
+class ModelResult:
+    model: str
+    runs: bool
+    same_as_ort: str  # the model's outputs against ORT's on the original: "yes" or the first difference
+    sites: str  # DQL sites of the main graph whose three outputs equal ORT's, "k/n"
+    detail: str  # the blocking op and the reason, or empty
+
+
+@dataclasses.dataclass
+class RuntimeResult:
+    name: str
+    version: str | None
+    extra: str | None
+    target: str
+    import_error: str | None = None
+    forms: dict[tuple[str, int], FormResult] = dataclasses.field(default_factory=dict)  # (form, opset)
+    models: list[ModelResult] = dataclasses.field(default_factory=list)
+    error: str | None = None  # the process failed: crashed, timed out or raised
+    seconds: float = 0.0
+
+
+def _line(error: BaseException | str) -> str:
+    """An error in one line: its first line and, for a chain of causes, its last (the root cause)."""
+    text = error if isinstance(error, str) or isinstance(error, RuntimeFailure) else f"{type(error).__name__}: {error}"
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()] or [str(text)]
+    return (lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}")[:400]
+
+
+@functools.lru_cache(maxsize=None)
+def _form_model(form: str, rank: int, opset: int) -> onnx.ModelProto:
+    """The one-node model of ``rank`` (symbolic dimensions) at ``opset``, or its expansion in ``form``."""
+    model = op.one_node_model([f"d{i}" for i in range(rank)], opset)
+    return model if form == NATIVE else dql_pass.expand(model, variant=form, runtime=None)
+
+
+class _Sessions:
+    """One session per rank of a form, loaded on first use; a refusal is kept and given for every input."""
+
+    def __init__(self, runtime: Runtime, form: str, opset: int) -> None:
+        self._runtime, self._form, self._opset = runtime, form, opset
+        self._sessions: dict[int, runtimes.Session | str] = {}
+        self._refusals: dict[tuple[int, ...], tuple[str, int]] = {}  # shape -> last refusal, times in a row
+
+    def run(self, x: np.ndarray) -> list[np.ndarray] | str:
+        rank = x.ndim
+        if rank not in self._sessions:
+            try:
+                self._sessions[rank] = self._runtime.load(_form_model(self._form, rank, self._opset))
+            except Exception as error:  # noqa: BLE001 - any refusal, an adapter's bug included, is a row
+                self._sessions[rank] = f"does not load: {_line(error)}"
+        session = self._sessions[rank]
+        if isinstance(session, str):
+            return session
+        refusal, times = self._refusals.get(x.shape, ("", 0))
+        if times >= 3:
+            return refusal
+        try:
+            with np.errstate(all="ignore"):
+                outputs = session.run({op.INPUT: x})
+        except Exception as error:  # noqa: BLE001
+            line = f"does not run: {_line(error)}"
+            self._refusals[x.shape] = (line, times + 1 if line == refusal else 1)
+            return line
+        self._refusals.pop(x.shape, None)
+        return outputs
+
+
+def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list[tuple[str, np.ndarray]]]) -> FormResult:
+    result = FormResult()
+    sessions = _Sessions(runtime, form, opset)
+    # A refusal of an op the runtime declares it lacks is a known difference, not a surprise.
+    lacks = _lacks(runtime, _form_model(form, 1, opset))
+    for part, inputs in parts.items():
+        for name, x in inputs:
+            expected = dynamic_quantize_linear(x, POLICY)
+            actual = sessions.run(x)
+            result.counts[part][1] += 1
+            if isinstance(actual, str):
+                result.failure = result.failure or actual
+                detail = actual
+            else:
+                difference = compare_site(actual, expected)
+                if difference is None:
+                    result.counts[part][0] += 1
+                    continue
+                detail = difference.detail
+            reasons = [lacks] if isinstance(actual, str) and lacks else runtime.differences(x, form, POLICY)
+            for reason in reasons:
+                result.known[reason] += 1
+            if not reasons:
+                # A refusal is one difference whatever the input; wrong bits are told apart by input class.
+                key = actual if isinstance(actual, str) else ", ".join(sorted(runtimes.input_classes(x, POLICY)))
+                result.unknown.setdefault(key or "no class", []).append(f"{name}: {_line(detail)}")
+    return result
+
+
+def _op_types(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    return {(n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(ir.serde.deserialize_model(model).graph)}
+
+
+def _lacks(runtime: Runtime, model: onnx.ModelProto) -> str:
+    """What of ``model`` the runtime declares it lacks, in one line; empty when nothing."""
+    opset = op.ai_onnx_opset({o.domain: o.version for o in model.opset_import}) or op.MAX_OPSET
+    lacks = runtimes.lacking(runtime.name, _op_types(model), opset)
+    if not lacks:
+        return ""
+    return (f"lacks {', '.join(f'{lack.op_type}-{lack.since_version}' for lack in lacks)} "
+            f"(measured on {lacks[0].measured}: {lacks[0].reason})")
+
+
+def _blocking(runtime: Runtime, model: onnx.ModelProto, error: str) -> str:
+    """The ops of ``model`` that ``runtime`` is known to lack, else those its ``error`` names."""
+    lacks = _lacks(runtime, model)
+    if lacks:
+        return lacks
+    named = sorted({op_type for _, op_type in _op_types(model) if re.search(rf"\b{op_type}\b", error)})
+    return (f"blocked by {', '.join(named)}: " if named else "") + error
+
+
+def _with_site_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """``model`` with the outputs of its main graph's DQL sites as graph outputs too, and their count."""
+    model = copy.deepcopy(model)
+    outputs = {o.name for o in model.graph.output}
+    sites = [n for n in model.graph.node if n.op_type == op.NAME and n.domain in op.DOMAINS]
+    for node in sites:
+        for name, data_type in zip(node.output, op.OUTPUT_TYPES):
+            if name and name not in outputs:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, int(data_type), None))
+                outputs.add(name)
+    return model, len(sites)
+
+
+def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> ModelResult:
+    """Expanded for ``runtime``'s target, does ``original`` load and run there, with ORT's bits?
+
+    The DQL sites' outputs are graph outputs on both sides, so a difference is placed: at the
+    sites, or only in the float ops after them.
+    """
+    original, site_count = _with_site_outputs(original)
+    feeds = models.random_feeds(original, np.random.default_rng(0), size=2)
+    expected = runtimes.get("onnxruntime").load(original).run(feeds)
+    expanded = dql_pass.expand(original, variant=runtime.target, runtime=None)
+    try:
+        actual = runtime.load(expanded).run(feeds)
+    except Exception as error:  # noqa: BLE001 - a refusal is the row's content
+        return ModelResult(name, False, "-", "-", _blocking(runtime, expanded, _line(error)))
+    names = [o.name for o in original.graph.output]
+    differences = [bit_difference(n, a, e, any_nan=True) for n, a, e in zip(names, actual, expected)]
+    first = len(differences) - 3 * site_count
+    model_difference = next((d.text for d in differences[:first] if d is not None), None)
+    sites = sum(all(d is None for d in differences[first + 3 * i:first + 3 * i + 3]) for i in range(site_count))
+    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "")
+
+
+def _sample_models(transformer: Path) -> dict[str, onnx.ModelProto]:
+    found = {name: harness.REPO / "models" / name for name in SAMPLE_MODELS}
+    found = {name: path for name, path in found.items() if path.is_file()}
+    return {**{name: onnx.load(path) for name, path in found.items()}, "quantized transformer": onnx.load(transformer)}
+
+
+def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResult:
+    """Everything RUNTIMES.md says of runtime ``name``."""
+    began = time.perf_counter()
+    runtime = runtimes.get(name)
+    result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.target)
+    if not runtime.installed():
+        try:
+            importlib.import_module(runtime.module)
+        except Exception as error:  # noqa: BLE001 - the import error is what the report gives
+            result.import_error = _line(error)
+        return result
+    parts = _parts(config.independent)
+    # Older opsets only where a form compiles fast: on compilers each shape of the catalogue costs a build.
+    for opset in config.opsets if name not in COMPILERS else config.opsets[:1]:
+        for form in (NATIVE, *op.VARIANTS):
+            # The independent inputs at the newest opset only: the older one checks the catalogue.
+            count = 0 if opset != config.opsets[0] else (
+                config.independent if form == runtime.target or name not in COMPILERS else config.independent_on_compilers)
+            logger.info("%s: %s at opset %d", name, form, opset)
+            result.forms[(form, opset)] = _measure_form(runtime, form, opset, {**parts, "independent": parts["independent"][:count]})
+    for model_name, model in _sample_models(transformer).items():
+        logger.info("%s: %s", name, model_name)
+        result.models.append(_check_model(runtime, model_name, model))
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _child(name: str, config: Config, transformer: Path, send) -> None:
+    logging.basicConfig(format="%(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    try:
+        send.send(measure_runtime(name, config, transformer))
+    except Exception as error:  # noqa: BLE001 - reported in the runtime's row
+        send.send(_line(error))
+
+
+def _in_processes(names: Sequence[str], config: Config, transformer: Path, parallel: int) -> dict[str, RuntimeResult]:
+    """Each runtime measured in its own process, ``parallel`` at a time."""
+    context = multiprocessing.get_context("spawn")
+    # The compilers take longest: they start first, the others share the remaining processes.
+    waiting, running, results = sorted(names, key=lambda n: n not in COMPILERS), {}, {}
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            name = waiting.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_child, args=(name, config, transformer, send), daemon=True)
+            process.start()
+            running[name] = (process, receive, time.perf_counter())
+        for name, (process, receive, began) in list(running.items()):
+            error = None
+            if receive.poll():
+                answer = receive.recv()
+                process.join()
+                if isinstance(answer, RuntimeResult):
+                    results[name] = answer
+                    del running[name]
+                    continue
+                error = f"the measurement raised {answer}"
+            elif not process.is_alive():
+                error = f"the process died (exit code {process.exitcode})"
+            elif time.perf_counter() - began > config.timeout:
+                process.kill()
+                process.join()
+                error = f"stopped after {config.timeout:.0f} s"
+            if error is not None:
+                runtime = runtimes.get(name)
+                results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.target, error=error)
+                del running[name]
+        time.sleep(0.2)
+    return {name: results[name] for name in names}
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+def _cell(passed: int, total: int) -> str:
+    if not total:
+        return "-"
+    return f"{passed}/{total}" if passed == total else f"**{passed}/{total}**"
+
+
+def _forms(result: RuntimeResult) -> list[tuple[str, str]]:
+    """(label, form) of each column: native, each variant, and --target (its variant)."""
+    return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.target})", result.target)]
+
+
+def _version(result: RuntimeResult) -> str:
+    if result.version is None or result.import_error:
+        install = f"`pip install 'dql_pass[{result.extra}]'`" if result.extra else "reinstall dql_pass"
+        why = f" ({result.import_error})" if result.import_error else ""
+        return f"not installed{why}; {install}"
+    return result.version
+
+
+def _summary(results: Sequence[RuntimeResult], opset: int) -> list[str]:
+    headers = ["runtime", "version", NATIVE, *op.VARIANTS, f"{TARGET} (its variant)"]
+    rows = []
+    # A runtime not measured at this opset (a compiler at an older one) has no row; one not measured at all has.
+    for result in (r for r in results if not r.forms or (NATIVE, opset) in r.forms):
+        cells = []
+        for label, form in _forms(result):
+            form_result = result.forms.get((form, opset))
+            cell = _cell(form_result.passed, form_result.total) if form_result else "-"
+            cells.append(f"{cell} ({form})" if label.startswith(TARGET) else cell)
+        rows.append([f"`{result.name}`", _version(result) if not result.error else f"{_version(result)}: {result.error}",
+                     *cells])
+    return harness.table(headers, rows)
+
+
+def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
+    lines = [f"### {result.name}", ""]
+    if result.error or not result.forms:
+        lines += [f"Not measured: {result.error or _version(result)}.", ""]
+        return lines
+    lines += [f"Version {result.version}; target variant `{result.target}`; measured in {result.seconds:.0f} s.", ""]
+    rows = []
+    for opset in opsets:
+        for label, form in _forms(result):
+            form_result = result.forms.get((form, opset))
+            if form_result is None:
+                continue
+            rows.append([str(opset), label, *[_cell(*form_result.counts[p]) for p in PARTS],
+                         _cell(form_result.passed, form_result.total), form_result.failure or ""])
+    lines += harness.table(["opset", "form", *PARTS, "all", "first refusal"], rows) + [""]
+    differing = []
+    for opset in opsets:
+        for form in (NATIVE, *op.VARIANTS):
+            form_result = result.forms.get((form, opset))
+            if form_result is None:
+                continue
+            for reason, count in form_result.known.most_common():
+                differing.append(f"- opset {opset}, {form}: {count} inputs, known: {reason}")
+            for classes, examples in form_result.unknown.items():
+                what = classes if classes.startswith("does not") else f"classes: {classes}"
+                differing.append(f"- opset {opset}, {form}: **UNKNOWN difference** on {len(examples)} inputs "
+                                 f"({what}), e.g. {examples[0]}")
+    lines += (["Inputs that still differ, and why:", "", *differing, ""] if differing
+              else ["Every input is bit-exact in every form.", ""])
+    rows = [[m.model, "yes" if m.runs else "**no**", m.sites, m.same_as_ort if m.same_as_ort in ("yes", "-")
+             else f"**no**: {m.same_as_ort}", m.detail] for m in result.models]
+    lines += [f"Models expanded with `--target {result.name}` (variant `{result.target}`):", "",
+              *harness.table(["model", "loads and runs", "DQL sites with ORT's bits", "outputs with ORT's bits",
+                              "what blocks"], rows), ""]
+    return lines
+
+
+def unknown_count(results: Sequence[RuntimeResult]) -> int:
+    return sum(len(examples) for r in results for f in r.forms.values() for examples in f.unknown.values())
+
+
+def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds: float) -> str:
+    missing = [r.name for r in results if r.version is None or r.import_error]
+    failed = [r.name for r in results if r.error]
+    unknown = unknown_count(results)
+    lines = [
+        "# Runtimes",
+        "",
+        f"Written by `python -m tools.runtimes{' --quick' if mode == 'quick' else ''}` on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} in {seconds:.0f} s; regenerate it with "
+        "the same command, do not edit it by hand."
+        + (" **This is a `--quick` smoke run: few inputs, one opset, a small transformer.**" if mode == "quick" else ""),
+        "",
+        "Each cell is inputs passed / inputs run, bit for bit on all three outputs (y, y_scale, y_zero_point) "
+        "against the NumPy reference, zero-range policy `onnxruntime`. *native* is the DynamicQuantizeLinear node "
+        "itself; the variants are `dql_pass.expand(model, variant=...)` of it; *--target* is the variant "
+        "`dql-pass expand --target NAME` picks for the runtime. The inputs: the finite, ±inf and empty parts of "
+        "`dql_pass.catalogue.cases()`, and inputs built by `tools.runtimes.independent_inputs` apart from the "
+        f"catalogue (seeded: random values at scales 1e-30 to 1e30, exact ties of x/scale and their neighbours, "
+        f"symmetric [-t, t] ranges, subnormal and underflowing scales; shapes {', '.join(map(str, SHAPES))}; "
+        f"{config.independent} of them, the first {config.independent_on_compilers} for the forms other than the "
+        f"target on the compilers {', '.join(COMPILERS)}), "
+        f"at opset {config.opsets[0]}" + (f"; opset {', '.join(map(str, config.opsets[1:]))} runs the catalogue only, "
+                                          "and not on the compilers" if len(config.opsets) > 1 else "") + ".",
+        "",
+        f"Models: the samples in `models/` and a `quantize_dynamic` transformer ({config.transformer.layers} "
+        f"layers, hidden {config.transformer.hidden}, sequence {config.transformer.seq}; `tools.models`), "
+        "expanded with the runtime's target variant and run on it with seeded random inputs; ORT runs the "
+        "original. The outputs of every DQL site of the main graph are made graph outputs on both sides, so a "
+        "difference shows where it starts: at the sites, or only in the float ops after them (MatMul, "
+        "LayerNormalization, Erf, which runtimes round differently).",
+        "",
+        "## Machine and versions",
+        "",
+        *harness.table(["item", "value"], [
+            ["CPU model", harness.cpu_model()],
+            ["OS", platform.platform()],
+            ["python", platform.python_version()],
+            *[[d, harness.version(d)] for d in ("onnx", "onnxruntime", "numpy")],
+            ["dql_pass commit", harness.git_commit()],
+        ]),
+        "",
+        "## Summary",
+        "",
+        f"Runtimes not installable here: {', '.join(missing) or 'none'}."
+        + (f" Runtimes whose measurement failed: {', '.join(failed)}." if failed else ""),
+        "",
+        f"**{unknown} inputs differ for no known reason (UNKNOWN below).**" if unknown
+        else "Every input that differs is explained by a known difference of its runtime.",
+        "",
+    ]
+    for opset in config.opsets:
+        lines += [f"All inputs, opset {opset}:", "", *_summary(results, opset), ""]
+    lines += ["## Per runtime", ""]
+    for result in results:
+        lines += _details(result, config.opsets)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run(mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2) -> list[RuntimeResult]:
+    config = CONFIGS[mode]
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="runtimes.") as scratch:
+        logger.info("quantizing the transformer")
+        transformer = models.quantize(models.minilm_model(config.transformer), Path(scratch), "transformer.onnx")
+        results = list(_in_processes(list(names or runtimes.RUNTIMES), config, transformer, parallel).values())
+    text = render(results, mode, config, time.perf_counter() - began)
+    out.write_text(text)
+    logger.info("wrote %s", out)
+    if unknown_count(results):
+        logger.warning("%d inputs differ for no known reason: see UNKNOWN in %s", unknown_count(results), out)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few inputs, one opset, a small transformer")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "RUNTIMES.md", help="the report to write")
+    parser.add_argument("--runtime", action="append", choices=list(runtimes.RUNTIMES),
+                        help="measure only this runtime (repeatable; default: all)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    results = run("quick" if args.quick else "full", args.out, args.runtime, parallel=min(2, os.cpu_count() or 1))
+    return 1 if unknown_count(results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
