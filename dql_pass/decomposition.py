@@ -2,16 +2,20 @@
 
 The bodies come from the onnxscript functions of :mod:`dql_pass.onnxscript_bodies`, the single
 source of the decomposition; the pass, the function mode, the fusion rules and the conformance
-suites all stamp what this module gives. Two variants exist:
+suites all stamp what this module gives. Four variants exist:
 
 - ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
   QuantizeLinear; as cheap as ONNX's own function body.
 - ``arithmetic``: no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack
   QuantizeLinear too.
+- ``float64``: arithmetic with its three divisions in float64, each quotient cast back once, and
+  reductions that never see an empty tensor: exact where float32 Div goes through a reciprocal.
+- ``residual``: float32 only, each quotient corrected by an exact remainder: exact where float32
+  Div goes through a reciprocal and float64 runs as float32 (OpenVINO); some 100 nodes.
 
 :func:`variant` gives each one's record (summary, node count, longest path), read off its body.
 
-Both carry the guards that ``docs/SEMANTICS.md`` asks for, on scalars only:
+All carry the guards that ``docs/SEMANTICS.md`` asks for, on scalars only:
 
 - a zero range (all ±0, or empty) gets the policy's scale, never 0/0;
 - a NaN zero point (0/0 when the scale underflows, inf/inf when x holds -inf) saturates to 255,

@@ -122,6 +122,8 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
       subnormals to zero compute another range, scale or quotient);
     - ``reciprocal``: dividing through a float32 reciprocal instead changes an output;
     - ``infinite``: x holds +inf or -inf;
+    - ``tiny scale``: the scale is below 2^-120, where remainders of the scale fall out of the
+      normal range;
     - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
       that round ties away from zero, or add the zero point before rounding, differ there).
     """
@@ -141,6 +143,8 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
                 value_range = np.float32(max(np.float32(0), x.max()) - min(np.float32(0), x.min()))
                 if _subnormal(x) or _subnormal(value_range) or _subnormal(scale):
                     classes.add("subnormal")
+            if 0 < scale < 2.0**-120:
+                classes.add("tiny scale")
             if _reciprocal_changes(x.ravel(), scale):
                 classes.add("reciprocal")
             if x.size and _near_tie(x.ravel(), scale, zero_point):

@@ -45,6 +45,9 @@ class OpenVino(Runtime):
         KnownDifference(("float64",), "reciprocal",
                         "measured: OpenVINO's CPU plugin computes float64 as float32, so the float64 divisions "
                         "go through a float32 reciprocal too"),
+        KnownDifference(("residual",), "tiny scale",
+                        "measured: with a scale near 1.5e-38 the residual variant's remainders fall out of the "
+                        "normal float32 range, where OpenVINO loses their low bits (1 of 1,256 inputs)"),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
