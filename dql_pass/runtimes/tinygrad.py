@@ -24,6 +24,10 @@ from dql_pass.runtimes.base import (
 )
 
 
+_REWRITES = ("measured: tinygrad rewrites float algebra before it runs ((v + e) - v becomes e), which undoes the "
+             "residual variant's exact remainders")
+
+
 class Tinygrad(Runtime):
     name = "tinygrad"
     module = "tinygrad"
@@ -45,12 +49,7 @@ class Tinygrad(Runtime):
                         "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even"),
         KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
                         "measured: tinygrad divides by a constant (range / 255) through its reciprocal"),
-        KnownDifference(("residual",), "reciprocal",
-                        "measured: tinygrad rewrites float algebra before it runs ((v + e) - v becomes e), which "
-                        "undoes the residual variant's exact remainders"),
-        KnownDifference(("residual",), "near tie",
-                        "measured: tinygrad rewrites float algebra before it runs ((v + e) - v becomes e), which "
-                        "undoes the residual variant's exact remainders"),
+        *(KnownDifference(("residual",), inputs, _REWRITES) for inputs in ("reciprocal", "near tie")),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
