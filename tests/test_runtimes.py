@@ -256,6 +256,7 @@ def test_iree_target_is_exact_on_static_shapes():
 
 @pytest.mark.parametrize("name", ["onnx2torch", "onnx2pytorch"])
 def test_torch_converters_run_empty_and_rank_0_inputs_through_float64(name):
+    installed(name)
     import torch
 
     threads = torch.get_num_threads()
