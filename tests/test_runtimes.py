@@ -115,6 +115,16 @@ def test_every_known_difference_of_the_target_is_seen(name):
     assert [d.reason for d in stated if d.reason not in seen] == []
 
 
+@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("shape", [(0,), (2, 0), (3,), ()])
+def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
+    """Suites declare each input's shape as it is, 0 included (OpenVINO failed to read [0])."""
+    runtime = installed(name)
+    x = np.asarray(np.arange(np.prod(shape), dtype=_F).reshape(shape) - _F(1.5))
+    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.target)), variant=runtime.target, runtime=None)
+    assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
+
+
 def _runnable_model(name: str) -> onnx.ModelProto:
     """The MLP sample, or the one-node DQL model where the runtime lacks one of the MLP's other ops."""
     model = sample("mlp_dynamic")

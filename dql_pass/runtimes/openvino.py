@@ -10,8 +10,11 @@ from __future__ import annotations
 
 __all__ = ["OpenVino"]
 
+import os
+
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from dql_pass.runtimes.base import (
     KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
@@ -56,8 +59,16 @@ class OpenVino(Runtime):
         config = {"INFERENCE_PRECISION_HINT": "f32"}
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads
-        with as_file(model) as path:
+        # A copy of our own, even of a file: its inputs' fixed dimensions are about to go.
+        with as_file(ir.load(model) if isinstance(model, (str, os.PathLike)) else model) as path:
             proto = onnx.load(path, load_external_data=False)
+            # The plugin fails to read a model whose input has a fixed dimension of 0 (an IndexError
+            # out of its frontend); symbolic ones read, and each compile below fixes them again.
+            for value in proto.graph.input:
+                for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+                    if dim.HasField("dim_value"):
+                        dim.dim_param = f"{value.name}_{axis}"
+            onnx.save(proto, path)
             with failures_of():
                 core = openvino.Core()
                 read = core.read_model(path)
