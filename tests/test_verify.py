@@ -922,3 +922,16 @@ def test_a_bug_of_ours_is_a_traceback_not_bad_input(mlp, monkeypatch):
     monkeypatch.setattr(run, "_exposed", broken)
     with pytest.raises(KeyError):
         verify(mlp, mlp, samples=0)
+
+
+def test_a_site_model_imports_only_the_domains_it_uses():
+    """control_flow.onnx imports the model-local domain 'local' for its function; the main-graph
+    site does not call it, and tinygrad refuses a model that imports a domain it does not know."""
+    from dql_pass.verify.extract import Scopes, extract, original_sites
+
+    rewritten = dql_pass.expand(ir.load(MODELS / "control_flow.onnx"), variant="float64")
+    imports = {}
+    for site in original_sites(ir.load(MODELS / "control_flow.onnx")):
+        graph, read = Scopes(rewritten).read(site)
+        imports[site.graph] = set(extract(rewritten, graph, site, read[0]).opset_imports)  # ai.onnx only
+    assert len(imports) == 7 and set(map(frozenset, imports.values())) == {frozenset({""})}

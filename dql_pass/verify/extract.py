@@ -309,6 +309,16 @@ class Scopes:
         return node.inputs[use.index]
 
 
+def _nodes_within(nodes: Sequence[ir.Node], functions: Sequence[ir.Function]) -> list[ir.Node]:
+    """``nodes``, the nodes of their subgraphs at any depth, and the nodes of ``functions``."""
+    found, stack = [], [*nodes, *(node for function in functions for node in function)]
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        stack += [inner for _, sub in subgraphs(node) for inner in sub]
+    return found
+
+
 def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value]) -> ir.Model:
     """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing ``outputs``, the
     values read for the site in ``graph`` of ``model``."""
@@ -322,7 +332,9 @@ def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.V
     opsets = {**graph.opset_imports, **model.opset_imports}
     for function in functions:
         opsets = {**function.opset_imports, **opsets}
-    view.opset_imports = opsets
+    # Only the domains the site uses: a runtime may refuse a model for an import it cannot parse.
+    used = {"", "ai.onnx"} | {node.domain for node in _nodes_within(nodes, functions)}
+    view.opset_imports = {domain: version for domain, version in opsets.items() if domain in used}
     body = view.clone()
     _canonical(body)
     return ir.Model(body, ir_version=model.ir_version, functions=functions)
