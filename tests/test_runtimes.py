@@ -125,6 +125,22 @@ def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
 
 
+@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+def test_an_initializer_listed_among_the_inputs_is_not_fed(name):
+    """Models below IR version 4 list their initializers as graph inputs too."""
+    runtime = installed(name)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [3]) for v in ("x", "w")],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
+        [onnx.numpy_helper.from_array(np.ones(3, _F), "w")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=7)
+    session = runtime.load(model)
+    assert session.input_names == ["x"]
+    assert session.run({"x": np.arange(3, dtype=_F)})[0].tobytes() == np.arange(1, 4, dtype=_F).tobytes()
+
+
 def _runnable_model(name: str) -> onnx.ModelProto:
     """The MLP sample, or the one-node DQL model where the runtime lacks one of the MLP's other ops."""
     model = sample("mlp_dynamic")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "ShapeCachedSession", "as_file", "as_proto",
-    "compiled_per_rank", "conform", "failures_of", "input_classes", "output_types", "with_ranks",
+    "compiled_per_rank", "conform", "failures_of", "fed_inputs", "input_classes", "output_types", "with_ranks",
 ]
 
 import contextlib
@@ -256,11 +256,14 @@ def as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path |
 
 
 @contextlib.contextmanager
-def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> Iterator[Path]:
-    """A path to ``model``, for runtimes that read files: the path given, or a temporary copy."""
+def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: bool = False) -> Iterator[Path]:
+    """A path to ``model``, for runtimes that read files: the path given, or a temporary copy;
+    always a copy with ``private``, for an adapter that edits the file it hands its runtime."""
     if isinstance(model, (str, os.PathLike)):
-        yield Path(model)
-        return
+        if not private:
+            yield Path(model)
+            return
+        model = ir.load(model)
     with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
         path = Path(folder, "model.onnx")
         if isinstance(model, onnx.ModelProto):
@@ -314,6 +317,12 @@ class ShapeCachedSession(Session):
         return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
 
 
+def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a caller feeds: models below IR version 4 list their initializers too."""
+    weights = {tensor.name for tensor in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in weights]
+
+
 def output_types(model: onnx.ModelProto) -> list[np.dtype]:
     """The numpy types of the graph outputs of ``model``."""
     return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
@@ -324,7 +333,7 @@ def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto
     every input shape it admits; an input of unknown rank gets symbolic dimensions of the rank fed,
     one compile per rank. Any exception out of the compiler is its refusal (TVM's and IREE's C++
     errors arrive as builtin ValueError and others)."""
-    ranked = all(i.type.tensor_type.HasField("shape") for i in proto.graph.input)
+    ranked = all(i.type.tensor_type.HasField("shape") for i in fed_inputs(proto))
     by_ranks: dict[tuple[int, ...], Compiled] = {}
 
     def compiled(signature) -> Compiled:
@@ -337,7 +346,7 @@ def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto
         with failures_of():
             compiled(())
     return ShapeCachedSession(
-        [i.name for i in proto.graph.input], [o.name for o in proto.graph.output], output_types(proto), compiled,
+        [i.name for i in fed_inputs(proto)], [o.name for o in proto.graph.output], output_types(proto), compiled,
     )
 
 
@@ -349,7 +358,7 @@ def with_ranks(proto: onnx.ModelProto, ranks: tuple[int, ...]) -> onnx.ModelProt
     del fixed.graph.value_info[:]
     for value in fixed.graph.output:
         value.type.tensor_type.ClearField("shape")
-    for value, rank in zip(fixed.graph.input, ranks):
+    for value, rank in zip(fed_inputs(fixed), ranks):
         shape = value.type.tensor_type.shape
         shape.SetInParent()  # rank 0 too is a known rank
         for axis in range(rank):

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 __all__ = ["OpenVino"]
 
-import os
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 
 from dql_pass.runtimes.base import (
-    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
+    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, fed_inputs, output_types,
 )
 
 
@@ -60,7 +58,7 @@ class OpenVino(Runtime):
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads
         # A copy of our own, even of a file: its inputs' fixed dimensions are about to go.
-        with as_file(ir.load(model) if isinstance(model, (str, os.PathLike)) else model) as path:
+        with as_file(model, private=True) as path:
             proto = onnx.load(path, load_external_data=False)
             # The plugin fails to read a model whose input has a fixed dimension of 0 (an IndexError
             # out of its frontend); symbolic ones read, and each compile below fixes them again.
@@ -86,7 +84,6 @@ class OpenVino(Runtime):
             return run
 
         # Names from the file, outputs by position: the plugin keeps one of a port's names, not always the graph's.
-        weights = {tensor.name for tensor in proto.graph.initializer}
-        inputs = [value.name for value in proto.graph.input if value.name not in weights]
+        inputs = [value.name for value in fed_inputs(proto)]
         # The plugin raises plain RuntimeErrors, and only the plugin runs in ``compile``.
         return ShapeCachedSession(inputs, [value.name for value in proto.graph.output], output_types(proto), compile)

@@ -16,7 +16,9 @@ from dql_pass.runtimes.base import KnownDifference, Runtime, Session, as_proto, 
 
 class _ReferenceSession(Session):
     def __init__(self, evaluator) -> None:
-        super().__init__(evaluator.input_names, evaluator.output_names)
+        # Models below IR version 4 list their initializers among the inputs: those are not fed.
+        weights = {tensor.name for tensor in evaluator.inits_}
+        super().__init__([name for name in evaluator.input_names if name not in weights], evaluator.output_names)
         self._evaluator = evaluator
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:

@@ -13,11 +13,9 @@ __all__ = ["Tinygrad"]
 
 import contextlib
 import itertools
-import os
 import weakref
 
 import onnx
-import onnx_ir as ir
 
 from dql_pass.runtimes.base import (
     KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
@@ -62,7 +60,7 @@ class Tinygrad(Runtime):
             from tinygrad.nn.onnx import OnnxRunner
         with contextlib.ExitStack() as files:
             # A copy of our own, even of a file: the per-shape copies go beside it.
-            path = files.enter_context(as_file(ir.load(model) if isinstance(model, (str, os.PathLike)) else model))
+            path = files.enter_context(as_file(model, private=True))
             proto = onnx.load(path, load_external_data=False)
             # tinygrad raises plain Python errors (ValueError, AssertionError...), and only tinygrad runs here.
             with failures_of(), Context(**settings):

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from dql_pass.runtimes.base import (
-    KnownDifference, Lack, Runtime, Session, as_proto, conform, failures_of, output_types,
+    KnownDifference, Lack, Runtime, Session, as_proto, conform, failures_of, fed_inputs, output_types,
 )
 
 _EMPTY_REDUCTION = ("measured: PyTorch's min/max raise on an empty tensor (\"Expected reduction dim to be specified "
@@ -32,7 +32,7 @@ _EMPTY_REDUCTION = ("measured: PyTorch's min/max raise on an empty tensor (\"Exp
 
 class _TorchSession(Session):
     def __init__(self, module, proto: onnx.ModelProto, threads: int) -> None:
-        super().__init__([i.name for i in proto.graph.input], [o.name for o in proto.graph.output])
+        super().__init__([i.name for i in fed_inputs(proto)], [o.name for o in proto.graph.output])
         self._module = module
         self._types = output_types(proto)
         self._threads = threads

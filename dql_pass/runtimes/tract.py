@@ -10,16 +10,14 @@ from __future__ import annotations
 __all__ = ["Tract"]
 
 import contextlib
-import os
 import weakref
 from collections.abc import Iterator
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 
 from dql_pass.runtimes.base import (
-    KnownDifference, Lack, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
+    KnownDifference, Lack, Runtime, Session, ShapeCachedSession, as_file, failures_of, fed_inputs, output_types,
 )
 
 
@@ -71,7 +69,7 @@ class Tract(Runtime):
 
         with contextlib.ExitStack() as files:
             # A copy of our own, even of a file: its shapes are about to go.
-            path = str(files.enter_context(as_file(ir.load(model) if isinstance(model, (str, os.PathLike)) else model)))
+            path = str(files.enter_context(as_file(model, private=True)))
             proto = onnx.load(path, load_external_data=False)
             # tract fails to unify the symbolic dims of value_info and graph outputs ("batch") with the
             # input facts set per run (2): without them it infers every shape from the facts.
@@ -81,8 +79,7 @@ class Tract(Runtime):
             onnx.save(proto, path)
             with failures_of("tract"), _without_backtrace():
                 tract.onnx().load(path)  # a model tract cannot read fails here, not at its first run
-            weights = {tensor.name for tensor in proto.graph.initializer}
-            inputs = [value.name for value in proto.graph.input if value.name not in weights]
+            inputs = [value.name for value in fed_inputs(proto)]
             kept = files.pop_all()  # open as long as the session, below
 
         def compile(signature):
