@@ -360,7 +360,8 @@ def check_model(
     rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, OUTPUT_TYPES)}
     elsewhere = runtime is not _ORT
     if elsewhere:  # the sites' inputs as the runtime computes them, where REWRITTEN still has them
-        rewritten_names.update((name, dtype) for name, dtype in original_names.items() if name in values_by_name(rewritten.graph))
+        present = values_by_name(rewritten.graph)
+        rewritten_names.update((name, dtype) for name, dtype in original_names.items() if name in present)
     sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
     try:
         actual_runs = _run_all(rewritten, rewritten_names, sets, runtime)
