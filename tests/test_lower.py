@@ -493,3 +493,21 @@ def test_lowered_models_run_bit_exact_on_other_runtimes(quantized, name, model_n
     before, after = ORT.load(original, threads=1, optimize="basic"), runtime.load(lowered, threads=1, optimize="basic")
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
+
+
+def test_a_lowered_value_that_keeps_the_name_but_is_not_read_is_not_what_gets_checked():
+    """A review's decoy: the correct lowered MatMul stays under the old name, unread, while the
+    Cast that reads it in ORIGINAL reads a copy plus 1. The site checks what the Cast reads."""
+    original = sample("mlp_dynamic")
+    lowered, _ = dql_pass.lower(original)
+    model = ir.from_proto(lowered)
+    matmul = next(n for n in original.graph.node if n.op_type == "MatMulInteger").output[0]
+    value = next(v for n in model.graph for v in n.outputs if v.name == matmul)
+    [reader] = [use.node for use in value.uses()]
+    one = ir.node("Constant", [], attributes={"value": ir.tensor(np.array(1, np.int32))})
+    decoy = ir.node("Add", [value, one.outputs[0]])
+    model.graph.insert_before(reader, [one, decoy])
+    reader.replace_input_with(0, decoy.outputs[0])
+    report = dql_pass.verify(original, ir.to_proto(model), samples=0)
+    assert report.verdict == "FAIL"
+    assert any(s.mismatches for s in report.sites if s.name.startswith("MatMulInteger")), report.format()

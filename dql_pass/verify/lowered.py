@@ -59,6 +59,8 @@ class LoweredSite:
     shapes: tuple[tuple[int, ...] | None, ...]
     attributes: dict[str, object]
     live: bool
+    # ORIGINAL's nodes in the same graph that read the output: (op type, their output names, input index).
+    readers: tuple[tuple[str, tuple[str, ...], int], ...] = ()
 
 
 class _Unsynthesizable(Exception):
@@ -95,6 +97,8 @@ def lowered_sites(original: ir.Model) -> list[LoweredSite]:
                 tuple(None if v is None else _static(v) for v in inputs),
                 {name: attr.value for name, attr in node.attributes.items()},
                 node in live,
+                tuple((use.node.op_type, tuple(v.name for v in use.node.outputs), use.idx)
+                      for use in node.outputs[0].uses() if use.node.graph is graph),
             ))
     return sites
 
@@ -104,6 +108,21 @@ def _fed(site: LoweredSite) -> list[int]:
     return [i for i, (name, array) in enumerate(zip(site.inputs, site.constants)) if name is not None and array is None]
 
 
+def _read(values: dict[str, ir.Value], site: LoweredSite) -> ir.Value:
+    """The value REWRITTEN's readers of the site read: where ORIGINAL's reader is still there (same
+    type and output names), what it reads in the site's place, else the value of the site's name.
+    A value that only keeps the name, read by nothing that matters, is not what gets checked."""
+    read = {
+        node.inputs[index]
+        for op_type, outputs, index in site.readers
+        if (node := values[outputs[0]].producer() if outputs and outputs[0] in values else None) is not None
+        and node.op_type == op_type and tuple(v.name for v in node.outputs) == outputs and index < len(node.inputs)
+    }
+    if len(read) > 1:
+        raise NotReachable("REWRITTEN's readers of its output read different values")
+    return read.pop() if read and None not in read else values[site.output]
+
+
 def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model | None:
     """REWRITTEN's computation of the site's output from its non-constant inputs, as a model whose
     inputs are those in order; None when REWRITTEN still runs the op itself."""
@@ -111,7 +130,7 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
     if graph is None:
         raise NotReachable(f"no graph of REWRITTEN{' that its outputs depend on' if site.live else ''} "
                            f"holds {site.output!r}")
-    output = scopes.values[graph][site.output]
+    output = _read(scopes.values[graph], site)
     producer = output.producer()
     if producer is not None and producer.op_type == site.op_type and producer.domain in DOMAINS:
         return None
