@@ -16,7 +16,8 @@ The integer ops follow their ONNX pages, as ORT's CPU kernels compute them:
   ORT PR #12088; this is the exact result.)
 - ConvInteger: the convolution of ``x - x_zp`` (padding adds zeros after the shift, as ORT pads
   with ``x_zp``) with ``w - w_zp``, ``w_zp`` per tensor or per output channel.
-- QuantizeLinear: ``saturate(round_half_even(x / scale) + zp)``, a float32 division.
+- QuantizeLinear: ``saturate(round_half_even(x / scale) + zp)``, a float32 division; NaN gives the
+  type's minimum, as ORT's kernel does on x86.
 - DequantizeLinear: ``float32(x - zp) * scale``.
 
 Per-axis scales and zero points lie along ``axis``.
@@ -122,7 +123,7 @@ def quantize_linear(
     info = np.iinfo(dtype)
     with np.errstate(all="ignore"):
         q = np.round(x / per_axis(scale, x.ndim, axis).astype(np.float32)) + per_axis(zero_point, x.ndim, axis).astype(np.float32)
-        return np.clip(np.nan_to_num(q, nan=0.0), info.min, info.max).astype(dtype)
+        return np.clip(np.nan_to_num(q, nan=info.min), info.min, info.max).astype(dtype)
 
 
 def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1) -> np.ndarray:

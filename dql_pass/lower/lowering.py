@@ -114,7 +114,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                     report.left_alone.append(LeftAloneNode(label, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
                     continue
                 store = stores.setdefault(id(root), SharedConstants(root, names))
-                constant = lambda role, array, store=store: store.get(role, ir.tensor(np.ascontiguousarray(array)))  # noqa: E731
+                constant = lambda role, array, store=store: store.get(role, ir.tensor(np.asarray(array, order="C")))  # noqa: E731
                 try:
                     lowering = lower_node(node, Builder(names.prefix(where), constant, self.variant))
                 except LeftAlone as reason:

@@ -4,22 +4,31 @@ Rules, one per op (ai.onnx domain; each keeps its output name):
 
 - MatMulInteger(A, B, a_zp, b_zp): ``Cast(MatMul(Cast(A) - a_zp, B - b_zp), int32)``. Constant
   ``B - b_zp`` is computed once, as a float32 constant; other weights are cast and shifted at run
-  time. A reduction whose bound exceeds 2^24 (:mod:`dql_pass.lower.proof`) is cut along K into
-  Slices whose products are cast to int32 and added. A per-row ``a_zp`` is left alone.
+  time. A reduction whose bound exceeds 2^24 (:mod:`dql_pass.lower.proof`) is cut along K (a 1-D
+  B's only axis) into Slices whose products are cast to int32 and added. A per-row ``a_zp`` is
+  left alone; ``b_zp`` lies per column, along B's last axis.
 - ConvInteger(X, W, x_zp, w_zp): the same with Conv and its attributes; ORT pads with ``x_zp``,
-  which is 0 once shifted, as Conv pads. The cut runs along the input channels, and only when
-  ``group`` is 1.
+  which is 0 once shifted, as Conv pads. ``w_zp`` lies per output channel, along W's axis 0. The
+  cut runs along the input channels, and only when ``group`` is 1.
+- A zero point that comes at run time is broadcast as it is: left alone where its shape says it
+  holds more than one value, unless that is per column of a B of rank 2 or more.
 - QuantizeLinear(X, scale, zp) with constant scale and zero point, float32 X, 8- or 16-bit output:
-  ``Cast(Clip(Round(Div(X, scale)) + zp, lo, hi))``, ORT's order: a division, rounding half to even
-  before the zero point is added. The division is the one the target's exact DQL variant uses
-  (:data:`DIVISIONS`): float32 where the runtime rounds it correctly; float64, cast back once, where
-  it divides through the reciprocal (the correctly rounded float32 quotient wherever rounding can
-  tell); a target whose variant divides otherwise gets QuantizeLinear left alone. Blocked
-  quantization (``block_size``) is left alone.
-- DequantizeLinear(X, scale, zp) with constant scale and zero point, 8- or 16-bit X, float32 scale:
-  ``(Cast(X) - zp) * scale``; the difference is exact in float32, as ORT's int32 one is.
+  ``Cast(Clip(Where(IsNaN(q), lo, q), lo, hi))`` with ``q = Round(Div(X, scale)) + zp``, ORT's
+  order: a division, rounding half to even before the zero point is added; NaN gives the type's
+  minimum, as ORT's kernel does (measured on x86). The division is the one the target's exact DQL
+  variant uses (:data:`DIVISIONS`): float32 where the runtime rounds it correctly; float64, cast
+  back once, where it divides through the reciprocal (the correctly rounded float32 quotient
+  wherever rounding can tell); a target whose variant divides otherwise gets QuantizeLinear left
+  alone. Blocked quantization (``block_size``) and a division in another ``precision`` than
+  float32 are left alone.
+- DequantizeLinear(X, scale, zp) with constant scale and zero point, 8- or 16-bit X, float32 scale
+  and output: ``Cast(Cast(X, int32) - zp, float32) * scale``, ORT's int32 difference; a float32
+  Sub would be exact too, but OpenVINO fuses it with the Mul into one fma (measured: 1 ulp off on
+  about half the values).
+- An attribute of QuantizeLinear or DequantizeLinear that lower does not know, or an output type
+  other than the lowering's, leaves the node alone.
 - Per-axis scales and zero points become constants shaped to broadcast along ``axis``, which needs
-  X's rank.
+  X's rank unless the axis counts from the end; every constant keeps its rank, so outputs do.
 - Whatever a rule cannot prove exact raises :class:`LeftAlone` with the reason.
 """
 
@@ -34,11 +43,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass import reference
 from dql_pass.lower.proof import Proof, plan, span
 from dql_pass.op import is_dql
 
-FLOAT, DOUBLE, INT32 = ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32
+FLOAT, DOUBLE, INT32, BOOL = ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.BOOL
 _PRODUCT_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8}
 _QUANTIZED_TYPES = {**_PRODUCT_TYPES, ir.DataType.UINT16: np.uint16, ir.DataType.INT16: np.int16}
 
@@ -116,13 +124,21 @@ def _operand(value: ir.Value, zero_point: ir.Value | None, role: str) -> tuple[i
     return dtype, points, span(_PRODUCT_TYPES[dtype], points, zero_point is None or points is not None)
 
 
-def _shifted(b: Builder, value: ir.Value, zero_point: ir.Value | None, points: np.ndarray | None) -> ir.Value:
-    """``Cast(value) - zero_point`` in float32, exact: both are small integers."""
+def _several(value: ir.Value) -> bool:
+    """Whether a zero point that comes at run time is known to hold more than one value. ORT's
+    kernels refuse that but for MatMulInteger's b_zp per column; of unknown shape, it is one."""
+    shape = value.shape
+    return shape is not None and (len(shape) > 1 or any(isinstance(d, int) and d != 1 for d in shape))
+
+
+def _shifted(b: Builder, value: ir.Value, zero_point: ir.Value | None, points: np.ndarray | None, along: list[int] | None) -> ir.Value:
+    """``Cast(value) - zero_point`` in float32, exact: both are small integers. A constant zero point
+    takes the shape ``along`` (:func:`_along`)."""
     cast = b.op("Cast", [value], FLOAT, to=FLOAT)
     if zero_point is None or (points is not None and not points.any()):
         return cast
     if points is not None:
-        shift = b.const("zero_point", points.astype(np.float32))
+        shift = b.const("zero_point", _shaped(points, along).astype(np.float32))
     else:
         shift = b.op("Cast", [zero_point], FLOAT, to=FLOAT)
     return b.op("Sub", [cast, shift], FLOAT)
@@ -156,39 +172,50 @@ class _Product:
 
     op: str  # the float op: MatMul or Conv
     names: tuple[str, str]  # the operands as the ONNX pages call them
-    axes: tuple[int, int]  # the reduction axis of the activation and of the weights
-    centre: Callable[[np.ndarray, np.ndarray | None], np.ndarray]  # weights minus their zero points
-    terms: Callable[[np.ndarray], np.ndarray]  # |centred weights| -> bound per [reduction, output], before span_a
-    worst: Callable[[ir.Node], tuple[int, int]]  # non-constant weights: reduction length, terms per element
+    axes: Callable[[int], tuple[int, int]]  # W's rank -> the reduction axis of the activation and of the weights
+    zero_point_axis: Callable[[int], int | None]  # W's rank -> the axis a zero point of several values lies along
+    terms: Callable[[np.ndarray, int], np.ndarray]  # |centred weights|, reduction axis -> bound per [reduction, output]
+    worst: Callable[[ir.Node, int], tuple[int, int]]  # non-constant weights: reduction length, terms per element
 
 
-def _matmul_worst(node: ir.Node) -> tuple[int, int]:
-    depth = _static_dim(node.inputs[1], -2) or _static_dim(node.inputs[0], -1)
+def _per_reduction(w: np.ndarray, axis: int) -> np.ndarray:
+    """``w`` as [reduction, everything else], sized explicitly: K or the rest may be 0."""
+    moved = np.moveaxis(w, axis, 0)
+    return moved.reshape(moved.shape[0], math.prod(moved.shape[1:]))
+
+
+def _matmul_worst(node: ir.Node, axis: int) -> tuple[int, int]:
+    depth = _static_dim(node.inputs[1], axis)
+    if depth is None:
+        depth = _static_dim(node.inputs[0], -1)
     if depth is None:
         raise LeftAlone("B is not constant and K is unknown, so no bound can be computed")
     return depth, 1
 
 
-def _conv_worst(node: ir.Node) -> tuple[int, int]:
-    shape, w_zp = node.inputs[1].shape, node.inputs[3] if len(node.inputs) > 3 else None
+def _conv_worst(node: ir.Node, axis: int) -> tuple[int, int]:
+    shape = node.inputs[1].shape
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise LeftAlone("W is not constant and its shape is unknown, so no bound can be computed")
+    w_zp = node.inputs[3] if len(node.inputs) > 3 else None
     if w_zp is not None and constant(w_zp) is None and (w_zp.shape is None or math.prod(w_zp.shape) != 1):
         raise LeftAlone("W is not constant and its zero point may be per channel")
-    return shape[1], math.prod(shape[2:])
+    return shape[axis], math.prod(shape[2:])
 
 
 _PRODUCTS = {
     "MatMulInteger": _Product(
-        "MatMul", ("A", "B"), (-1, -2),
-        lambda w, zp: w - (0 if zp is None else zp.astype(np.int64)),  # per column: along the last axis
-        lambda w: np.moveaxis(w, -2, 0).reshape(w.shape[-2], -1),
+        "MatMul", ("A", "B"),
+        lambda rank: (-1, -2 if rank >= 2 else -1),  # a 1-D B is all reduction
+        lambda rank: -1 if rank >= 2 else None,  # per column of B
+        _per_reduction,
         _matmul_worst,
     ),
     "ConvInteger": _Product(
-        "Conv", ("X", "W"), (1, 1),
-        lambda w, zp: w - reference.per_axis(zp, w.ndim, 0).astype(np.int64),  # per output channel
-        lambda w: w.reshape(*w.shape[:2], -1).sum(axis=2).T,  # a term per channel pair: its kernel window
+        "Conv", ("X", "W"),
+        lambda rank: (1, 1),
+        lambda rank: 0,  # per output channel
+        lambda w, axis: w.reshape(*w.shape[:2], math.prod(w.shape[2:])).sum(axis=2).T,  # a term per channel pair
         _conv_worst,
     ),
 }
@@ -199,54 +226,98 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     a, w, a_zp, w_zp = (list(node.inputs) + [None] * 4)[:4]
     _, a_points, a_span = _operand(a, a_zp, kind.names[0])
     w_dtype, w_points, w_span = _operand(w, w_zp, kind.names[1])
+    _output_is(node, INT32)
     if a_points is not None and a_points.size > 1:
         raise LeftAlone(f"{kind.names[0]} has more than one zero point (per row)")
     weights = constant(w)
+    rank = weights.ndim if weights is not None else None if w.shape is None else len(w.shape)
+    # Cast(zero point) broadcasts along the last axis: right for a per-column one, wrong for any other.
+    last = rank is not None and kind.zero_point_axis(rank) == -1
+    for name, zero_point, points, along_last in ((kind.names[0], a_zp, a_points, False), (kind.names[1], w_zp, w_points, last)):
+        if zero_point is not None and points is None and _several(zero_point) and not (along_last and len(zero_point.shape) == 1):
+            raise LeftAlone(f"{name}'s zero point comes at run time and may hold more than one value")
+    along = None
+    if w_points is not None and w_points.size > 1:
+        axis = None if rank is None else kind.zero_point_axis(rank)
+        if axis is None:
+            raise LeftAlone(f"{kind.names[1]}'s zero point has {w_points.size} values and {kind.names[1]} has "
+                            f"{'no known rank' if rank is None else f'rank {rank}'}")
+        along = _along((w_points,), axis, w if weights is None else weights, "zero point")
+    axes = kind.axes(2 if rank is None else rank)
     if weights is not None and (w_zp is None or w_points is not None):
-        centred = kind.centre(weights.astype(np.int64), w_points)
-        proof = plan(a_span * kind.terms(np.abs(centred)), "constant weights")
+        centred = weights.astype(np.int64) - (0 if w_points is None else _shaped(w_points, along).astype(np.int64))
+        proof = plan(a_span * kind.terms(np.abs(centred), axes[1]), "constant weights")
         part = lambda start, stop: b.const(  # noqa: E731
-            f"weight_{start}_{stop}", np.take(centred, range(start, stop), axis=kind.axes[1]).astype(np.float32))
+            f"weight_{start}_{stop}", np.take(centred, range(start, stop), axis=axes[1]).astype(np.float32))
     else:
-        depth, window = kind.worst(node)
+        depth, window = kind.worst(node, axes[1])
         proof = plan(np.full((depth, 1), a_span * w_span * window), f"worst case of {w_dtype.name.lower()} weights")
-        shifted_w = _shifted(b, w, w_zp, w_points)
+        if len(proof.chunks) > 1 and rank is None:
+            raise LeftAlone(f"the bound {proof.bound:,} exceeds 2^24 and {kind.names[1]}'s rank, along which it is cut, is unknown")
+        shifted_w = _shifted(b, w, w_zp, w_points, along)
         part = lambda start, stop: (  # noqa: E731
-            shifted_w if len(proof.chunks) == 1 else _slice(b, shifted_w, start, stop, kind.axes[1]))
+            shifted_w if len(proof.chunks) == 1 else _slice(b, shifted_w, start, stop, axes[1]))
     group = node.attributes["group"].as_int() if "group" in node.attributes else 1
     if len(proof.chunks) > 1 and group != 1:
         raise LeftAlone(f"the bound {proof.bound:,} exceeds 2^24 and a grouped convolution (group {group}) is not cut")
-    activation = _shifted(b, a, a_zp, a_points)
+    activation = _shifted(b, a, a_zp, a_points, None)
     product = lambda x, y: b.op(kind.op, [x, y], FLOAT, attributes=node.attributes.values())  # noqa: E731
-    return _reduce(b, proof, product, activation, part, kind.axes), proof
+    return _reduce(b, proof, product, activation, part, axes), proof
 
 
 def _static_dim(value: ir.Value, axis: int) -> int | None:
     shape = value.shape
-    if shape is None or not len(shape):
+    if shape is None or not -len(shape) <= axis < len(shape):
         return None
     dim = shape[axis]
     return dim if isinstance(dim, int) else None
 
 
-def _axis_shape(node: ir.Node, x: ir.Value, params: Sequence[np.ndarray | None]) -> list[int] | None:
-    """The shape per-axis parameters take to broadcast along ``axis`` of X; None for per-tensor ones."""
-    if all(p is None or p.size <= 1 for p in params):
+def _along(params: Sequence[np.ndarray | None], axis: int, value: ir.Value | np.ndarray, role: str) -> list[int] | None:
+    """The shape per-axis ``params`` take to broadcast along ``axis`` of ``value``, keeping its rank;
+    None when each is a single value."""
+    sizes = {p.size for p in params if p is not None and p.size > 1}
+    if not sizes:
         return None
-    axis = node.attributes["axis"].as_int() if "axis" in node.attributes else 1
-    if axis < 0:  # counted from the end: no rank needed
-        return [-1] + [1] * (-axis - 1)
-    if x.shape is None:
-        raise LeftAlone(f"per-axis scale or zero point on axis {axis} of an input of unknown rank")
-    return [-1] + [1] * (len(x.shape) - axis - 1)
+    if any(p.ndim > 1 for p in params if p is not None):
+        raise LeftAlone(f"its {role} has more than one dimension")
+    shape = value.shape
+    if shape is None:
+        if axis >= 0:
+            raise LeftAlone(f"per-axis {role} on axis {axis} of an input of unknown rank")
+        return [-1] + [1] * (-axis - 1)  # counted from the end: no rank needed
+    if not -len(shape) <= axis < len(shape):
+        raise LeftAlone(f"axis {axis} is outside an input of rank {len(shape)}")
+    dim = shape[axis]
+    if len(sizes) > 1 or (isinstance(dim, int) and dim not in sizes):
+        raise LeftAlone(f"its {role} has {' and '.join(map(str, sorted(sizes)))} values along axis {axis}, of size {dim}")
+    return [-1] + [1] * (len(shape) - axis % len(shape) - 1)
+
+
+# The attributes of QuantizeLinear and DequantizeLinear (opsets 10 to 25); lower checks each value
+# below and leaves a node with any other attribute alone.
+_ATTRIBUTES = {
+    "QuantizeLinear": {"axis", "block_size", "output_dtype", "precision", "saturate"},  # saturate: float8 only
+    "DequantizeLinear": {"axis", "block_size", "output_dtype"},
+}
+
+
+def _int_attribute(node: ir.Node, name: str, default: int = 0) -> int:
+    return node.attributes[name].as_int() if name in node.attributes else default
 
 
 def _quantization_params(node: ir.Node) -> tuple[np.ndarray, np.ndarray | None]:
-    if "block_size" in node.attributes and node.attributes["block_size"].as_int():
+    unknown = sorted(set(node.attributes) - _ATTRIBUTES[node.op_type])
+    if unknown:
+        raise LeftAlone(f"its attribute {', '.join(unknown)} is not one lower knows")
+    if _int_attribute(node, "block_size"):
         raise LeftAlone("blocked quantization (block_size) is not lowered")
     scale = constant(node.inputs[1])
     if scale is None or scale.dtype != np.float32:
         raise LeftAlone("its scale is not a float32 constant")
+    precision = _int_attribute(node, "precision")
+    if precision not in (0, FLOAT):  # 0: the scale's type, float32 here
+        raise LeftAlone(f"it divides in {ir.DataType(precision).name.lower()} (precision), which the lowering does not")
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
     points = constant(zero_point)
     if zero_point is not None and points is None:
@@ -254,12 +325,19 @@ def _quantization_params(node: ir.Node) -> tuple[np.ndarray, np.ndarray | None]:
     return scale, points
 
 
+def _output_is(node: ir.Node, dtype: ir.DataType) -> None:
+    """The lowering gives ``dtype``: a node whose output is declared otherwise is left alone."""
+    declared = node.outputs[0].dtype
+    if declared is not None and declared != dtype:
+        raise LeftAlone(f"its output is declared {declared.name.lower()}, the lowering gives {dtype.name.lower()}")
+
+
 def _shaped(array: np.ndarray, shape: list[int] | None) -> np.ndarray:
     return array.reshape(() if shape is None else shape)
 
 
-def _param(b: Builder, role: str, array: np.ndarray, shape: list[int] | None) -> ir.Value:
-    return b.const(role, _shaped(array, shape).astype(np.float32))
+def _param(b: Builder, role: str, array: np.ndarray, shape: list[int] | None, dtype: type = np.float32) -> ir.Value:
+    return b.const(role, _shaped(array, shape).astype(dtype))
 
 
 def _quantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
@@ -267,20 +345,19 @@ def _quantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     if element_type(x) != FLOAT:
         raise LeftAlone("X is not float32")
     scale, points = _quantization_params(node)
-    if points is not None:
-        dtype = ir.DataType.from_numpy(points.dtype)
-    elif "output_dtype" in node.attributes and node.attributes["output_dtype"].as_int():
-        dtype = ir.DataType(node.attributes["output_dtype"].as_int())
-    else:
-        dtype = ir.DataType.UINT8
+    requested = _int_attribute(node, "output_dtype")
+    dtype = ir.DataType(requested or ir.DataType.UINT8) if points is None else ir.DataType.from_numpy(points.dtype)
+    if requested and requested != dtype:
+        raise LeftAlone(f"its output_dtype {ir.DataType(requested).name.lower()} is not its zero point's type")
     if dtype not in _QUANTIZED_TYPES:
         raise LeftAlone(f"its output is {dtype.name.lower()}; 8- and 16-bit integers are lowered")
-    shape = _axis_shape(node, x, (scale, points))
+    _output_is(node, dtype)
+    shape = _along((scale, points), _int_attribute(node, "axis", 1), x, "scale or zero point")
     division = DIVISIONS.get(b.variant)
     if division is None:
         raise LeftAlone(f"the target's exact variant {b.variant} does not divide in float32 or float64")
     if division == DOUBLE:
-        wide = b.op("Div", [b.op("Cast", [x], DOUBLE, to=DOUBLE), b.const("scale", _shaped(scale, shape).astype(np.float64))], DOUBLE)
+        wide = b.op("Div", [b.op("Cast", [x], DOUBLE, to=DOUBLE), _param(b, "scale", scale, shape, np.float64)], DOUBLE)
         quotient = b.op("Cast", [wide], FLOAT, to=FLOAT)
     else:
         quotient = b.op("Div", [x, _param(b, "scale", scale, shape)], FLOAT)
@@ -288,8 +365,11 @@ def _quantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     if points is not None and points.any():
         q = b.op("Add", [q, _param(b, "zero_point", points, shape)], FLOAT)
     info = np.iinfo(_QUANTIZED_TYPES[dtype])
-    bounds = [b.const(f"{dtype.name.lower()}_{end}", np.array(value, np.float32)) for end, value in (("min", info.min), ("max", info.max))]
-    return b.op("Cast", [b.op("Clip", [q, *bounds], FLOAT)], dtype, to=dtype), None
+    low, high = (b.const(f"{dtype.name.lower()}_{end}", np.array(value, np.float32)) for end, value in (("min", info.min), ("max", info.max)))
+    # A NaN quotient: ORT's kernel gives the type's minimum (measured, ORT 1.32 on x86, every 8- and
+    # 16-bit type and zero point); a Cast of NaN is undefined.
+    q = b.op("Where", [b.op("IsNaN", [q], BOOL), low, q], FLOAT)
+    return b.op("Cast", [b.op("Clip", [q, low, high], FLOAT)], dtype, to=dtype), None
 
 
 def _dequantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
@@ -298,10 +378,18 @@ def _dequantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     if dtype not in _QUANTIZED_TYPES:
         raise LeftAlone(f"X is {'of unknown type' if dtype is None else dtype.name.lower()}; 8- and 16-bit integers are lowered")
     scale, points = _quantization_params(node)
-    shape = _axis_shape(node, x, (scale, points))
-    y = b.op("Cast", [x], FLOAT, to=FLOAT)
+    requested = _int_attribute(node, "output_dtype")
+    if requested not in (0, FLOAT):  # 0: the scale's type, float32 here
+        raise LeftAlone(f"its output is {ir.DataType(requested).name.lower()} (output_dtype); float32 is lowered")
+    _output_is(node, FLOAT)
+    shape = _along((scale, points), _int_attribute(node, "axis", 1), x, "scale or zero point")
     if points is not None and points.any():
-        y = b.op("Sub", [y, _param(b, "zero_point", points, shape)], FLOAT)
+        # In int32, as ORT subtracts: a float32 Sub before the Mul is exact too, but OpenVINO fuses
+        # the pair into one fma(x, scale, -zp * scale) and is then 1 ulp off on about half the values.
+        shifted = b.op("Sub", [b.op("Cast", [x], INT32, to=INT32), _param(b, "zero_point", points, shape, np.int32)], INT32)
+        y = b.op("Cast", [shifted], FLOAT, to=FLOAT)
+    else:
+        y = b.op("Cast", [x], FLOAT, to=FLOAT)
     return b.op("Mul", [y, _param(b, "scale", scale, shape)], FLOAT), None
 
 
