@@ -23,6 +23,7 @@ expanding imports neither onnxscript nor a runtime.
 from __future__ import annotations
 
 __all__ = [
+    "__version__",
     "ExpandDynamicQuantizeLinearPass",
     "ExpandResult",
     "FuseDynamicQuantizeLinearPass",
@@ -52,7 +53,13 @@ __all__ = [
 ]
 
 import importlib
+import importlib.metadata
 from typing import TYPE_CHECKING
+
+try:
+    __version__ = importlib.metadata.version("dql_pass")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown"
 
 from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
 from dql_pass.decomposition import function_proto

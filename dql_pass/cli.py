@@ -1,7 +1,10 @@
 """The ``dql-pass`` command line: a thin shell over the public API.
 
 Exit codes: 0 on success, 1 when verify finds a mismatch or run-tests a failure, 2 on bad input (one
-line on stderr, no traceback).
+line on stderr, no traceback), 130 on Ctrl-C and 143 on SIGTERM.
+
+The parser is built from leaf modules only (the variant records, the suite defaults), and every
+command imports what it runs, so that ``--help`` and a usage error cost no graph library.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import collections
 import dataclasses
 import gc
+import json
 import logging
 import math
 import os
@@ -21,68 +25,93 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
-import onnx_ir as ir
+from dql_pass import variants
+from dql_pass.errors import InputError, MissingDependency
 
-import dql_pass
-from dql_pass import decomposition, runtimes, suites
-from dql_pass.errors import MissingDependency
-from dql_pass.modelfiles import check_output_path, external_tensors, one_line
-from dql_pass.verify import MAX_INPUT_BYTES
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx_ir as ir
+
+    from dql_pass.verify import VerifyReport
 
 
-def _expand(args: argparse.Namespace) -> int:
+
+def _say(args: argparse.Namespace, text: str = "") -> None:
+    """A line of the command's own output: stdout, unless -q."""
+    if not args.quiet:
+        print(text)
+
+
+def _expand(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+
     start = time.perf_counter()
     result = dql_pass.expand_file(
         args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target
     )
     elapsed = time.perf_counter() - start
     variant = args.variant or (dql_pass.target_variant(args.target) if args.target else "quantizelinear")
+    report = {"input": args.input, "output": args.output, "variant": variant, "target": args.target, "mode": args.mode,
+              "zero_range": args.zero_range, "sites": dict(result.sites), "seconds": elapsed}
     if not result.sites:
-        print(f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
-        return _verified(args)
-    total = sum(result.sites.values())
-    print(
-        f"expanded {total} DynamicQuantizeLinear (variant {variant}{f' for {args.target}' if args.target else ''}, mode {args.mode}, "
-        f"zero range {args.zero_range}) into {args.output} in {elapsed:.2f} s"
-    )
-    for label, count in result.sites.items():
-        print(f"  {count:6d}  {label}")
-    return _verified(args)
+        _say(args, f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    else:
+        _say(args, f"expanded {sum(result.sites.values())} DynamicQuantizeLinear (variant {variant}"
+                   f"{f' for {args.target}' if args.target else ''}, mode {args.mode}, zero range {args.zero_range}) "
+                   f"into {args.output} in {elapsed:.2f} s")
+        for label, count in result.sites.items():
+            _say(args, f"  {count:6d}  {label}")
+        if args.target is None and not args.quiet:
+            print(f"variant {variant} is the exact target of {', '.join(_runtimes_targeting(variant)) or 'no runtime'}; "
+                       "for another runtime give --target (see --list-targets)", file=sys.stderr)
+    return _verified(args, report)
 
 
-def _lower(args: argparse.Namespace) -> int:
+def _runtimes_targeting(variant: str) -> list[str]:
+    from dql_pass import runtimes
+
+    return [name for name, runtime in runtimes.RUNTIMES.items() if runtime.target == variant]
+
+
+def _lower(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+
     start = time.perf_counter()
     result = dql_pass.lower_file(args.input, args.output, target=args.target)
     elapsed = time.perf_counter() - start
     report = result.report
     if result.modified:
         counts = collections.Counter(node.op_type for node in report.lowered)
-        print(f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())}) "
-              f"into {args.output} in {elapsed:.2f} s")
+        _say(args, f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())}) "
+                   f"into {args.output} in {elapsed:.2f} s")
     else:
-        print(f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+        _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     if report.format():
-        print(report.format())
-    return _verified(args)
+        _say(args, report.format())
+    return _verified(args, {"input": args.input, "output": args.output, "seconds": elapsed,
+                            **dataclasses.asdict(report)})
 
 
-def _verified(args: argparse.Namespace) -> int:
-    """The exit code of ``expand``: 0, or with --verify the verdict of verify on what it wrote."""
+def _verified(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
+    """The exit code of expand or lower: 0, or with --verify the verdict of verify on what it wrote."""
     if not args.verify:
-        return 0
+        return 0, report
+    import dql_pass
+
     # An expansion for a target is verified there.
-    runtime = args.target if getattr(args, "target", None) else "onnxruntime"
-    return _show(dql_pass.verify(args.input, args.output, zero_range=args.zero_range, runtime=runtime))
+    verified = dql_pass.verify(args.input, args.output, zero_range=args.zero_range, dims=_dims(args),
+                               runtime=args.target or "onnxruntime")
+    code, report["verify"] = _show(args, verified)
+    return code, report
 
 
-def _show(report: dql_pass.VerifyReport, json_path: str | None = None) -> int:
-    print(report.format())  # first: a report that cannot be written is still seen
-    if json_path is not None:
-        report.save_json(json_path)
-    return report.exit_code
+def _show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
+    if args.quiet:
+        return report.exit_code, report.to_dict()
+    print(report.format())
+    return report.exit_code, report.to_dict()
 
 
 def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
@@ -90,23 +119,34 @@ def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
-            raise dql_pass.InputError(f"{option} {item!r}: expected NAME=VALUE")
+            raise InputError(f"{option} {item!r}: expected NAME=VALUE")
         pairs[name] = value
     return pairs
 
 
-_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+def _dims(args: argparse.Namespace) -> dict[str, int]:
+    dims = {}
+    for name, size in _pairs(args.dim, "--dim").items():
+        if not _is_whole_number(size):
+            raise InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
+        dims[name] = int(size)
+    return dims
 
 
-def _load_array(name: str, path: str, budget: int) -> np.ndarray:
+def _load_array(name: str, path: str, budget: int, limit: int) -> np.ndarray:
     """Read a .npy file, once its header is known to describe no more bytes than the file holds
-    and than the ``budget`` left of what verify allows."""
+    and than the ``budget`` left of the ``limit`` verify allows."""
+    import numpy as np
+
+    from dql_pass.modelfiles import one_line
+
+    headers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise ValueError("not a regular file")  # a FIFO would block the read for good
         with open(path, "rb") as file:
             version = np.lib.format.read_magic(file)
-            read_header = _NPY_HEADERS.get(version)
+            read_header = headers.get(version)
             if read_header is None:
                 raise ValueError(f"it is in .npy format version {version[0]}.{version[1]}; 1.0 and 2.0 are read")
             shape, _, dtype = read_header(file)
@@ -117,43 +157,90 @@ def _load_array(name: str, path: str, budget: int) -> np.ndarray:
             if needed > available:
                 raise ValueError(f"its header declares {needed:,} bytes of data, but the file holds {available:,}")
             if needed > budget:
-                raise ValueError(f"with it the inputs would take more than the {MAX_INPUT_BYTES >> 30} GiB verify allows")
+                raise ValueError(f"with it the inputs would take more than the {limit >> 30} GiB verify allows")
             file.seek(0)
             return np.load(file, allow_pickle=False)
     except (OSError, ValueError) as error:
-        raise dql_pass.InputError(f"--input {name}: cannot read {path}: {one_line(error)}") from None
+        raise InputError(f"--input {name}: cannot read {path}: {one_line(error)}") from None
 
 
-def _verify(args: argparse.Namespace) -> int:
-    dims = {}
-    for name, size in _pairs(args.dim, "--dim").items():
-        if not _is_whole_number(size):
-            raise dql_pass.InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
-        dims[name] = int(size)
-    arrays = _pairs(args.input, "--input")
+def _verify(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+    from dql_pass.verify import MAX_INPUT_BYTES
+
+    dims = _dims(args)
     inputs: dict[str, np.ndarray] = {}
-    for name, path in arrays.items():
-        inputs[name] = _load_array(name, path, MAX_INPUT_BYTES - sum(array.nbytes for array in inputs.values()))
+    for name, path in _pairs(args.input, "--input").items():
+        budget = MAX_INPUT_BYTES - sum(array.nbytes for array in inputs.values())
+        inputs[name] = _load_array(name, path, budget, MAX_INPUT_BYTES)
     original, rewritten = dql_pass.load_model(args.original), dql_pass.load_model(args.rewritten)
-    if args.json is not None:
-        # Before the run, which can take minutes.
-        _check_report_path(args.json, {args.original: original, args.rewritten: rewritten}, arrays.values())
     report = dql_pass.verify(
         original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims, zero_range=args.zero_range,
         runtime=args.runtime,
     )
     # verify names in-memory models after their graphs; the report names the files.
-    return _show(dataclasses.replace(report, original=args.original, rewritten=args.rewritten), args.json)
+    return _show(args, dataclasses.replace(report, original=args.original, rewritten=args.rewritten))
 
 
-def _check_report_path(path: str, models: Mapping[str, ir.Model], arrays: Iterable[str]) -> None:
-    """Refuse a report path that cannot be written, or that is a model, its external data or an input array."""
-    report = check_output_path(path, "report").resolve()
-    kept = {Path(model_path).resolve() for model_path in models}
-    kept |= {Path(tensor.path).resolve() for model in models.values() for tensor in external_tensors(model)}
-    kept |= {Path(array).resolve() for array in arrays}
-    if report in kept:
-        raise dql_pass.InputError(f"{path}: the report would overwrite a model, its external data or an input array; choose another path")
+# A report replaces a file only if that file is a report too: whatever else it is (a model, its
+# weights, an input array) is never lost to a mistyped --json.
+_MAX_REPORT_BYTES = 64 << 20
+
+
+def _check_report_path(path: str, files: Mapping[str, str]) -> Path:
+    """Refuse a --json path that cannot be written, that is one of ``files`` (by what they are), or
+    that holds something other than JSON."""
+    from dql_pass.modelfiles import check_output_path
+
+    report = check_output_path(path, "report")
+    for what, file in files.items():
+        if Path(file).resolve() == report.resolve() or _same_file(file, report):
+            raise InputError(f"{path}: the report would overwrite {what}; choose another path")
+    try:
+        if os.stat(report).st_size > _MAX_REPORT_BYTES:
+            raise ValueError
+        json.loads(report.read_bytes())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        raise InputError(f"{path}: holds something other than a JSON report; it is never replaced by one") from None
+    return report
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _write_report(path: Path, report: dict) -> None:
+    from dql_pass.modelfiles import atomic_path
+
+    text = json.dumps(report, indent=2, default=_jsonable, allow_nan=False) + "\n"
+    with atomic_path(path, "report") as temporary:
+        Path(temporary).write_text(text)
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float spelled as a string: JSON has no inf or NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _is_whole_number(text: str) -> bool:
@@ -173,50 +260,62 @@ def _opsets(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected opsets like 11,13,21, not {text!r}") from None
 
 
-def _gen_tests(args: argparse.Namespace) -> int:
+def _gen_tests(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+
     suite = dql_pass.generate_suite(
         args.outdir, opsets=args.opsets, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
         zero_range=args.zero_range, include_unspecified=args.include_unspecified, include_large=not args.no_large,
         force=args.force,
     )
     size = f"{suite.size_bytes / 1e6:.1f} MB" if suite.size_bytes >= 1e6 else f"{suite.size_bytes / 1e3:.0f} kB"
-    print(f"wrote {len(suite.entries)} test folders from {suite.inputs} inputs to {suite.path}: {size} in {suite.seconds:.1f} s")
-    return 0
+    _say(args, f"wrote {len(suite.entries)} test folders from {suite.inputs} inputs to {suite.path}: {size} in {suite.seconds:.1f} s")
+    return 0, {"path": str(suite.path), "folders": len(suite.entries), "inputs": suite.inputs,
+               "size_bytes": suite.size_bytes, "seconds": suite.seconds}
 
 
-def _run_tests(args: argparse.Namespace) -> int:
-    report = dql_pass.run_suite(args.outdir, args.runtime, progress=lambda outcome: print(outcome.line(), flush=True))
-    print(report.summary())
-    return 0 if report.ok else 1
+def _run_tests(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+
+    report = dql_pass.run_suite(args.outdir, args.runtime,
+                                progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
+    _say(args, report.summary())
+    return (0 if report.ok else 1), {"runtime": report.runtime, "summary": report.summary(), "ok": report.ok,
+                                     "outcomes": [dataclasses.asdict(o) for o in report.outcomes]}
 
 
-def _fuse(args: argparse.Namespace) -> int:
+def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+
     start = time.perf_counter()
     result = dql_pass.fuse_file(args.input, args.output)
     elapsed = time.perf_counter() - start
     report = result.report
     if report.total:
-        print(f"fused {report.total} DynamicQuantizeLinear into {args.output} in {elapsed:.2f} s")
+        _say(args, f"fused {report.total} DynamicQuantizeLinear into {args.output} in {elapsed:.2f} s")
         for label, by_rule in report.fused.items():
             for rule, count in by_rule.items():
-                print(f"  {count:6d}  {label}  ({rule})")
+                _say(args, f"  {count:6d}  {label}  ({rule})")
     else:
-        print(f"{args.input}: nothing to fuse; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+        _say(args, f"{args.input}: nothing to fuse; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     for function in report.dropped_functions:
-        print(f"dropped the model-local function {function}: nothing calls it any more")
+        _say(args, f"dropped the model-local function {function}: nothing calls it any more")
     for rule, note in report.notes.items():
         count = sum(by_rule.get(rule, 0) for by_rule in report.fused.values())
-        print(f"behaviour change of the {count} node(s) fused by {rule}: {note}")
+        _say(args, f"behaviour change of the {count} node(s) fused by {rule}: {note}")
     if report.left_alone:
-        print(f"left alone {len(report.left_alone)} ReduceMin/ReduceMax pair(s) that look like DynamicQuantizeLinear:")
+        _say(args, f"left alone {len(report.left_alone)} ReduceMin/ReduceMax pair(s) that look like DynamicQuantizeLinear:")
         for item in report.left_alone:
             closest = f"closest rule {item.rule}, {item.matched_nodes} nodes matched: " if item.rule else ""
-            print(f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
-    return 0
+            _say(args, f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
+    return 0, {"input": args.input, "output": args.output, "seconds": elapsed, "total": report.total,
+               **dataclasses.asdict(report)}
 
 
 def _targets() -> list[str]:
     """Each target: the variant it gets, whether it is installed, what it lacks and what still differs."""
+    from dql_pass import runtimes
+
     lines = []
     for name, runtime in runtimes.RUNTIMES.items():
         version = runtime.version()
@@ -237,6 +336,18 @@ class _ListTargets(argparse.Action):
         parser.exit(0)
 
 
+class _Version(argparse.Action):
+    """--version, read from the installed metadata only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        import dql_pass
+
+        parser.exit(0, f"dql-pass {dql_pass.__version__}\n")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line like every other bad input (``-h`` shows the usage)."""
 
@@ -244,48 +355,71 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
 
 
+def _common(top: bool) -> argparse.ArgumentParser:
+    """-v, -q and --json, taken before the command or after it; a command's copy leaves the top's value alone."""
+    common = argparse.ArgumentParser(add_help=False)
+    unset = {} if top else {"default": argparse.SUPPRESS}
+    loudness = common.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true", help="log what each step does", **unset)
+    loudness.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors; the exit code tells",
+                          **unset)
+    common.add_argument("--json", metavar="FILE", help="also write the command's report as JSON to FILE", **unset)
+    return common
+
+
+def _runtime_name(text: str) -> str:
+    # Checked against the registry when the command runs: the parser imports no runtime.
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="dql-pass", description="Expand ONNX DynamicQuantizeLinear into primitive ops, bit-exact with ONNX Runtime."
+        prog="dql-pass", parents=[_common(top=True)],
+        description="Expand ONNX DynamicQuantizeLinear into primitive ops, bit-exact with ONNX Runtime.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what each pass does")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = [_common(top=False)]
+    target_help = "; see `dql-pass expand --list-targets` for the runtimes"
+    zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
+    dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
+                "batch-like names, 1 if ORIGINAL does not run at 2, else 128)")
 
-    expand = commands.add_parser("expand", help="rewrite every DynamicQuantizeLinear into primitive ops")
+    expand = commands.add_parser("expand", parents=common, help="rewrite every DynamicQuantizeLinear into primitive ops")
     expand.add_argument("input", help="the ONNX model to read; it is never modified")
     expand.add_argument("-o", "--output", required=True, help="where to write the expanded model")
     chosen = expand.add_mutually_exclusive_group()
-    chosen.add_argument("--variant", choices=dql_pass.VARIANTS,
-                        help="; ".join(f"{v}: {decomposition.variant(v).summary}" for v in dql_pass.VARIANTS)
-                        + " (default quantizelinear)")
-    chosen.add_argument("--target", choices=list(runtimes.RUNTIMES),
-                        help="the runtime the model is for: the variant that is exact there (see --list-targets)")
+    chosen.add_argument("--variant", choices=variants.NAMES,
+                        help="; ".join(f"{v.name}: {v.summary}" for v in variants.REGISTRY) + " (default quantizelinear)")
+    chosen.add_argument("--target", metavar="RUNTIME", type=_runtime_name,
+                        help="the runtime the model is for: the variant that is exact there" + target_help)
     expand.add_argument("--list-targets", action=_ListTargets, help="print each target, its variant and what still differs there, and exit")
-    expand.add_argument("--mode", choices=dql_pass.MODES, default="inline",
+    expand.add_argument("--mode", choices=variants.MODES, default="inline",
                         help="inline the ops (default) or call one model-local function")
-    expand.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
-                        help="the scale of an all-zero or empty input: 1.0 (onnxruntime) or 1/255 (onnx-reference)")
+    expand.add_argument("--zero-range", choices=variants.ZERO_RANGE_POLICIES, default="onnxruntime", help=zero_range_help)
     expand.add_argument("--verify", action="store_true",
                         help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
+    expand.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
     expand.set_defaults(run=_expand)
 
-    lower = commands.add_parser("lower", help="rewrite the quantization ops of a quantize_dynamic model into float "
-                                "primitives, bit-exact, with the proof per node")
+    lower = commands.add_parser("lower", parents=common, help="rewrite the quantization ops of a quantize_dynamic "
+                                "model into float primitives, bit-exact, with the proof per node")
     lower.add_argument("input", help="the ONNX model to read; it is never modified")
     lower.add_argument("-o", "--output", required=True, help="where to write the lowered model")
-    lower.add_argument("--target", choices=list(runtimes.RUNTIMES),
+    lower.add_argument("--target", metavar="RUNTIME", type=_runtime_name,
                        help="the runtime to lower for: its exact DynamicQuantizeLinear variant, and the ops it "
-                            "still lacks in the report (default: no target, variant arithmetic)")
+                            "still lacks in the report (default: no target, variant arithmetic)" + target_help)
     lower.add_argument("--verify", action="store_true",
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
+    lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
     lower.set_defaults(run=_lower, zero_range="onnxruntime")
 
-    fuse = commands.add_parser("fuse", help="turn decomposed DynamicQuantizeLinear back into single nodes")
+    fuse = commands.add_parser("fuse", parents=common, help="turn decomposed DynamicQuantizeLinear back into single nodes")
     fuse.add_argument("input", help="the ONNX model to read; it is never modified")
     fuse.add_argument("-o", "--output", required=True, help="where to write the fused model")
     fuse.set_defaults(run=_fuse)
 
-    verify = commands.add_parser("verify", help="check a rewritten model against the original, bit for bit, on ORT")
+    verify = commands.add_parser("verify", parents=common, help="check a rewritten model against the original, bit for bit")
     verify.add_argument("original", help="the model with DynamicQuantizeLinear")
     verify.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
     verify.add_argument("--samples", type=_whole_number, default=2, help="random input sets for the model level (default 2), "
@@ -293,27 +427,27 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=_whole_number, default=0, help="seed of the random catalogue cases and model inputs")
     verify.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="use this array for model input NAME in every input set (repeatable)")
-    verify.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                        help="size of symbolic dimension NAME (default: its size in an --input array, else 2 for "
-                             "batch-like names, 1 if ORIGINAL does not run at 2, else 128; repeatable)")
-    verify.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
+    verify.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help=dim_help)
+    verify.add_argument("--zero-range", choices=variants.ZERO_RANGE_POLICIES, default="onnxruntime",
                         help="the policy the reference follows on all-zero and empty inputs (default onnxruntime)")
-    verify.add_argument("--runtime", choices=list(runtimes.RUNTIMES), default="onnxruntime",
+    verify.add_argument("--runtime", metavar="RUNTIME", type=_runtime_name, default="onnxruntime",
                         help="run REWRITTEN on this runtime (its sites also on ORT); the expected values stay the "
-                        "NumPy reference (default onnxruntime)")
-    verify.add_argument("--json", metavar="REPORT", help="also write the report as JSON to REPORT")
+                        "NumPy reference (default onnxruntime)" + target_help)
     verify.set_defaults(run=_verify)
 
-    gen_tests = commands.add_parser("gen-tests", help="write a conformance suite in ONNX's backend-test layout")
-    gen_tests.add_argument("outdir", nargs="?", default="conformance/dql",
-                           help="the suite folder (default conformance/dql); onnx's loader reads it with "
-                                "data_dir=its parent, kind=its name")
-    gen_tests.add_argument("--opsets", type=_opsets, default=",".join(map(str, suites.DEFAULT_OPSETS)),
+    # The suites' defaults, as leaves: the suite package loads only when a suite is written or run.
+    from dql_pass.suites.defaults import DEFAULT_OPSETS, DEFAULT_OUTDIR, FORMS
+
+    gen_tests = commands.add_parser("gen-tests", parents=common, help="write a conformance suite in ONNX's backend-test layout")
+    gen_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
+                           help="the suite folder (default %(default)s, created with its parents); onnx's loader reads it "
+                                "with data_dir=its parent, kind=its name")
+    gen_tests.add_argument("--opsets", type=_opsets, default=",".join(map(str, DEFAULT_OPSETS)),
                            help="ai.onnx opsets, comma-separated (default %(default)s)")
-    gen_tests.add_argument("--variants", default=",".join(suites.FORMS),
+    gen_tests.add_argument("--variants", default=",".join(FORMS),
                            help="native (the DQL node) and the expansion variants to write, comma-separated "
                                 "(default %(default)s)")
-    gen_tests.add_argument("--zero-range", choices=dql_pass.ZERO_RANGE_POLICIES, default="onnxruntime",
+    gen_tests.add_argument("--zero-range", choices=variants.ZERO_RANGE_POLICIES, default="onnxruntime",
                            help="the policy of the expected outputs and of the expansion (default onnxruntime)")
     gen_tests.add_argument("--include-unspecified", action="store_true",
                            help="also write NaN inputs; their outputs are unspecified, so they are not compared")
@@ -323,11 +457,11 @@ def _parser() -> argparse.ArgumentParser:
                            help="replace the suite in OUTDIR even when it holds files that gen-tests did not write")
     gen_tests.set_defaults(run=_gen_tests)
 
-    run_tests = commands.add_parser("run-tests", help="run a conformance suite and compare every output bit for bit")
-    run_tests.add_argument("outdir", nargs="?", default="conformance/dql",
-                           help="the suite folder (default conformance/dql); manifest.json is optional")
-    run_tests.add_argument("--runtime", "--backend", choices=list(runtimes.RUNTIMES), default="onnxruntime",
-                           help="the runtime to run it on (default onnxruntime); see `dql-pass expand --list-targets`")
+    run_tests = commands.add_parser("run-tests", parents=common, help="run a conformance suite and compare every output bit for bit")
+    run_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
+                           help="the suite folder (default %(default)s); manifest.json is optional")
+    run_tests.add_argument("--runtime", "--backend", metavar="RUNTIME", type=_runtime_name, default="onnxruntime",
+                           help="the runtime to run it on (default onnxruntime)" + target_help)
     run_tests.set_defaults(run=_run_tests)
     return parser
 
@@ -340,16 +474,35 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _files_of(args: argparse.Namespace) -> dict[str, str]:
+    """The files a command reads or writes, by what they are: its --json report never replaces one."""
+    files = {key: getattr(args, key) for key in ("input", "output", "original", "rewritten")
+             if isinstance(getattr(args, key, None), str)}
+    if args.command == "verify":
+        files.update((f"input array {name}", path) for name, path in _pairs(args.input, "--input").items())
+    return {f"the {what} model" if what in ("input", "output") else what.upper() if what in ("original", "rewritten")
+            else f"the {what}": path for what, path in files.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
     try:
-        args = _parser().parse_args(argv)
-    except SystemExit as done:  # a usage error (one line, exit 2) or --help (exit 0)
-        return done.code
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
-    try:
-        return args.run(args)
-    except (dql_pass.InputError, MissingDependency) as error:
+        parser = _parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as done:  # a usage error (one line, exit 2), --help or --version (exit 0)
+            return done.code
+        if args.command is None:  # a bare dql-pass: the commands, as --help lists them
+            parser.print_help(sys.stderr)
+            return 2
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
+                            format="%(name)s: %(message)s")
+        report_path = _check_report_path(args.json, _files_of(args)) if args.json else None
+        code, report = args.run(args)
+        if report_path is not None:
+            _write_report(report_path, _finite({"command": args.command, "exit_code": code, **report}))
+        return code
+    except (InputError, MissingDependency) as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:

@@ -37,6 +37,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from dql_pass import variants
 from dql_pass.errors import InputError
 from dql_pass.op import MAX_OPSET, MIN_OPSET, NAME, check_choice
 
@@ -95,16 +96,6 @@ def function_proto(
     return proto
 
 
-_SUMMARIES = {
-    "quantizelinear": "two reductions, scalar arithmetic for the scale and the zero point, then QuantizeLinear",
-    "arithmetic": "no quantization op at all (Div, Round, Add, Clip, Cast), for runtimes that lack QuantizeLinear too",
-    "float64": "arithmetic with every division done in float64 and cast back, and reductions that never see an empty "
-    "tensor: exact on runtimes that divide through a reciprocal or refuse empty reductions",
-    "residual": "float64's reductions, with float32 divisions corrected by exact residuals (a - n * b with b split in "
-    "two): exact on runtimes that divide through a reciprocal and compute float64 as float32",
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """One variant's facts, read off its FunctionProto so that no other file copies them."""
@@ -124,5 +115,5 @@ def variant(name: str, opset: int = MAX_OPSET) -> Variant:
     depth: dict[str, int] = {}
     for node in nodes:  # a FunctionProto lists its nodes in topological order
         depth.update((output, 1 + max((depth.get(i, 0) for i in node.input), default=0)) for output in node.output)
-    return Variant(name, _SUMMARIES[name], len(nodes), max(depth.values()), frozenset(n.op_type for n in nodes))
+    return Variant(name, variants.BY_NAME[name].summary, len(nodes), max(depth.values()), frozenset(n.op_type for n in nodes))
 

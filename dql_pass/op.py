@@ -25,13 +25,13 @@ __all__ = [
     "version",
 ]
 
-import importlib.metadata
 from collections.abc import Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
 from onnx import helper
 
+from dql_pass import variants
 from dql_pass.errors import InputError
 
 NAME = "DynamicQuantizeLinear"
@@ -42,9 +42,8 @@ OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.UINT8, ir.DataType.FLOAT, i
 MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
 MAX_OPSET = onnx.defs.onnx_opset_version()
 
-VARIANTS: tuple[str, ...] = ("quantizelinear", "arithmetic", "float64", "residual")
-MODES: tuple[str, ...] = ("inline", "function")
-ZERO_RANGE_POLICIES: tuple[str, ...] = ("onnxruntime", "onnx-reference")
+VARIANTS: tuple[str, ...] = variants.NAMES
+MODES, ZERO_RANGE_POLICIES = variants.MODES, variants.ZERO_RANGE_POLICIES
 
 _CHOICES: dict[str, tuple[str, ...]] = {"variant": VARIANTS, "mode": MODES, "zero-range policy": ZERO_RANGE_POLICIES}
 
@@ -71,10 +70,9 @@ def ai_onnx_opset(opset_imports: Mapping[str, int]) -> int | None:
 
 def version() -> str:
     """The installed dql_pass version, as models and manifests record it."""
-    try:
-        return importlib.metadata.version("dql_pass")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    import dql_pass
+
+    return dql_pass.__version__
 
 
 def one_node_model(

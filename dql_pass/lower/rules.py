@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from dql_pass import variants
 from dql_pass.lower.proof import Proof, plan, span
 from dql_pass.op import is_dql
 
@@ -52,7 +53,9 @@ _QUANTIZED_TYPES = {**_PRODUCT_TYPES, ir.DataType.UINT16: np.uint16, ir.DataType
 
 
 # How QuantizeLinear divides, by the DQL variant exact on the target: as that variant divides.
-DIVISIONS: dict[str, ir.DataType] = {"quantizelinear": FLOAT, "arithmetic": FLOAT, "float64": DOUBLE}
+DIVISIONS: dict[str, ir.DataType] = {
+    v.name: {"float": FLOAT, "double": DOUBLE}[v.division] for v in variants.REGISTRY if v.division is not None
+}
 
 
 class LeftAlone(Exception):

@@ -27,6 +27,26 @@ __all__ = [
     "run_suite",
 ]
 
-from dql_pass.suites.generate import DEFAULT_OPSETS, GeneratedSuite, generate_suite
-from dql_pass.suites.layout import FORMS, MANIFEST, LeftOut, SuiteEntry
-from dql_pass.suites.run import Outcome, RunReport, run_suite
+import importlib
+from typing import TYPE_CHECKING
+
+from dql_pass.suites.defaults import DEFAULT_OPSETS, FORMS
+
+# Loaded when first used: writing or running a suite needs the runtimes, reading its defaults does not.
+_LAZY = {
+    "GeneratedSuite": "generate", "generate_suite": "generate", "MANIFEST": "layout", "LeftOut": "layout",
+    "SuiteEntry": "layout", "Outcome": "run", "RunReport": "run", "run_suite": "run",
+}
+
+if TYPE_CHECKING:
+    from dql_pass.suites.generate import GeneratedSuite, generate_suite
+    from dql_pass.suites.layout import MANIFEST, LeftOut, SuiteEntry
+    from dql_pass.suites.run import Outcome, RunReport, run_suite
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dql_pass.suites' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dql_pass.suites.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value

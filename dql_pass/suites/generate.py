@@ -52,6 +52,7 @@ from dql_pass.errors import InputError
 from dql_pass.expand import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import FolderLock, default_file_mode, signals_deferred, sweep
 from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, check_choice, one_node_model, version
+from dql_pass.suites.defaults import DEFAULT_OPSETS
 from dql_pass.suites.layout import (
     DATA, DATA_SET, FORMAT, FORMS, INPUT_FILE, MANIFEST, MODEL, OUTPUT_FILES, LeftOut, SuiteEntry,
     folder_name, written_paths,
@@ -59,10 +60,6 @@ from dql_pass.suites.layout import (
 
 logger = logging.getLogger(__name__)
 
-# 11 is the operator's only version; 13, 18 and 21 bring new versions of the ops the expansion uses
-# (QuantizeLinear, ReduceMin/ReduceMax, Cast); 27 is the newest opset onnxruntime 1.32 runs in
-# full: it has no QuantizeLinear-28 kernel.
-DEFAULT_OPSETS: tuple[int, ...] = (11, 13, 18, 21, 27)
 # The backend each zero-range policy's expected outputs are meant for: the folders it cannot run are left out.
 _POLICY_RUNTIME = {"onnxruntime": "onnxruntime", "onnx-reference": "reference"}
 # renameat2(2): both paths relative to the current folder, and swapped rather than moved.

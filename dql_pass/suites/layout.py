@@ -51,9 +51,9 @@ from onnx import external_data_helper, numpy_helper
 
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import one_line
-from dql_pass.op import OUTPUTS, VARIANTS
+from dql_pass.op import OUTPUTS
+from dql_pass.suites.defaults import FORMS
 
-FORMS: tuple[str, ...] = ("native", *VARIANTS)
 MANIFEST = "manifest.json"
 FORMAT = "dql_pass conformance suite 1"
 DATA_SET = "test_data_set_0"
