@@ -345,7 +345,8 @@ class _Version(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
         import dql_pass
 
-        parser.exit(0, f"dql-pass {dql_pass.__version__}\n")
+        print(f"dql-pass {dql_pass.__version__}")
+        parser.exit(0)
 
 
 class _Parser(argparse.ArgumentParser):

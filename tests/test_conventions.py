@@ -1,0 +1,123 @@
+"""The conventions of the field that a user expects of a command line: --version, -v/-q anywhere,
+--json for every command, a bare command that lists the commands, a help that imports no graph
+library, and a Ctrl-C that never prints a traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import MODELS
+
+import dql_pass
+from dql_pass.cli import main
+
+MLP = MODELS / "mlp_dynamic.onnx"
+
+
+def _cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dql_pass", *map(str, args)], capture_output=True, text=True,
+                          check=False, timeout=300, **kwargs)
+
+
+def test_version_is_the_installed_one(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"dql-pass {dql_pass.__version__}\n"
+    assert dql_pass.__version__ not in ("", "unknown")
+
+
+def test_a_bare_command_lists_the_commands():
+    run = _cli()
+    assert run.returncode == 2 and run.stdout == ""
+    for command in ("expand", "lower", "fuse", "verify", "gen-tests", "run-tests"):
+        assert f"    {command}" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_quiet_prints_nothing_before_or_after_the_command(tmp_path, capsys, where):
+    argv = ["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--verify"]
+    assert main(["-q", *argv] if where == "before" else [*argv, "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert (tmp_path / "o.onnx").exists()
+
+
+def test_verbose_after_the_command_logs(tmp_path):
+    run = _cli("expand", MLP, "-o", tmp_path / "o.onnx", "-v")
+    assert run.returncode == 0 and "dql_pass." in run.stderr, run.stderr
+
+
+def test_verbose_and_quiet_together_are_a_usage_error(tmp_path, capsys):
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "-v", "-q"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def _json_of(tmp_path, argv) -> dict:
+    report = tmp_path / "report.json"
+    code = main([*argv, "-q", "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert data["exit_code"] == code
+    return data
+
+
+def test_every_command_writes_its_report_as_json(tmp_path):
+    expanded, lowered, fused, suite = (tmp_path / name for name in ("e.onnx", "l.onnx", "f.onnx", "suite"))
+    data = _json_of(tmp_path, ["expand", str(MLP), "-o", str(expanded), "--verify"])
+    assert data["command"] == "expand" and data["sites"] == {"main": 3} and data["verify"]["verdict"] == "PASS"
+    data = _json_of(tmp_path, ["lower", str(MLP), "-o", str(lowered)])
+    assert data["command"] == "lower" and len(data["lowered"]) > 0 and data["target"] is None
+    data = _json_of(tmp_path, ["fuse", str(expanded), "-o", str(fused)])
+    assert data["command"] == "fuse" and data["total"] == 3
+    data = _json_of(tmp_path, ["verify", str(MLP), str(expanded), "--samples", "0"])
+    assert data["command"] == "verify" and data["verdict"] == "PASS" and data["exit_code"] == 0
+    data = _json_of(tmp_path, ["gen-tests", str(suite), "--opsets", "21", "--variants", "native", "--no-large"])
+    assert data["command"] == "gen-tests" and data["folders"] > 0
+    data = _json_of(tmp_path, ["run-tests", str(suite)])
+    assert data["command"] == "run-tests" and data["ok"] and len(data["outcomes"]) == data_folders(suite)
+
+
+def data_folders(suite) -> int:
+    return sum(1 for d in suite.iterdir() if (d / "model.onnx").exists())
+
+
+@pytest.mark.parametrize("victim", ["input", "data"])
+def test_a_report_path_that_holds_something_else_is_never_replaced(tmp_path, capsys, victim):
+    # Any file that is not a JSON report: here a model's weights, which no other check would know of.
+    precious = tmp_path / ("weights.data" if victim == "data" else "other.onnx")
+    precious.write_bytes(MLP.read_bytes())
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--json", str(precious)]) == 2
+    assert "holds something other than a JSON report" in capsys.readouterr().err
+    assert precious.read_bytes() == MLP.read_bytes() and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_report_replaces_an_older_report(tmp_path):
+    report = tmp_path / "r.json"
+    report.write_text('{"old": true}')
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "-q", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["command"] == "expand"
+
+
+def test_help_imports_no_graph_library():
+    # What makes --help slow is onnx, onnx_ir and numpy; the parser is built from leaf modules.
+    code = ("import sys\nfrom dql_pass.cli import main\nassert main(['--help']) == 0\n"
+            "for command in ('expand', 'lower', 'fuse', 'verify', 'gen-tests', 'run-tests'):\n"
+            "    assert main([command, '--help']) == 0\n"
+            "heavy = sorted(m for m in ('onnx', 'onnx_ir', 'numpy', 'onnxruntime', 'onnxscript') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("delay", [0.15, 0.4, 0.8, 1.5])
+def test_ctrl_c_at_any_moment_prints_no_traceback(tmp_path, delay):
+    process = subprocess.Popen([sys.executable, "-m", "dql_pass", "expand", str(MLP), "-o", str(tmp_path / "o.onnx"),
+                                "--verify"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert process.returncode in (0, 130), (process.returncode, err)  # 0: it finished before the signal
+    assert not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]  # no debris
