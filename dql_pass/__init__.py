@@ -16,8 +16,7 @@ The public API:
   model into float32 primitives, bit-exact, and reports the proof per node;
   :class:`LowerQuantizationPass` is its onnx_ir pass.
 
-Fusion and the suites load when first used; no runtime loads until a model runs on it. So
-expanding imports neither onnxscript nor a runtime.
+Each name loads its module when first used; no runtime loads until a model runs on it.
 """
 
 from __future__ import annotations
@@ -53,40 +52,65 @@ __all__ = [
 ]
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING
 
-try:
-    __version__ = importlib.metadata.version("dql_pass")
-except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "unknown"
+from dql_pass.metadata import VERSION as __version__
 
-from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
-from dql_pass.decomposition import function_proto
-from dql_pass.errors import InputError
-from dql_pass.expand import ExpandDynamicQuantizeLinearPass, ExpandResult
-from dql_pass.lower import LowerQuantizationPass, LowerReport
-from dql_pass.modelfiles import load_model, save_model
-from dql_pass.op import MODES, VARIANTS, ZERO_RANGE_POLICIES
-from dql_pass.reference import dynamic_quantize_linear
-from dql_pass.verify import VerifyReport, verify  # eager: the submodule shares the function's name
-from dql_pass.walk import find_sites
-
+# Every name loads its module when first used, so that importing dql_pass (and the command line's
+# --help) costs no graph library, and expanding loads neither onnxscript nor a runtime. No module
+# of the package is named like a function here: an import of it would replace the function.
 _LAZY = {
-    "FuseDynamicQuantizeLinearPass": "dql_pass.fusion",
-    "FuseReport": "dql_pass.fusion",
-    "generate_suite": "dql_pass.suites",
-    "run_suite": "dql_pass.suites",
+    "ExpandDynamicQuantizeLinearPass": "expansion",
+    "ExpandResult": "expansion",
+    "FuseDynamicQuantizeLinearPass": "fusion",
+    "FuseReport": "fusion",
+    "InputError": "errors",
+    "LowerQuantizationPass": "lowering",
+    "LowerReport": "lowering",
+    "MODES": "variants",
+    "VARIANTS": "op",
+    "VerifyReport": "verification",
+    "ZERO_RANGE_POLICIES": "variants",
+    "dynamic_quantize_linear": "reference",
+    "expand": "api",
+    "expand_file": "api",
+    "find_sites": "walk",
+    "function_proto": "decomposition",
+    "fuse": "api",
+    "fuse_file": "api",
+    "generate_suite": "suites",
+    "load_model": "modelfiles",
+    "lower": "api",
+    "lower_file": "api",
+    "run_suite": "suites",
+    "save_model": "modelfiles",
+    "target_variant": "api",
+    "verify": "verification",
 }
 
 if TYPE_CHECKING:
-    from dql_pass.suites import generate_suite, run_suite
+    from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
+    from dql_pass.decomposition import function_proto
+    from dql_pass.errors import InputError
+    from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandResult
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport
+    from dql_pass.lowering import LowerQuantizationPass, LowerReport
+    from dql_pass.modelfiles import load_model, save_model
+    from dql_pass.op import VARIANTS
+    from dql_pass.reference import dynamic_quantize_linear
+    from dql_pass.suites import generate_suite, run_suite
+    from dql_pass.variants import MODES, ZERO_RANGE_POLICIES
+    from dql_pass.verification import VerifyReport, verify
+    from dql_pass.walk import find_sites
 
 
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'dql_pass' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
+    value = getattr(importlib.import_module(f"dql_pass.{_LAZY[name]}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -20,8 +20,8 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.errors import InputError
-from dql_pass.expand import ExpandDynamicQuantizeLinearPass, ExpandResult
-from dql_pass.lower import LowerQuantizationPass, LowerReport, LowerResult
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandResult
+from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
 from dql_pass.modelfiles import as_ir_model, load_model, save_model
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def lower(
     """Lower the quantization ops of ``model`` (DynamicQuantizeLinear, MatMulInteger, ConvInteger,
     QuantizeLinear, DequantizeLinear) to float32 primitives, bit-exact.
 
-    Returns the model and a :class:`~dql_pass.lower.LowerReport` (per node, the proof that applied;
+    Returns the model and a :class:`~dql_pass.lowering.LowerReport` (per node, the proof that applied;
     what was left alone and why; what ``target`` still lacks). ``target`` names a runtime of
     :mod:`dql_pass.runtimes`, whose exact expansion variant is used; None: ``arithmetic``. Models
     are taken and given back as in :func:`expand`.

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
     import onnx_ir as ir
 
-    from dql_pass.verify import VerifyReport
+    from dql_pass.verification import VerifyReport
 
 
 
@@ -166,7 +166,7 @@ def _load_array(name: str, path: str, budget: int, limit: int) -> np.ndarray:
 
 def _verify(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
-    from dql_pass.verify import MAX_INPUT_BYTES
+    from dql_pass.verification import MAX_INPUT_BYTES
 
     dims = _dims(args)
     inputs: dict[str, np.ndarray] = {}

@@ -31,7 +31,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
-from dql_pass import variants
+from dql_pass import metadata, variants
 from dql_pass.errors import InputError
 
 NAME = "DynamicQuantizeLinear"
@@ -70,9 +70,7 @@ def ai_onnx_opset(opset_imports: Mapping[str, int]) -> int | None:
 
 def version() -> str:
     """The installed dql_pass version, as models and manifests record it."""
-    import dql_pass
-
-    return dql_pass.__version__
+    return metadata.VERSION
 
 
 def one_node_model(

@@ -11,15 +11,15 @@ PACKAGE = Path(dql_pass.__file__).parent
 
 # Lowest first. A module imports only from lower layers, or from its own subpackage.
 LAYERS = [
-    ["errors"],
+    ["errors", "metadata", "variants"],
     ["op"],
     ["reference", "catalogue", "compare"],
     ["onnxscript_bodies"],
     ["decomposition", "walk", "modelfiles"],
     ["runtimes"],
-    ["expand", "fusion"],
-    ["lower"],
-    ["verify", "suites"],
+    ["expansion", "fusion"],
+    ["lowering"],
+    ["verification", "suites"],
     ["api"],
     ["__init__"],
     ["cli"],

@@ -24,8 +24,8 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass import reference, runtimes
 from dql_pass.cli import main
-from dql_pass.lower import LOWERED
-from dql_pass.lower.proof import LIMIT
+from dql_pass.lowering import LOWERED
+from dql_pass.lowering.proof import LIMIT
 from dql_pass.runtimes.base import Lack
 from tools import models
 
@@ -460,7 +460,7 @@ def test_cli_lower(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["lower", "missing.onnx", "-o", "out.onnx"], "missing.onnx: no such file"),
-    (["lower", str(MODELS / "mlp_dynamic.onnx"), "-o", "out.onnx", "--target", "nowhere"], "invalid choice: 'nowhere'"),
+    (["lower", str(MODELS / "mlp_dynamic.onnx"), "-o", "out.onnx", "--target", "nowhere"], "unknown runtime 'nowhere'; choose from onnxruntime"),
 ])
 def test_cli_lower_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)

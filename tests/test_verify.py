@@ -1,4 +1,4 @@
-"""dql_pass.verify and ``dql-pass verify``: accepts correct rewrites, rejects the known wrong ones.
+"""dql_pass.verification and ``dql-pass verify``: accepts correct rewrites, rejects the known wrong ones.
 
 The broken rewrites are built here from dql_pass's own arithmetic expansion, each with one defect
 that real runtimes shipped: a reciprocal instead of a division, the zero point added before
@@ -21,9 +21,9 @@ import dql_pass
 from dql_pass.catalogue import cases
 from dql_pass.walk import graph_scopes
 from dql_pass.compare import bit_difference, same_bits
-from dql_pass import verify  # through dql_pass first, so that dql_pass.verify names the function
-from dql_pass.verify import SiteResult
-from dql_pass.verify.inputs import input_sets
+from dql_pass import verify  # through dql_pass first, so that dql_pass.verification names the function
+from dql_pass.verification import SiteResult
+from dql_pass.verification.inputs import input_sets
 
 from helpers import (
     MODELS, constant_node, dangling_dql_rewrite, dql_model, onnx_body, quotients, reciprocal_rewrite, round_half_up, site_pairs,
@@ -904,7 +904,7 @@ def test_an_input_that_cannot_be_synthesized_leaves_the_model_level_not_checked(
 
 
 def test_given_inputs_count_toward_the_public_input_cap(mlp, monkeypatch):
-    from dql_pass.verify import MAX_INPUT_BYTES, inputs
+    from dql_pass.verification import MAX_INPUT_BYTES, inputs
 
     assert MAX_INPUT_BYTES == 4 << 30
     monkeypatch.setattr(inputs, "MAX_INPUT_BYTES", 1 << 20)
@@ -914,7 +914,7 @@ def test_given_inputs_count_toward_the_public_input_cap(mlp, monkeypatch):
 
 def test_a_bug_of_ours_is_a_traceback_not_bad_input(mlp, monkeypatch):
     """Only a runtime's refusal of ORIGINAL is bad input; anything else surfaces as itself."""
-    run = sys.modules["dql_pass.verify.run"]
+    run = sys.modules["dql_pass.verification.run"]
 
     def broken(*args, **kwargs):
         raise KeyError("a bug")
@@ -927,7 +927,7 @@ def test_a_bug_of_ours_is_a_traceback_not_bad_input(mlp, monkeypatch):
 def test_a_site_model_imports_only_the_domains_it_uses():
     """control_flow.onnx imports the model-local domain 'local' for its function; the main-graph
     site does not call it, and tinygrad refuses a model that imports a domain it does not know."""
-    from dql_pass.verify.extract import Scopes, extract, original_sites
+    from dql_pass.verification.extract import Scopes, extract, original_sites
 
     rewritten = dql_pass.expand(ir.load(MODELS / "control_flow.onnx"), variant="float64")
     imports = {}

@@ -43,7 +43,7 @@ named exactly like its y output comes back unnamed). The rewriter puts the node 
 computed, the block's last node in what onnx.inliner, exporters and dql_pass write; a block whose y_scale is consumed between its own
 nodes would need a topological sort afterwards, which :func:`dql_pass.fuse` always does.
 ``expand_rules()`` is left out on purpose: expansion needs names that are unique across subgraphs,
-which :mod:`dql_pass.expand` provides and the rewriter does not.
+which :mod:`dql_pass.expansion` provides and the rewriter does not.
 
 Also here: ``behaviour_notes()`` (how the nodes fused by a rule differ from the block) and
 ``body_problems()`` (whether a body keeps the invariant that the rules' matcher and the diagnosis

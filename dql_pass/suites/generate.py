@@ -1,7 +1,7 @@
 """Write a conformance suite: one test folder per (input, form, opset), put in place in one step.
 
 - The inputs come from :mod:`dql_pass.catalogue`; the forms are the one-node DynamicQuantizeLinear
-  model (``native``) and the models :class:`~dql_pass.expand.ExpandDynamicQuantizeLinearPass`
+  model (``native``) and the models :class:`~dql_pass.expansion.ExpandDynamicQuantizeLinearPass`
   makes of it, one per variant; expected outputs come from :mod:`dql_pass.reference` under the
   chosen zero-range policy; the layout is :mod:`dql_pass.suites.layout`'s.
 - The input of about a million elements (5 MB per folder) is written at the newest chosen opset
@@ -49,7 +49,7 @@ from onnx import numpy_helper
 
 from dql_pass import catalogue, reference, runtimes
 from dql_pass.errors import InputError
-from dql_pass.expand import ExpandDynamicQuantizeLinearPass
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import FolderLock, default_file_mode, signals_deferred, sweep
 from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, check_choice, one_node_model, version
 from dql_pass.suites.defaults import DEFAULT_OPSETS

@@ -31,13 +31,13 @@ from dql_pass import runtimes
 from dql_pass.catalogue import Case, cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
-from dql_pass.expand import ExpandDynamicQuantizeLinearPass
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import external_tensors, one_line
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
-from dql_pass.verify.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
-from dql_pass.verify.inputs import BATCH_SIZE, FALLBACK_BATCH
-from dql_pass.verify.report import OutputResult, SiteResult
+from dql_pass.verification.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
+from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
+from dql_pass.verification.report import OutputResult, SiteResult
 
 _ORT = runtimes.get("onnxruntime")
 _WORST = (9, 0)  # the severity of a site that cannot run at all

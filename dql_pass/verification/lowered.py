@@ -7,7 +7,7 @@ Rules:
   makes in REWRITTEN: a rewrite replaced it, by dql_pass or any other tool;
 - its replacement is REWRITTEN's computation of the value named like that output, walked back to
   the values named like the node's inputs that are not constant in ORIGINAL (as
-  :mod:`dql_pass.verify.extract` walks a DQL site); one that needs any other value is not
+  :mod:`dql_pass.verification.extract` walks a DQL site); one that needs any other value is not
   reachable, and the verdict INCOMPLETE, never PASS; a REWRITTEN without that value has lost it;
 - the replacement runs on the runtime against the int64 NumPy reference
   (:mod:`dql_pass.reference`) with ORIGINAL's constants (weights, scales, zero points) and
@@ -31,12 +31,12 @@ import onnx_ir as ir
 
 from dql_pass import reference, runtimes
 from dql_pass.compare import bit_difference
-from dql_pass.lower import LOWERED
-from dql_pass.lower.rules import constant, element_type
+from dql_pass.lowering import LOWERED
+from dql_pass.lowering.rules import constant, element_type
 from dql_pass.modelfiles import one_line
 from dql_pass.op import DOMAINS
-from dql_pass.verify.extract import NotReachable, Scopes, _live, walk
-from dql_pass.verify.report import SiteResult
+from dql_pass.verification.extract import NotReachable, Scopes, _live, walk
+from dql_pass.verification.report import SiteResult
 from dql_pass.walk import called_functions, graph_scopes
 
 logger = logging.getLogger(__name__)

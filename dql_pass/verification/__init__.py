@@ -2,13 +2,13 @@
 
 :func:`verify` compares REWRITTEN with ORIGINAL at two levels and returns a :class:`VerifyReport`:
 
-- site level (:mod:`dql_pass.verify.extract`, :mod:`dql_pass.verify.run`): every
+- site level (:mod:`dql_pass.verification.extract`, :mod:`dql_pass.verification.run`): every
   DynamicQuantizeLinear of ORIGINAL (main graph, If/Loop/Scan bodies at any depth, model-local
   functions) is checked on its own, by what its live readers read in REWRITTEN, extracted and run
   on the catalogue (:func:`dql_pass.catalogue.cases`) and two large cases against the reference;
   a site that cannot be extracted is "not reachable" and the verdict INCOMPLETE, never PASS;
-- model level (:mod:`dql_pass.verify.run`): both models run on ORT on input sets synthesized by
-  :mod:`dql_pass.verify.inputs`; the values the main-graph sites' readers read must equal the
+- model level (:mod:`dql_pass.verification.run`): both models run on ORT on input sets synthesized by
+  :mod:`dql_pass.verification.inputs`; the values the main-graph sites' readers read must equal the
   reference on the site's input in ORIGINAL, and the graph outputs must be the same list with the
   same bits. A model level that cannot run (an input verify cannot synthesize) or that compares no
   element (empty inputs) is reported as not checked: INCOMPLETE, never PASS.
@@ -40,11 +40,11 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import as_ir_model, external_tensors
 from dql_pass.op import check_choice
-from dql_pass.verify.extract import original_sites
-from dql_pass.verify.inputs import FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, input_sets
-from dql_pass.verify.lowered import check_lowered
-from dql_pass.verify.report import OutputResult, SiteResult, VerifyReport
-from dql_pass.verify.run import check_model, check_sites, not_checked
+from dql_pass.verification.extract import original_sites
+from dql_pass.verification.inputs import FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, input_sets
+from dql_pass.verification.lowered import check_lowered
+from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport
+from dql_pass.verification.run import check_model, check_sites, not_checked
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping, Sequence
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
-from dql_pass.lower import LOWERED
+from dql_pass.lowering import LOWERED
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph, subgraphs
 
@@ -284,7 +284,7 @@ class Scopes:
         """The value that REWRITTEN reads where ORIGINAL reads the site output ``name`` (``use``).
 
         A reader that a rewrite lowered (a MatMulInteger that became float ops, say) is checked as a
-        site of its own by :mod:`dql_pass.verify.lowered`, from the values named like its inputs:
+        site of its own by :mod:`dql_pass.verification.lowered`, from the values named like its inputs:
         what it reads is the value of this name.
         """
         if use.op is None:

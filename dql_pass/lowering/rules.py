@@ -4,7 +4,7 @@ Rules, one per op (ai.onnx domain; each keeps its output name):
 
 - MatMulInteger(A, B, a_zp, b_zp): ``Cast(MatMul(Cast(A) - a_zp, B - b_zp), int32)``. Constant
   ``B - b_zp`` is computed once, as a float32 constant; other weights are cast and shifted at run
-  time. A reduction whose bound exceeds 2^24 (:mod:`dql_pass.lower.proof`) is cut along K (a 1-D
+  time. A reduction whose bound exceeds 2^24 (:mod:`dql_pass.lowering.proof`) is cut along K (a 1-D
   B's only axis) into Slices whose products are cast to int32 and added. A per-row ``a_zp`` is
   left alone; ``b_zp`` lies per column, along B's last axis.
 - ConvInteger(X, W, x_zp, w_zp): the same with Conv and its attributes; ORT pads with ``x_zp``,
@@ -44,7 +44,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import variants
-from dql_pass.lower.proof import Proof, plan, span
+from dql_pass.lowering.proof import Proof, plan, span
 from dql_pass.op import is_dql
 
 FLOAT, DOUBLE, INT32, BOOL = ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.BOOL

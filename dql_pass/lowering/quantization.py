@@ -4,9 +4,9 @@ Rules the pass applies:
 
 - In the ai.onnx domain, in the main graph, If/Loop/Scan bodies at any depth and every
   model-local function: MatMulInteger, ConvInteger, QuantizeLinear and DequantizeLinear are
-  rewritten by :mod:`dql_pass.lower.rules`, each under the proof of :mod:`dql_pass.lower.proof`;
+  rewritten by :mod:`dql_pass.lowering.rules`, each under the proof of :mod:`dql_pass.lowering.proof`;
   a node that cannot be lowered exactly is left alone, with the reason in the report.
-- Then every DynamicQuantizeLinear goes through :class:`~dql_pass.expand.ExpandDynamicQuantizeLinearPass`
+- Then every DynamicQuantizeLinear goes through :class:`~dql_pass.expansion.ExpandDynamicQuantizeLinearPass`
   with the variant that is exact on ``target`` (``arithmetic``, which has no quantization op, when
   there is no target); the QuantizeLinear that variant may stamp is the target's to run.
 - Every replaced node's output keeps its name; every new name is unique across the model.
@@ -30,8 +30,8 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
-from dql_pass.expand import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
-from dql_pass.lower.rules import LOWERED, Builder, LeftAlone, lower_node
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
+from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
 from dql_pass.walk import find_sites, graph_scopes
 

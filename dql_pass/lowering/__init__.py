@@ -1,0 +1,14 @@
+"""Lowering: the quantization ops of a ``quantize_dynamic`` model as float32 primitives, bit-exact.
+
+- :mod:`dql_pass.lowering.proof`: when a float32 matrix product or convolution of integers is exact,
+  and how a reduction is cut when it is not;
+- :mod:`dql_pass.lowering.rules`: what each op becomes, or why it is left alone;
+- :mod:`dql_pass.lowering.quantization`: the onnx_ir pass over every graph and function, and its report.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LOWERED", "LeftAloneNode", "LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode"]
+
+from dql_pass.lowering.quantization import LeftAloneNode, LowerQuantizationPass, LowerReport, LowerResult, LoweredNode
+from dql_pass.lowering.rules import LOWERED

@@ -1,0 +1,12 @@
+"""The installed dql_pass version: a leaf, so that ``--version`` loads no graph library."""
+
+from __future__ import annotations
+
+__all__ = ["VERSION"]
+
+import importlib.metadata
+
+try:
+    VERSION = importlib.metadata.version("dql_pass")
+except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+    VERSION = "unknown"
