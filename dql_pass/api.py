@@ -70,11 +70,7 @@ def target_variant(target: str) -> str:
 def _expansion(
     variant: str | None, mode: str, zero_range: str, runtime: str | None, target: str | None
 ) -> ExpandDynamicQuantizeLinearPass:
-    if target is not None:
-        if variant is not None and variant != target_variant(target):
-            raise InputError(f"variant {variant} is not the one target {target} gets ({target_variant(target)}); give one of them")
-        variant, runtime = target_variant(target), target
-    return ExpandDynamicQuantizeLinearPass(variant=variant or "quantizelinear", mode=mode, zero_range=zero_range, runtime=runtime)
+    return ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime, target=target)
 
 
 @overload

@@ -279,8 +279,8 @@ def _run_tests(args: argparse.Namespace) -> tuple[int, dict]:
 
     report = dql_pass.run_suite(args.outdir, args.runtime,
                                 progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
-    _say(args, report.summary())
-    return (0 if report.ok else 1), {"runtime": report.runtime, "summary": report.summary(), "ok": report.ok,
+    _say(args, report.summary)
+    return (0 if report.ok else 1), {"runtime": report.runtime, "summary": report.summary, "ok": report.ok,
                                      "outcomes": [dataclasses.asdict(o) for o in report.outcomes]}
 
 

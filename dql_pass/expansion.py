@@ -40,7 +40,7 @@ import onnx_ir as ir
 from dql_pass import decomposition, runtimes
 from dql_pass.errors import InputError
 from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS, ai_onnx_opset, check_choice
-from dql_pass.walk import Root, free_name, graph_scopes, sites_by_graph, subgraphs
+from dql_pass.walk import Root, check_ir_model, free_name, graph_scopes, sites_by_graph, subgraphs
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,9 @@ class ExpandResult(ir.passes.PassResult):
     """A PassResult that also counts the expanded sites per graph path."""
 
     sites: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:  # not the model, which can be gigabytes of text
+        return f"ExpandResult(modified={self.modified}, sites={self.sites})"
 
 
 class UniqueNames:
@@ -189,18 +192,29 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
 
     def __init__(
         self,
-        variant: str = "quantizelinear",
+        variant: str | None = None,
         mode: str = "inline",
         zero_range: str = "onnxruntime",
         runtime: str | None = "onnxruntime",
+        *,
+        target: str | None = None,
     ):
+        """``variant`` defaults to quantizelinear, or with ``target`` to the variant exact on that
+        runtime, which is then also the ``runtime`` the expansion must load on (None: not checked)."""
         super().__init__()
+        if target is not None:
+            exact = runtimes.get(target).target
+            if variant is not None and variant != exact:
+                raise InputError(f"variant {variant} is not the one target {target} gets ({exact}); give one of them")
+            variant, runtime = exact, target
+        self.target = target
         self.runtime = runtime if runtime is None else check_choice("runtime", runtime, runtimes.RUNTIMES)
-        self.variant = check_choice("variant", variant)
+        self.variant = check_choice("variant", variant or "quantizelinear")
         self.mode = check_choice("mode", mode)
         self.zero_range = check_choice("zero-range policy", zero_range)
 
     def call(self, model: ir.Model) -> ExpandResult:
+        check_ir_model(model, "expand")
         with _gc_paused():
             return self._expand(model)
 

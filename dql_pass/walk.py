@@ -8,7 +8,9 @@ graph has its own path.
 
 from __future__ import annotations
 
-__all__ = ["Root", "called_functions", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs"]
+__all__ = [
+    "Root", "called_functions", "check_ir_model", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs",
+]
 
 import collections
 from collections.abc import Iterator
@@ -18,6 +20,16 @@ import onnx_ir as ir
 from dql_pass.op import is_dql
 
 Root = ir.Graph | ir.Function
+
+
+def check_ir_model(model: object, function: str) -> None:
+    """:class:`TypeError` unless ``model`` is an ``ir.Model``, the one thing an onnx_ir pass takes;
+    ``function`` names the API function that takes the other kinds."""
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"the pass takes an onnx_ir Model, not {type(model).__name__}; use dql_pass.{function}(), which takes a "
+            "ModelProto or a path too, or ir.from_proto(model)"
+        )
 
 
 def free_name(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:

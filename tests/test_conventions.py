@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import onnx
+import onnx_ir as ir
 import pytest
 from helpers import MODELS
 
@@ -127,3 +129,60 @@ def test_ctrl_c_at_any_moment_prints_no_traceback(tmp_path, delay):
     assert "Traceback" not in err, err
     assert process.returncode in (0, 130), (process.returncode, err)  # 0: it finished before the signal
     assert not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]  # no debris
+
+
+# --- The Python API ---------------------------------------------------------------------------------------------
+
+
+def test_a_report_is_true_only_for_a_pass(tmp_path):
+    expanded = tmp_path / "e.onnx"
+    dql_pass.expand_file(MLP, expanded)
+    assert dql_pass.verify(MLP, expanded, samples=0)
+    wrong = onnx.load(expanded)
+    for node in wrong.graph.node:
+        if node.op_type == "Div":
+            node.op_type = "Mul"  # x * scale: wrong everywhere
+    report = dql_pass.verify(MLP, wrong, samples=0)
+    assert report.verdict == "FAIL" and not report
+    assert repr(report).startswith("<VerifyReport FAIL: ") and len(repr(report)) < 1000
+
+
+def test_a_pass_handed_a_proto_says_what_it_takes():
+    from dql_pass.fusion import FuseDynamicQuantizeLinearPass
+
+    proto = onnx.load(MLP)
+    for rewrite, function in ((dql_pass.ExpandDynamicQuantizeLinearPass(), "expand"),
+                              (FuseDynamicQuantizeLinearPass(), "fuse"), (dql_pass.LowerQuantizationPass(), "lower")):
+        with pytest.raises(TypeError, match=rf"takes an onnx_ir Model, not ModelProto; use dql_pass.{function}\(\)"):
+            rewrite(proto)
+
+
+def test_every_pass_takes_a_target():
+    assert dql_pass.ExpandDynamicQuantizeLinearPass(target="tract").variant == dql_pass.target_variant("tract")
+    assert dql_pass.LowerQuantizationPass(target="tract").variant == dql_pass.target_variant("tract")
+    with pytest.raises(dql_pass.InputError, match="not the one target tract gets"):
+        dql_pass.ExpandDynamicQuantizeLinearPass(variant="quantizelinear", target="tract")
+
+
+def test_results_print_short():
+    from dql_pass.fusion import FuseDynamicQuantizeLinearPass
+
+    model = ir.load(MLP)
+    expanded = dql_pass.ExpandDynamicQuantizeLinearPass()(model)
+    assert repr(expanded) == "ExpandResult(modified=True, sites={'main': 3})"
+    assert repr(FuseDynamicQuantizeLinearPass()(model)) == "FuseResult(modified=True, fused=3)"
+    assert repr(dql_pass.LowerQuantizationPass()(ir.load(MLP))).startswith("LowerResult(modified=True, lowered=")
+
+
+def test_no_module_replaces_a_function_of_the_api():
+    # Importing every submodule first: a module named like a function would replace it.
+    code = ("import importlib, pkgutil, dql_pass\n"
+            "for info in pkgutil.walk_packages(dql_pass.__path__, 'dql_pass.'):\n"
+            "    if info.name not in ('dql_pass.__main__', 'dql_pass.onnxscript_bodies'):\n"
+            "        importlib.import_module(info.name)\n"
+            "import inspect\n"
+            "bad = [n for n in dql_pass.__all__ if inspect.ismodule(getattr(dql_pass, n))]\n"
+            "assert not bad, bad\n"
+            "assert callable(dql_pass.verify) and dql_pass.verification.MAX_INPUT_BYTES > 0\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert run.returncode == 0, run.stderr

@@ -156,7 +156,7 @@ def test_a_one_ulp_scale_edit_fails(small_suite):
 
 def test_a_suite_without_manifest_runs(small_suite):
     (small_suite / suites.MANIFEST).unlink()
-    assert suites.run_suite(small_suite, "reference").summary() == f"{SMALL} passed, 0 failed"
+    assert suites.run_suite(small_suite, "reference").summary == f"{SMALL} passed, 0 failed"
 
 
 def test_the_large_input_is_written_at_the_newest_opset_only(tmp_path):
@@ -170,7 +170,7 @@ def test_the_large_input_is_written_at_the_newest_opset_only(tmp_path):
     ]
     x = onnx.load_tensor(path / "test_dynamicquantizelinear_large_1m_opset21" / "test_data_set_0" / "input_0.pb")
     assert numpy_helper.to_array(x).size == 1 << 20
-    assert suites.run_suite(path).summary() == "2 passed, 0 failed"
+    assert suites.run_suite(path).summary == "2 passed, 0 failed"
 
 
 def test_the_api_rejects_bad_options(tmp_path):
@@ -223,14 +223,14 @@ def test_a_missing_data_file_fails_naming_it(small_suite, file):
     (small_suite / SPEC / "test_data_set_0" / file).unlink()
     report = suites.run_suite(small_suite)
     assert _not_passed(report) == [f"FAIL {SPEC}: test_data_set_0/{file} is missing"]
-    assert report.summary() == f"{SMALL - 1} passed, 1 failed"
+    assert report.summary == f"{SMALL - 1} passed, 1 failed"
 
 
 def test_a_suite_without_its_last_outputs_fails_everywhere(small_suite):
     for path in small_suite.glob("*/test_data_set_0/output_2.pb"):
         path.unlink()
     report = suites.run_suite(small_suite, "reference")
-    assert report.summary() == f"0 passed, {SMALL} failed"
+    assert report.summary == f"0 passed, {SMALL} failed"
     assert {o.detail for o in report.outcomes} == {"test_data_set_0/output_2.pb is missing"}
 
 
@@ -284,7 +284,7 @@ def test_external_data_of_a_test_file_is_read_beside_it(small_suite, tmp_path, m
     (data_set / "y").mkdir()
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 179], np.uint8).tobytes())
     monkeypatch.chdir(tmp_path)  # not the data set's folder: nothing may be looked up here
-    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
+    assert suites.run_suite(small_suite).summary == f"{SMALL} passed, 0 failed"
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 178], np.uint8).tobytes())
     assert _not_passed(suites.run_suite(small_suite)) == [
         f"FAIL {SPEC}: test_data_set_0: y differs in 1 of 6 elements, first at [5]: got 179, expected 178"
@@ -308,7 +308,7 @@ def test_a_symlink_to_a_file_inside_the_suite_is_read(small_suite):
     (small_suite / "shared").mkdir()
     (data_set / "output_1.pb").rename(small_suite / "shared" / "y_scale.pb")
     (data_set / "output_1.pb").symlink_to("../../shared/y_scale.pb")
-    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
+    assert suites.run_suite(small_suite).summary == f"{SMALL} passed, 0 failed"
 
 
 def test_a_symlink_out_of_the_suite_is_refused(small_suite, tmp_path):
@@ -343,7 +343,7 @@ def test_symbolic_dims_get_a_finite_bound(small_suite, monkeypatch):
         value.type.tensor_type.shape.dim[0].dim_param = "n"
     model_path.write_bytes(model.SerializeToString())
     monkeypatch.setattr(layout, "UNKNOWN_SHAPE_LIMIT", 1000)
-    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
+    assert suites.run_suite(small_suite).summary == f"{SMALL} passed, 0 failed"
     data_set = small_suite / SPEC / "test_data_set_0"
     _to_external(data_set / "input_0.pb", "x.bin", data="x.bin")
     with (data_set / "x.bin").open("ab") as file:  # the six floats, then more than the bound allows
@@ -357,7 +357,7 @@ def test_a_manifest_of_more_than_a_few_megabytes_is_bad_input(small_suite):
     path = small_suite / suites.MANIFEST
     text = path.read_text()
     path.write_text(text + " " * (1 << 20))  # 1 MB of padding is still read
-    assert suites.run_suite(small_suite).summary() == f"{SMALL} passed, 0 failed"
+    assert suites.run_suite(small_suite).summary == f"{SMALL} passed, 0 failed"
     path.write_text(text + " " * (9 << 20))
     with pytest.raises(InputError, match=rf"manifest.json holds {len(text) + (9 << 20)} bytes, more than the"):
         suites.run_suite(small_suite)
@@ -381,7 +381,7 @@ def test_folders_the_backend_cannot_run_are_left_out_and_listed(tmp_path):
     assert sorted(e["folder"] for e in manifest["cases"]) == sorted(d.name for d in path.iterdir() if d.is_dir())
     ran = 2 * len(suites.FORMS) - 1
     assert len(manifest["cases"]) == ran
-    assert suites.run_suite(path).summary() == f"{ran} passed, 0 failed"
+    assert suites.run_suite(path).summary == f"{ran} passed, 0 failed"
 
 
 def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_path):
@@ -394,7 +394,7 @@ def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_p
     assert entry.known_differences["onnxruntime"] == runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0].describe()
     assert "reference" not in entry.known_differences
     assert _statuses(suites.run_suite(path)) == {entry.folder: "XFAIL"}
-    assert suites.run_suite(path, "reference").summary() == "1 passed, 0 failed"
+    assert suites.run_suite(path, "reference").summary == "1 passed, 0 failed"
 
 
 def test_a_choice_the_backend_runs_nothing_of_is_bad_input(tmp_path):

@@ -180,7 +180,7 @@ def _rows(model: Path, original: ir.Model, checker: _Checker, folder: Path, **ve
                 written_ir, checked = out, f"ERROR {error}"[:60]
             rows.append((
                 variant, mode, f"{seconds:.2f}", f"{added / max(sites, 1):.1f}", checked,
-                _attempt(lambda: dql_pass.verify(original, written_ir, **verify_options).summary().split(";")[0]),
+                _attempt(lambda: dql_pass.verify(original, written_ir, **verify_options).summary.split(";")[0]),
                 _attempt(lambda: checker.compare(written)),
                 _attempt(lambda: checker.fused(expanded, folder / f"{out.stem}.fused.onnx")),
             ))

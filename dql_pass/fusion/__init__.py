@@ -48,7 +48,7 @@ from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass.fusion.diagnosis import LeftAlone, left_alone
 from dql_pass.fusion.rules import behaviour_notes, fuse_rules
-from dql_pass.walk import called_functions, find_sites, free_name, graph_scopes
+from dql_pass.walk import called_functions, check_ir_model, find_sites, free_name, graph_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,9 @@ class FuseResult(ir.passes.PassResult):
     """A PassResult that also carries the :class:`FuseReport`."""
 
     report: FuseReport = dataclasses.field(default_factory=FuseReport)
+
+    def __repr__(self) -> str:  # not the model
+        return f"FuseResult(modified={self.modified}, fused={self.report.total})"
 
 
 def _containers(model: ir.Model) -> list[ir.Graph | ir.Function]:
@@ -158,6 +161,7 @@ class FuseDynamicQuantizeLinearPass(ir.passes.InPlacePass):
     """Fuse every decomposed DynamicQuantizeLinear back into one node (see the package docstring)."""
 
     def call(self, model: ir.Model) -> FuseResult:
+        check_ir_model(model, "fuse")
         for container in _containers(model):
             imports = container.opset_imports
             if "ai.onnx" in imports and "" not in imports:

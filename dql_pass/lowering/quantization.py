@@ -33,7 +33,7 @@ from dql_pass import runtimes
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
 from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
-from dql_pass.walk import find_sites, graph_scopes
+from dql_pass.walk import check_ir_model, find_sites, graph_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,10 @@ class LowerReport:
 class LowerResult(ir.passes.PassResult):
     report: LowerReport = dataclasses.field(default_factory=lambda: LowerReport(None, "arithmetic"))
 
+    def __repr__(self) -> str:  # not the model
+        return (f"LowerResult(modified={self.modified}, lowered={len(self.report.lowered)}, "
+                f"left_alone={len(self.report.left_alone)})")
+
 
 def _drop_unused(values: list[ir.Value | None]) -> None:
     """Drop the constants among ``values`` that nothing reads any more."""
@@ -100,6 +104,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         self.variant = "arithmetic" if target is None else runtimes.get(target).target
 
     def call(self, model: ir.Model) -> LowerResult:
+        check_ir_model(model, "lower")
         report = LowerReport(self.target, self.variant)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}

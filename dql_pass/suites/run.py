@@ -64,6 +64,13 @@ class RunReport:
         """Nothing failed and something was compared: a run of skips and known differences checks nothing."""
         return not self.failed and self.passed > 0
 
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return f"<RunReport on {self.runtime}: {self.summary}>"
+
+    @property
     def summary(self) -> str:
         text = f"{self.passed} passed, {self.failed} failed"
         text += f", {self.skipped} skipped" if self.skipped else ""

@@ -112,5 +112,5 @@ def verify(
         original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
         check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime,
     )
-    logger.info("%s", report.summary())
+    logger.info("%s", report.summary)
     return report

@@ -90,6 +90,14 @@ class VerifyReport:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
+    def __bool__(self) -> bool:
+        # `assert dql_pass.verify(a, b)` holds only for a PASS.
+        return self.passed
+
+    def __repr__(self) -> str:
+        return f"<VerifyReport {self.summary}>"
+
+    @property
     def summary(self) -> str:
         checked = [s for s in self.sites if s.not_reachable is None]
         unreachable = len(self.sites) - len(checked)
@@ -136,7 +144,7 @@ class VerifyReport:
             if not o.identical:
                 lines.append(f"final output {o.name!r} differs: {o.detail}")
         lines += [f"note: {note}" for note in self.notes]
-        lines.append(self.summary())
+        lines.append(self.summary)
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -150,7 +158,7 @@ class VerifyReport:
             "passed": self.passed,
             "verdict": self.verdict,
             "mismatches": self.mismatches,
-            "summary": self.summary(),
+            "summary": self.summary,
         }
 
     def save_json(self, path: str | os.PathLike) -> None:
