@@ -66,7 +66,7 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
         if args.target is None and not args.quiet:
             print(f"variant {variant} is the exact target of {', '.join(_runtimes_targeting(variant)) or 'no runtime'}; "
                        "for another runtime give --target (see --list-targets)", file=sys.stderr)
-    return _verified(args, report)
+    return _deployable(args, report)
 
 
 def _runtimes_targeting(variant: str) -> list[str]:
@@ -90,8 +90,35 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     if report.format():
         _say(args, report.format())
-    return _verified(args, {"input": args.input, "output": args.output, "seconds": elapsed,
-                            **dataclasses.asdict(report)})
+    return _deployable(args, {"input": args.input, "output": args.output, "seconds": elapsed,
+                              **dataclasses.asdict(report)})
+
+
+# The integer ops that lowering turns into float ones: a target that lacks them wants `lower`.
+_LOWERED = ("MatMulInteger", "ConvInteger", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+
+
+def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
+    """With --target: what still blocks the written model there, on stderr, and exit 1 if anything
+    does; then --verify."""
+    if args.target is None:
+        return _verified(args, report)
+    import dql_pass
+    from dql_pass.verification.deployable import blockers
+
+    found = blockers(dql_pass.load_model(args.output), args.target, _dims(args))
+    report["blockers"] = found.reasons
+    for reason in found.reasons:
+        if reason in report.get("lacking", ()):
+            continue  # lower's report printed it
+        print(f"dql-pass: still blocks {args.target}: {reason}", file=sys.stderr)
+    if found.not_tried:
+        print(f"dql-pass: note: {found.not_tried}", file=sys.stderr)
+    if args.command == "expand" and any(op in reason for reason in found.reasons for op in _LOWERED):
+        print(f"dql-pass: `dql-pass lower {args.input} -o OUTPUT --target {args.target}` turns the integer ops into "
+              "float ones", file=sys.stderr)
+    code, report = _verified(args, report)
+    return (1 if found else code), report
 
 
 def _verified(args: argparse.Namespace, report: dict) -> tuple[int, dict]:

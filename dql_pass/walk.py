@@ -9,7 +9,8 @@ graph has its own path.
 from __future__ import annotations
 
 __all__ = [
-    "Root", "called_functions", "check_ir_model", "find_sites", "free_name", "graph_scopes", "sites_by_graph", "subgraphs",
+    "Root", "called_functions", "check_ir_model", "find_sites", "free_name", "graph_scopes", "ops_used", "sites_by_graph",
+    "subgraphs",
 ]
 
 import collections
@@ -97,3 +98,12 @@ def called_functions(model: ir.Model, root: ir.Graph | ir.GraphView | ir.Functio
                 called.add(identifier)
                 todo.append(model.functions[identifier])
     return called
+
+
+def ops_used(model: ir.Model) -> set[tuple[str, str]]:
+    """Every (domain, op_type) the model runs, in every graph and function, ai.onnx as ``""``."""
+    found = set()
+    for root in (model.graph, *model.functions.values()):
+        for node in ir.traversal.RecursiveGraphIterator(root):
+            found.add(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
+    return found

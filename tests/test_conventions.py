@@ -186,3 +186,32 @@ def test_no_module_replaces_a_function_of_the_api():
             "assert callable(dql_pass.verify) and dql_pass.verification.MAX_INPUT_BYTES > 0\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
     assert run.returncode == 0, run.stderr
+
+
+# --- What still blocks a target -----------------------------------------------------------------------------------
+
+
+def test_expand_for_a_target_that_lacks_an_op_of_the_model_exits_1_and_points_to_lower(tmp_path, capsys):
+    # onnx2torch has no MatMulInteger: a stated lack, known whether onnx2torch is installed or not.
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "onnx2torch"]) == 1
+    err = capsys.readouterr().err
+    assert "still blocks onnx2torch: MatMulInteger-10 does not run on onnx2torch" in err
+    assert f"dql-pass lower {MLP} -o OUTPUT --target onnx2torch" in err
+
+
+def test_expand_for_a_target_that_cannot_load_the_model_says_why(tmp_path, capsys):
+    pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'dql_pass[openvino]'")
+    # OpenVINO has no model-local functions: no lack names that, its loader does.
+    assert main(["expand", str(MODELS / "control_flow.onnx"), "-o", str(tmp_path / "o.onnx"), "--target", "openvino"]) == 1
+    assert "still blocks openvino: openvino cannot load it: " in capsys.readouterr().err
+
+
+def test_expand_for_a_target_that_runs_it_exits_0(tmp_path, capsys):
+    pytest.importorskip("tract", reason="tract is not installed: pip install 'dql_pass[tract]'")
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "tract"]) == 0
+    assert "still blocks" not in capsys.readouterr().err
+
+
+def test_expand_without_a_target_names_where_its_variant_is_exact(tmp_path, capsys):
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx")]) == 0
+    assert "variant quantizelinear is the exact target of onnxruntime" in capsys.readouterr().err

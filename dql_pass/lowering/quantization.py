@@ -33,7 +33,7 @@ from dql_pass import runtimes
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
 from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
-from dql_pass.walk import check_ir_model, find_sites, graph_scopes
+from dql_pass.walk import check_ir_model, find_sites, graph_scopes, ops_used
 
 logger = logging.getLogger(__name__)
 
@@ -139,17 +139,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:
-            report.lacking = [lack.describe() for lack in runtimes.lacking(self.target, _ops(model), ai_onnx_opset(model.opset_imports) or 0)]
+            report.lacking = [lack.describe() for lack in runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)]
         for item in report.left_alone:
             logger.info("left alone %s %r in %s: %s", item.op_type, item.node, item.graph, item.reason)
         logger.info("lowered %d nodes", len(report.lowered))
         return LowerResult(model, modified=bool(report.lowered), report=report)
-
-
-def _ops(model: ir.Model) -> set[tuple[str, str]]:
-    """Every (domain, op_type) the model runs, ai.onnx as ``""``."""
-    found = set()
-    for root in (model.graph, *model.functions.values()):
-        for node in ir.traversal.RecursiveGraphIterator(root):
-            found.add(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
-    return found
