@@ -534,21 +534,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
-        # The temporary files are gone by now: every write undoes itself on the way out.
-        print("dql-pass: interrupted", file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated) else signal.SIGINT)
+        return _interrupted(interrupt)
+
+
+def _interrupted(interrupt: KeyboardInterrupt) -> int:
+    # The temporary files are gone by now: every write undoes itself on the way out.
+    print("dql-pass: interrupted", file=sys.stderr)
+    return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated) else signal.SIGINT)
 
 
 def run() -> None:
     """The process entry point: the ``dql-pass`` script and ``python -m dql_pass``."""
     # A short-lived process that builds large graphs: the cyclic GC would only rescan them, and
     # freeing them object by object at exit takes as long as writing them; the OS frees at once.
-    gc.disable()
-    if hasattr(signal, "SIGPIPE"):
-        # Die quietly when the reader goes away (`| head`), as command-line tools do.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, _terminate)
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        gc.disable()
+        if hasattr(signal, "SIGPIPE"):
+            # Die quietly when the reader goes away (`| head`), as command-line tools do.
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _terminate)
+        code = main()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except KeyboardInterrupt as interrupt:  # before main, or while flushing
+        code = _interrupted(interrupt)
     os._exit(code)

@@ -115,7 +115,7 @@ def test_help_imports_no_graph_library():
 
 # The process says when the command line starts (Python's own start-up is not ours to make quiet);
 # from then on every moment is covered: the lazy imports, the rewrite, the write and verify.
-_STARTED = "import sys\nfrom dql_pass import cli\nprint('started', flush=True)\nsys.argv[1:] = sys.argv[1:]\ncli.run()\n"
+_STARTED = "from dql_pass import cli\nprint('started', flush=True)\ncli.run()\n"
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
