@@ -7,10 +7,16 @@ import json
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from dql_pass import suites
+import dql_pass
+from dql_pass import runtimes, suites
+from dql_pass.modelfiles import one_line
+from dql_pass.runtimes.openvino import OpenVino
+from dql_pass.runtimes.ort import OnnxRuntime
+from helpers import sample
 
 
 # -- item 7: a known difference excuses the runtime, not a model no holder can run -------------------
@@ -42,3 +48,69 @@ def test_a_known_difference_does_not_excuse_a_model_that_cannot_run_as_onnx_defi
     [outcome] = suites.run_suite(path, runtime).outcomes
     assert outcome.status == "FAIL"
     assert "cannot run it either" in outcome.detail and f"known difference on {runtime}" in outcome.detail
+
+
+# -- items 16 and 20b: a site model the runtime cannot load is not checked there, not a mismatch -------
+
+
+@pytest.fixture(scope="module")
+def conv_for_openvino(tmp_path_factory):
+    """The sample ConvInteger model and its lowering for OpenVINO."""
+    original = sample("conv_dynamic")
+    lowered, _ = dql_pass.lower(original, target="openvino")
+    return original, lowered
+
+
+def test_lowered_conv_sites_keep_the_rank_openvino_needs(conv_for_openvino):
+    original, lowered = conv_for_openvino
+    report = dql_pass.verify(original, lowered, runtime="openvino")
+    conv = [s for s in report.sites if s.name.startswith("ConvInteger")]
+    assert len(conv) == 2 and all(s.cases > 0 and s.mismatches == 0 and s.not_checked is None for s in conv)
+    assert report.verdict == "PASS", report.format()
+
+
+_LONG = "the plugin's reason, " * 40 + "and its cause last"
+
+
+def _refusing(runtime_class, monkeypatch, inputs: set[str]) -> None:
+    """``runtime_class`` refuses, with a reason longer than 300 characters, the models whose first input is in ``inputs``."""
+    load = runtime_class._load
+
+    def refusing(self, model, **options):
+        graph = model.graph if isinstance(model, (ir.Model, onnx.ModelProto)) else onnx.load(model).graph
+        if (graph.inputs[0].name if isinstance(graph, ir.Graph) else graph.input[0].name) in inputs:
+            raise runtimes.RuntimeFailure(_LONG)
+        return load(self, model, **options)
+
+    monkeypatch.setattr(runtime_class, "_load", refusing)
+
+
+@pytest.mark.parametrize("kind, first_input", [("lowered", "input0"), ("dql", "x")])
+def test_a_site_model_openvino_refuses_is_not_checked_there_with_its_whole_reason(
+    conv_for_openvino, monkeypatch, kind, first_input
+):
+    original, lowered = conv_for_openvino
+    _refusing(OpenVino, monkeypatch, {first_input})
+    report = dql_pass.verify(original, lowered, runtime="openvino")
+    refused = [s for s in report.sites if (" " in s.name) == (kind == "lowered")]  # lowered rows: "ConvInteger 'name'"
+    assert len(refused) == 3 and all(s.mismatches == 0 and s.cases > 0 for s in refused)  # still checked on ORT
+    assert all(_LONG in s.not_checked for s in refused)
+    assert all(s.not_checked is None for s in report.sites if s not in refused)
+    assert all(o.identical for o in report.outputs)
+    assert report.verdict == "INCOMPLETE" and report.exit_code == 1
+    assert "3 sites not checked on openvino" in report.summary()
+    assert "and its cause last" in report.format()
+
+
+def test_a_site_model_ort_refuses_too_is_still_a_mismatch(conv_for_openvino, monkeypatch):
+    original, lowered = conv_for_openvino
+    _refusing(OpenVino, monkeypatch, {"input0"})
+    _refusing(OnnxRuntime, monkeypatch, {"input0"})
+    report = dql_pass.verify(original, lowered, runtime="openvino")
+    conv = [s for s in report.sites if s.name.startswith("ConvInteger")]
+    assert all(s.mismatches and "onnxruntime cannot load it either" in s.detail and _LONG in s.detail for s in conv)
+    assert report.verdict == "FAIL"
+
+
+def test_one_line_folds_whitespace_and_keeps_the_whole_reason():
+    assert one_line(RuntimeError(_LONG.replace(", ", ",\n  "))) == _LONG

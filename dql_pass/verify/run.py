@@ -102,28 +102,37 @@ class _SiteRunner:
         self.zero_range = zero_range
         self.runtime = runtime
         self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
-        self._results: dict[bytes, list[tuple[SiteDifference | None, str | None]]] = {}
+        self._results: dict[bytes, tuple[list[tuple[SiteDifference | None, str | None]], str | None]] = {}
 
-    def run(self, model: ir.Model) -> list[tuple[SiteDifference | None, str | None]]:
-        """Per case, the difference found (None: same bits) and the runtime's known reason for it, if any."""
+    def run(self, model: ir.Model) -> tuple[list[tuple[SiteDifference | None, str | None]], str | None]:
+        """Per case, the difference found (None: same bits) and the runtime's known reason for it, if
+        any; and why the site was not checked on the runtime, if it was not."""
         proto = ir.serde.serialize_model(model)  # once: for the cache key and for the session
         key = proto.SerializeToString(deterministic=True)
         if key not in self._results:
             # Constants kept on disk go through the runtime's own loading, which reads them.
             loaded = model if external_tensors(model) else proto
-            results = [(diff, None) for diff in self._run(loaded, _ORT)]
+            results, unchecked = [(diff, None) for diff in self._run(loaded, _ORT)], None
             if self.runtime is not _ORT:
-                for i, diff in enumerate(self._run(loaded, self.runtime)):
+                try:
+                    diffs = self._run(loaded, self.runtime)
+                except runtimes.RuntimeFailure as error:
+                    diffs, unchecked = [], f"{self.runtime.name} cannot load the site model: {one_line(error)}"
+                for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
                         known = self.runtime.differences(self.catalogue[i].x, self.runtime.target, self.zero_range)
                         results[i] = (diff, known[0] if known else None)
-            self._results[key] = results
+            self._results[key] = results, unchecked
         return self._results[key]
 
     def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> list[SiteDifference | None]:
+        """The difference of every case on ``runtime``; a site model that another runtime than ORT
+        cannot load raises RuntimeFailure: a piece of a model may be refused where the whole one runs."""
         try:
             session = runtime.load(model, threads=1, optimize="basic")
-        except runtimes.RuntimeFailure as error:  # whatever the runtime refuses, the rewrite is at fault
+        except runtimes.RuntimeFailure as error:  # what ORT, which runs the ops as written, refuses is the rewrite's fault
+            if runtime is not _ORT:
+                raise
             return [SiteDifference(_WORST, f"{runtime.name} cannot load the site: {one_line(error)}")] * len(self.catalogue)
         diffs = []
         for case, expected in zip(self.catalogue, self.expected):
@@ -156,7 +165,9 @@ def check_sites(
             tally.result.not_reachable = str(reason)
             continue
         for site_model in extracted:
-            for case, (diff, known) in zip(catalogue, runner.run(site_model)):
+            results, unchecked = runner.run(site_model)
+            tally.result.not_checked = tally.result.not_checked or unchecked
+            for case, (diff, known) in zip(catalogue, results):
                 tally.add(case.name, case.category, diff, known=known)
     return tallies
 
