@@ -114,3 +114,69 @@ def test_a_site_model_ort_refuses_too_is_still_a_mismatch(conv_for_openvino, mon
 
 def test_one_line_folds_whitespace_and_keeps_the_whole_reason():
     assert one_line(RuntimeError(_LONG.replace(", ", ",\n  "))) == _LONG
+
+
+# -- item 8: a kept node reads ORIGINAL's constants and carries its attributes ------------------------
+
+
+def _masked_matmul(weight_change: int = 0, alpha: float = 0.01, function: bool = False) -> onnx.ModelProto:
+    """x -> DQL -> MatMulInteger(W) -> Cast -> Mul -> Add(-1e6 bias) -> LeakyRelu(alpha) -> Relu: the
+    bias and Relu hide a change of W or alpha from every input that is not huge. With ``function``, the
+    MatMulInteger and its weight (a Constant node) sit in a model-local function."""
+    weights = np.arange(-12, 12, dtype=np.int8).reshape(4, 6)
+    weights[1, 2] += weight_change
+    constant = helper.make_node("Constant", [], ["W"], name="weights", value=numpy_helper.from_array(weights, "W"))
+    matmul = helper.make_node("MatMulInteger", ["y", "W", "zp"], ["acc"], name="matmul")
+    body = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"], name="dql"),
+        helper.make_node("Cast", ["acc"], ["acc_f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["acc_f", "scale"], ["scaled"], name="mul"),
+        helper.make_node("Add", ["scaled", "bias"], ["biased"], name="add"),
+        helper.make_node("LeakyRelu", ["biased"], ["leaky"], name="act", alpha=alpha),
+        helper.make_node("Relu", ["leaky"], ["out"], name="relu"),
+    ]
+    bias = numpy_helper.from_array(np.full(6, -1e6, np.float32), "bias")
+    opsets = [helper.make_opsetid("", 13)]
+    functions = []
+    if function:
+        functions = [helper.make_function("local", "Product", ["y", "zp"], ["acc"], [constant, matmul], opsets)]
+        body.insert(1, helper.make_node("Product", ["y", "zp"], ["acc"], name="product", domain="local"))
+        opsets.append(helper.make_opsetid("local", 1))
+    else:
+        body[1:1] = [constant, matmul]
+    graph = helper.make_graph(
+        body, "masked", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 6])], [bias],
+    )
+    return helper.make_model(graph, opset_imports=opsets, functions=functions, ir_version=8)
+
+
+@pytest.mark.parametrize("function", [False, True])
+@pytest.mark.parametrize("change, named", [
+    ({"weight_change": 1}, "input 1 ('W')"),
+    ({"alpha": 0.02}, "attribute 'alpha' is 0.00999"),
+])
+def test_a_kept_node_whose_constant_or_attribute_changed_fails_whatever_the_inputs(function, change, named):
+    original = _masked_matmul(function=function)
+    changed = _masked_matmul(**change, function=function)
+    assert dql_pass.verify(original, original).verdict == "PASS"
+    report = dql_pass.verify(original, changed)
+    assert all(o.identical for o in report.outputs)  # the inputs verify makes do not show it
+    assert report.verdict == "FAIL", report.format()
+    assert any(named in d for d in report.kept_differences)
+    where = "function local::Product" if function else "main"
+    if "weight_change" in change:
+        assert any(d.startswith(f"MatMulInteger 'matmul' in {where}: input 1 ('W') differs in 1 of 24") for d in report.kept_differences)
+        assert any(d.startswith(f"Constant 'weights' in {where}: attribute 'value'") for d in report.kept_differences)
+    assert "kept node changed: " in report.format()
+
+
+def test_a_kept_node_reading_a_changed_weight_through_an_identity_fails():
+    original = _masked_matmul()
+    changed = _masked_matmul(weight_change=1)
+    for node in changed.graph.node:
+        if node.name == "weights":
+            node.output[0] = "W0"
+    changed.graph.node.insert(2, helper.make_node("Identity", ["W0"], ["W"], name="copy"))
+    report = dql_pass.verify(original, changed)
+    assert report.verdict == "FAIL" and any("input 1 ('W') differs" in d for d in report.kept_differences)

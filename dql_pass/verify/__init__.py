@@ -7,6 +7,9 @@
   functions) is checked on its own, by what its live readers read in REWRITTEN, extracted and run
   on the catalogue (:func:`dql_pass.catalogue.cases`) and two large cases against the reference;
   a site that cannot be extracted is "not reachable" and the verdict INCOMPLETE, never PASS;
+- kept nodes (:func:`dql_pass.verify.extract.kept_differences`): every node REWRITTEN keeps reads
+  ORIGINAL's constants bit for bit and carries its attributes, or the verdict is FAIL, whatever the
+  inputs below reach;
 - model level (:mod:`dql_pass.verify.run`): both models run on ORT on input sets synthesized by
   :mod:`dql_pass.verify.inputs`; the values the main-graph sites' readers read must equal the
   reference on the site's input in ORIGINAL, and the graph outputs must be the same list with the
@@ -40,7 +43,7 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import as_ir_model, external_tensors
 from dql_pass.op import check_choice
-from dql_pass.verify.extract import original_sites
+from dql_pass.verify.extract import kept_differences, original_sites
 from dql_pass.verify.inputs import FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, input_sets
 from dql_pass.verify.lowered import check_lowered
 from dql_pass.verify.report import OutputResult, SiteResult, VerifyReport
@@ -110,9 +113,10 @@ def verify(
         )
         check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
     lowered = check_lowered(original_model, rewritten_model, seed, runner)
+    kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"))
     report = VerifyReport(
         original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
-        check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime,
+        check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime, kept,
     )
     logger.info("%s", report.summary())
     return report

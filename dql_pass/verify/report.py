@@ -75,10 +75,13 @@ class VerifyReport:
     notes: list[str] = dataclasses.field(default_factory=list)
     model_not_checked: str | None = None
     runtime: str = "onnxruntime"
+    # Constant inputs and attributes of nodes REWRITTEN keeps that differ from ORIGINAL's: each a mismatch.
+    kept_differences: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def mismatches(self) -> int:
-        return sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
+        return (sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
+                + len(self.kept_differences))
 
     @property
     def passed(self) -> bool:
@@ -111,6 +114,8 @@ class VerifyReport:
         unchecked = sum(s.not_checked is not None for s in checked)
         if unchecked:
             text += f"; {unchecked} sites not checked on {self.runtime}"
+        if self.kept_differences:
+            text += f"; {len(self.kept_differences)} constants or attributes of kept nodes differ"
         if self.model_not_checked:
             text += f"; model level not checked: {self.model_not_checked}"
         if self.model_error:
@@ -140,6 +145,7 @@ class VerifyReport:
                 f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
                 "the catalogue only; their values cannot be graph outputs"
             )
+        lines += [f"kept node changed: {difference}" for difference in self.kept_differences]
         for o in self.outputs:
             if not o.identical:
                 lines.append(f"final output {o.name!r} differs: {o.detail}")
