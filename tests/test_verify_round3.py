@@ -180,3 +180,43 @@ def test_a_kept_node_reading_a_changed_weight_through_an_identity_fails():
     changed.graph.node.insert(2, helper.make_node("Identity", ["W0"], ["W"], name="copy"))
     report = dql_pass.verify(original, changed)
     assert report.verdict == "FAIL" and any("input 1 ('W') differs" in d for d in report.kept_differences)
+
+
+# -- item 17b: exact, for a QDQ model, is the ops as ONNX defines them, not ORT's fused integer kernels --
+
+
+def _qdq_softmax() -> onnx.ModelProto:
+    """Q/DQ around a Softmax: at its default level ORT runs the group as QLinearSoftmax."""
+    init = [numpy_helper.from_array(np.float32(0.0217391), "sx"), numpy_helper.from_array(np.uint8(120), "zx"),
+            numpy_helper.from_array(np.float32(0.0131), "sy"), numpy_helper.from_array(np.uint8(0), "zy")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
+             helper.make_node("Softmax", ["xd"], ["p"], name="softmax"),
+             helper.make_node("QuantizeLinear", ["p", "sy", "zy"], ["pq"], name="qp"),
+             helper.make_node("DequantizeLinear", ["pq", "sy", "zy"], ["y"], name="dqp")]
+    shape = [4, 8, 16, 16]
+    graph = helper.make_graph(nodes, "qdq_softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_lowered_qdq_model_is_exact_as_onnx_defines_the_ops_and_the_report_says_what_ort_fuses():
+    original = _qdq_softmax()
+    lowered, _ = dql_pass.lower(original)
+    ort = runtimes.get("onnxruntime")
+    assert "QLinearSoftmax" in {n.op_type for n in ort.optimized(original).graph.node}
+    x = np.random.default_rng(0).standard_normal((4, 8, 16, 16)).astype(np.float32)
+    fused, as_written = ort.load(original).run({"x": x})[0], ort.load(original, optimize="basic").run({"x": x})[0]
+    assert (fused != as_written).any()  # ORT's default level is not the ONNX semantics of the group
+    assert (ort.load(lowered, optimize="basic").run({"x": x})[0] == as_written).all()
+    report = dql_pass.verify(original, lowered)
+    assert report.verdict == "PASS", report.format()
+    [note] = [n for n in report.notes if "QuantizeLinear/DequantizeLinear" in n]
+    assert "exact means the ops as ONNX defines them" in note and "level basic without its QDQ transformers" in note
+    differing = int(note.split("ORIGINAL itself gives ")[1].split(" of ")[0])
+    assert differing > 0, note
+
+
+def test_a_model_without_qdq_gets_no_qdq_note(conv_for_openvino):
+    original, lowered = conv_for_openvino
+    assert not any("QuantizeLinear/DequantizeLinear" in n for n in dql_pass.verify(original, lowered).notes)

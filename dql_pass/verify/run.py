@@ -5,8 +5,10 @@ Jobs:
 - site level: every extracted site model runs once per distinct computation (identical models
   share one ORT session) on the catalogue's comparable cases and two large cases, against the
   reference under the chosen zero-range policy;
-- model level: both models run on ORT (optimisation "basic", which keeps every kernel as written)
-  on the input sets, with every main-graph DQL input of ORIGINAL and every value its readers read
+- model level: both models run on ORT (optimisation "basic" without the QDQ transformers, which
+  keeps every kernel as written: for a QDQ model, the ops as ONNX defines them, not the integer
+  kernels ORT fuses QDQ groups into at its default level; the report's note says so, with how
+  many output elements ORIGINAL itself gives otherwise at that level) on the input sets, with every main-graph DQL input of ORIGINAL and every value its readers read
   in REWRITTEN exposed as graph outputs in one session per model; those values must equal the
   reference applied to the site's input in ORIGINAL; the graph outputs must have the same names in
   the same order and the same bits (NaN equals NaN), sequences element by element;
@@ -33,14 +35,16 @@ from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expand import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import external_tensors, one_line
-from dql_pass.op import OUTPUT_TYPES, OUTPUTS
+from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verify.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
 from dql_pass.verify.inputs import BATCH_SIZE, FALLBACK_BATCH
 from dql_pass.verify.report import OutputResult, SiteResult
+from dql_pass.walk import graph_scopes
 
 _ORT = runtimes.get("onnxruntime")
 _WORST = (9, 0)  # the severity of a site that cannot run at all
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
 Sets = Mapping[str, Mapping[str, np.ndarray]]
 
 
@@ -209,11 +213,11 @@ def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]) -> Iterator[None
 
 
 def _run_all(
-    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT, optimize: str = "basic"
 ) -> dict[str, dict[str, object]]:
     """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
     with _exposed(model, names):
-        session = runtime.load(model, optimize="basic")
+        session = runtime.load(model, optimize=optimize)
     fetched = session.output_names
     values = values_by_name(model.graph)
     constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
@@ -330,6 +334,26 @@ def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_o
                   f"there ({runtime.target}): {runtime.name} rounds the other ops its own way")
 
 
+def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
+    """For an ORIGINAL holding QuantizeLinear or DequantizeLinear (a QDQ model): what exact means,
+    and how ORIGINAL's outputs differ at ORT's default level, measured on ``sets``."""
+    if not any(node.op_type in _QDQ and node.domain in (*DOMAINS, "com.microsoft")
+               for graph in graph_scopes(original) for node in graph):
+        return []
+    note = ("ORIGINAL holds QuantizeLinear/DequantizeLinear: exact means the ops as ONNX defines them, as ORT computes "
+            "them at level basic without its QDQ transformers, which is how ORIGINAL ran; at ORT's default level ORT "
+            "fuses QDQ groups into integer kernels that round otherwise")
+    try:
+        fused = _run_all(original, {}, sets, optimize="all")
+    except runtimes.RuntimeFailure as error:
+        return [f"{note} (ORIGINAL does not run at that level: {one_line(error)})"]
+    names = [v.name for v in original.graph.outputs]
+    total = sum(_size(run[name]) for run in runs.values() for name in names)
+    differing = sum(_compare_output(name, [r[name] for r in runs.values()], [r[name] for r in fused.values()]).differing
+                    for name in names)
+    return [f"{note}: there ORIGINAL itself gives {differing} of {total} output elements otherwise on these input sets"]
+
+
 def not_checked(tallies: Sequence[Tally], reason: str) -> ModelCheck:
     """The model level when it cannot run at all."""
     for tally in tallies:
@@ -390,6 +414,7 @@ def check_model(
             for values in tally.read:
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
                 tally.add(label, "model input", diff, known=known[0] if known else None)
+    notes += _qdq_note(original, sets, expected_runs)
     held_to = expected_runs
     if elsewhere:
         held_to, note = _original_on(original, sets, runtime, expected_runs)
