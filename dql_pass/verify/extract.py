@@ -40,6 +40,7 @@ from dql_pass import runtimes
 from dql_pass.compare import bit_difference
 from dql_pass.errors import InputError
 from dql_pass.lower import LOWERED
+from dql_pass.lower.rules import constant
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph, subgraphs
 
@@ -387,14 +388,6 @@ def _attribute(attr: ir.Attr) -> object:
     return attr.type, str(attr.value)  # sparse tensors and type protos, by their text
 
 
-def _constant(value: ir.Value | None) -> np.ndarray | None:
-    """The value's array when it is a constant no feed can override."""
-    if value is None or value.is_graph_input():
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
-
-
 def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.ndarray | None:
     """The value's array when ``model`` computes it from constants only, run on ``runtime``; None
     when it depends on what is fed (the sites and the model level compare that) or does not run."""
@@ -441,7 +434,7 @@ def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.
         label = f"{node.op_type} {node.name or node.outputs[0].name!r} in {key[0]}"
         count = max(len(node.inputs), len(twin.inputs))
         for i, (a, b) in enumerate(zip([*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count])):
-            expected, actual = _constant(a), _constant(b)
+            expected, actual = constant(a), constant(b)
             if a is None and actual is not None:
                 found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
             elif expected is not None:
