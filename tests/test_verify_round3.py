@@ -220,3 +220,28 @@ def test_a_lowered_qdq_model_is_exact_as_onnx_defines_the_ops_and_the_report_say
 def test_a_model_without_qdq_gets_no_qdq_note(conv_for_openvino):
     original, lowered = conv_for_openvino
     assert not any("QuantizeLinear/DequantizeLinear" in n for n in dql_pass.verify(original, lowered).notes)
+
+
+def _failing_runs(runtime_class, monkeypatch, first_input: str) -> None:
+    """Sessions of ``runtime_class`` for models whose first input is ``first_input`` fail every run."""
+    load = runtime_class._load
+
+    def failing(self, model, **options):
+        session = load(self, model, **options)
+        if session.input_names[0] == first_input:
+            def run(feeds, outputs=None):
+                raise runtimes.RuntimeFailure(_LONG)
+            session.run = run
+        return session
+
+    monkeypatch.setattr(runtime_class, "_load", failing)
+
+
+@pytest.mark.parametrize("first_input", ["input0", "x"])
+def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(conv_for_openvino, monkeypatch, first_input):
+    original, lowered = conv_for_openvino
+    _failing_runs(OpenVino, monkeypatch, first_input)
+    report = dql_pass.verify(original, lowered, runtime="openvino")
+    refused = [s for s in report.sites if s.not_checked]
+    assert len(refused) == 3 and all(s.mismatches == 0 and _LONG in s.not_checked for s in refused)
+    assert report.verdict == "INCOMPLETE", report.format()

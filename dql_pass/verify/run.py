@@ -116,12 +116,9 @@ class _SiteRunner:
         if key not in self._results:
             # Constants kept on disk go through the runtime's own loading, which reads them.
             loaded = model if external_tensors(model) else proto
-            results, unchecked = [(diff, None) for diff in self._run(loaded, _ORT)], None
+            results, unchecked = [(diff, None) for diff in self._run(loaded, _ORT)[0]], None
             if self.runtime is not _ORT:
-                try:
-                    diffs = self._run(loaded, self.runtime)
-                except runtimes.RuntimeFailure as error:
-                    diffs, unchecked = [], f"{self.runtime.name} cannot load the site model: {one_line(error)}"
+                diffs, unchecked = self._run(loaded, self.runtime)
                 for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
                         known = self.runtime.differences(self.catalogue[i].x, self.runtime.target, self.zero_range)
@@ -129,23 +126,32 @@ class _SiteRunner:
             self._results[key] = results, unchecked
         return self._results[key]
 
-    def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> list[SiteDifference | None]:
-        """The difference of every case on ``runtime``; a site model that another runtime than ORT
-        cannot load raises RuntimeFailure: a piece of a model may be refused where the whole one runs."""
+    def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> tuple[list[SiteDifference | None], str | None]:
+        """The difference of every case on ``runtime``, and why some were not checked there.
+
+        What ORT, which runs the ops as ONNX defines them, refuses is the rewrite's fault: a
+        mismatch. What another runtime refuses of a site model (a piece of a model it may run
+        whole, on inputs the model may never see) is not checked there, with the reason.
+        """
         try:
             session = runtime.load(model, threads=1, optimize="basic")
-        except runtimes.RuntimeFailure as error:  # what ORT, which runs the ops as written, refuses is the rewrite's fault
+        except runtimes.RuntimeFailure as error:
+            reason = f"{runtime.name} cannot load the site model: {one_line(error)}"
             if runtime is not _ORT:
-                raise
-            return [SiteDifference(_WORST, f"{runtime.name} cannot load the site: {one_line(error)}")] * len(self.catalogue)
-        diffs = []
+                return [None] * len(self.catalogue), reason
+            return [SiteDifference(_WORST, reason)] * len(self.catalogue), None
+        diffs, unchecked = [], None
         for case, expected in zip(self.catalogue, self.expected):
             try:
                 diff = compare_site(session.run({"x": case.x}, OUTPUTS), expected)
-            except runtimes.RuntimeFailure as error:  # an input the rewrite cannot run is a mismatch
-                diff = SiteDifference(_WORST, f"failed: {one_line(error)}")
+            except runtimes.RuntimeFailure as error:
+                if runtime is not _ORT:
+                    unchecked = unchecked or f"{runtime.name} cannot run case {case.name}: {one_line(error)}"
+                    diff = None
+                else:
+                    diff = SiteDifference(_WORST, f"failed: {one_line(error)}")
             diffs.append(diff if diff is None else dataclasses.replace(diff, detail=f"on {runtime.name}: {diff.detail}"))
-        return diffs
+        return diffs, unchecked
 
 
 def check_sites(
