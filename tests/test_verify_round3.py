@@ -16,7 +16,7 @@ from dql_pass import runtimes, suites
 from dql_pass.modelfiles import one_line
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
-from helpers import sample
+from helpers import dql_model, sample
 
 
 # -- item 7: a known difference excuses the runtime, not a model no holder can run -------------------
@@ -245,3 +245,27 @@ def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(con
     refused = [s for s in report.sites if s.not_checked]
     assert len(refused) == 3 and all(s.mismatches == 0 and _LONG in s.not_checked for s in refused)
     assert report.verdict == "INCOMPLETE", report.format()
+
+
+def _with_branch_constant(else_value: float) -> onnx.ModelProto:
+    """A DQL model with an If on a constant condition: the else branch, never taken, makes ``else_value``."""
+    model = dql_model(13)
+    branch = lambda name, value: helper.make_graph(  # noqa: E731
+        [helper.make_node("Constant", [], [f"{name}_out"], name=f"{name}_c", value_float=value)], name, [],
+        [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [])],
+    )
+    model.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+    model.graph.node.append(helper.make_node(
+        "If", ["cond"], ["chosen"], name="if", then_branch=branch("then", 1.0), else_branch=branch("else", else_value),
+    ))
+    model.graph.output.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, []))
+    return model
+
+
+def test_a_kept_node_changed_in_a_subgraph_fails():
+    original = _with_branch_constant(2.0)
+    assert dql_pass.verify(original, original).verdict == "PASS"
+    report = dql_pass.verify(original, _with_branch_constant(3.0))
+    assert all(o.identical for o in report.outputs) and report.verdict == "FAIL"
+    assert report.kept_differences == ["Constant 'else_c' in main/if.else_branch: attribute 'value_float' is 2.0 in ORIGINAL "
+                                       "and 3.0 in REWRITTEN"]

@@ -13,7 +13,9 @@ Rules:
   (:mod:`dql_pass.reference`) with ORIGINAL's constants (weights, scales, zero points) and
   synthesized operands: all zero, all at the type's maximum and minimum, zero points at both ends,
   rows that drive each output column to its largest reachable sum, and random ones; every case
-  must match in type, shape and bits;
+  must match in type, shape and bits; the replacement's inputs declare the operands' shapes (a
+  runtime may need their rank); one that another runtime cannot load runs on ORT, and what that
+  runtime cannot load or run is reported not checked there, with its reason;
 - operands whose shape cannot be told (a non-constant weight of unknown shape) are not checked,
   with the reason: INCOMPLETE.
 """
