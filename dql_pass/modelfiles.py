@@ -38,9 +38,8 @@ logger = logging.getLogger(__name__)
 
 
 def one_line(error: BaseException) -> str:
-    """An exception's message on one line, cut to a readable length."""
-    text = " ".join(str(error).split())
-    return text[:300] + ("..." if len(text) > 300 else "")
+    """An exception's message on one line, whole: a runtime's reason often names its cause last."""
+    return " ".join(str(error).split())
 
 
 @dataclasses.dataclass

@@ -869,6 +869,8 @@ def _flipped_weight(model: onnx.ModelProto) -> onnx.ModelProto:
     array = numpy_helper.to_array(weight).copy()
     array.view(np.uint32)[0] ^= 1 << 22
     weight.CopyFrom(numpy_helper.from_array(array, weight.name))
+    # Renamed, so it is no node REWRITTEN keeps: only the models can show the change.
+    next(n for n in changed.graph.node if "B1" in n.input).name += "_changed"
     return changed
 
 

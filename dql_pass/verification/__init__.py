@@ -7,6 +7,9 @@
   functions) is checked on its own, by what its live readers read in REWRITTEN, extracted and run
   on the catalogue (:func:`dql_pass.catalogue.cases`) and two large cases against the reference;
   a site that cannot be extracted is "not reachable" and the verdict INCOMPLETE, never PASS;
+- kept nodes (:func:`dql_pass.verification.extract.kept_differences`): every node REWRITTEN keeps reads
+  ORIGINAL's constants bit for bit and carries its attributes, or the verdict is FAIL, whatever the
+  inputs below reach;
 - model level (:mod:`dql_pass.verification.run`): both models run on ORT on input sets synthesized by
   :mod:`dql_pass.verification.inputs`; the values the main-graph sites' readers read must equal the
   reference on the site's input in ORIGINAL, and the graph outputs must be the same list with the
@@ -40,7 +43,7 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import as_ir_model, external_tensors
 from dql_pass.op import check_choice
-from dql_pass.verification.extract import original_sites
+from dql_pass.verification.extract import kept_differences, original_sites
 from dql_pass.verification.inputs import FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, input_sets
 from dql_pass.verification.lowered import check_lowered
 from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport
@@ -81,7 +84,9 @@ def verify(
     ``runtime`` (a name of :data:`dql_pass.runtimes.RUNTIMES`) runs REWRITTEN: its sites run there
     as well as on ORT, and its model level runs there. Differences that the runtime states for the
     inputs concerned (:attr:`Runtime.known_differences` of its target variant) are counted apart as
-    known differences, not as mismatches; the report names them.
+    known differences, not as mismatches; the report names them. A site model that the runtime
+    cannot load (a piece of a model it may run whole) is checked on ORT only and reported as not
+    checked there, with the runtime's reason: INCOMPLETE, not PASS.
     """
     check_choice("zero-range policy", zero_range)
     runner = runtimes.get(runtime)
@@ -108,9 +113,10 @@ def verify(
         )
         check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
     lowered = check_lowered(original_model, rewritten_model, seed, runner)
+    kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"))
     report = VerifyReport(
         original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
-        check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime,
+        check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime, kept,
     )
     logger.info("%s", report.summary)
     return report

@@ -17,20 +17,30 @@ Rules:
 - the computation of the values read is walked back to the value named like the DQL's input,
   taking in constants of outer scopes, subgraphs of the nodes on the way and the model-local
   functions they call; one that needs any other value cannot run alone: not reachable;
-- the extracted model gets canonical names, so identical sites serialize to identical bytes.
+- the extracted model gets canonical names, so identical sites serialize to identical bytes;
+- a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
+  no name; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
+  either model has a constant, and carry the same attributes: a difference there is a mismatch
+  whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
 """
 
 from __future__ import annotations
 
-__all__ = ["LostOutput", "NotReachable", "Scopes", "Site", "extract", "original_sites", "values_by_name", "walk"]
+__all__ = [
+    "LostOutput", "NotReachable", "Scopes", "Site", "extract", "kept_differences", "original_sites", "values_by_name", "walk",
+]
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 
+import numpy as np
 import onnx_ir as ir
 
+from dql_pass import runtimes
+from dql_pass.compare import bit_difference
 from dql_pass.errors import InputError
 from dql_pass.lowering import LOWERED
+from dql_pass.lowering.rules import constant
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph, subgraphs
 
@@ -338,3 +348,116 @@ def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.V
     body = view.clone()
     _canonical(body)
     return ir.Model(body, ir_version=model.ir_version, functions=functions)
+
+
+# -- kept nodes ------------------------------------------------------------------------------------
+
+
+def _kept_nodes(model: ir.Model) -> dict[tuple[str, tuple], ir.Node]:
+    """The nodes of ``model`` by graph path and identity (domain, type, and the name, or the output
+    names of an unnamed node); one that shares its identity with another in its graph is left out."""
+    found: dict[tuple[str, tuple], ir.Node | None] = {}
+    for graph, (label, _) in graph_scopes(model).items():
+        for node in graph:
+            key = (label, (*_op(node), node.name or tuple(v.name for v in node.outputs)))
+            found[key] = None if key in found else node
+    return {key: node for key, node in found.items() if node is not None}
+
+
+def _tensor(tensor: ir.TensorProtocol) -> tuple:
+    array = tensor.numpy()
+    return str(array.dtype), array.shape, array.tobytes()
+
+
+def _attribute(attr: ir.Attr) -> object:
+    """A comparable form of an attribute's value; graphs are compared as graphs of their own."""
+    if attr.is_ref():
+        return "ref", attr.type, attr.ref_attr_name
+    if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return (attr.type,)
+    if attr.type == ir.AttributeType.TENSOR:
+        return attr.type, _tensor(attr.value)
+    if attr.type == ir.AttributeType.TENSORS:
+        return attr.type, tuple(map(_tensor, attr.value))
+    if attr.type in (ir.AttributeType.FLOAT, ir.AttributeType.FLOATS):  # bits: -0.0 and NaN payloads count
+        return attr.type, np.asarray(attr.value, np.float32).tobytes()
+    if attr.type in (ir.AttributeType.INT, ir.AttributeType.STRING):
+        return attr.type, attr.value
+    if attr.type in (ir.AttributeType.INTS, ir.AttributeType.STRINGS):
+        return attr.type, tuple(attr.value)
+    return attr.type, str(attr.value)  # sparse tensors and type protos, by their text
+
+
+def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.ndarray | None:
+    """The value's array when ``model`` computes it from constants only, run on ``runtime``; None
+    when it depends on what is fed (the sites and the model level compare that) or does not run."""
+    try:
+        _, nodes, constants = walk([value], ())
+    except NotReachable:
+        return None
+    view = ir.GraphView([], [value], nodes=nodes, initializers=constants)
+    functions = [model.functions[key].clone() for key in sorted(called_functions(model, view))]
+    view.opset_imports = {**value.graph.opset_imports, **model.opset_imports}
+    body = view.clone()
+    body.outputs[0].name = "constant"
+    try:
+        session = runtime.load(ir.Model(body, ir_version=model.ir_version, functions=functions), threads=1, optimize="basic")
+        return np.asarray(session.run({})[0])
+    except runtimes.RuntimeFailure:  # the model level runs REWRITTEN whole and reports what fails there
+        return None
+
+
+def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None, absent: bool) -> str | None:
+    """How REWRITTEN's input ``name`` of a kept node (``actual``) differs from ORIGINAL's constant."""
+    if absent:
+        return f"{name} is a constant in ORIGINAL and absent in REWRITTEN"
+    if actual is None:
+        return None
+    if expected.dtype.kind in "fiub" and actual.dtype.kind in "fiub":
+        difference = bit_difference(name, actual, expected)
+        return None if difference is None else difference.text
+    same = expected.dtype == actual.dtype and expected.shape == actual.shape and expected.tolist() == actual.tolist()
+    return None if same else f"{name} differs"
+
+
+def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime) -> list[str]:
+    """For every node REWRITTEN keeps (see the module docstring), each constant input or attribute
+    that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
+    REWRITTEN computes from constants run on ``runtime``."""
+    live = _live(rewritten)[0]
+    kept = _kept_nodes(rewritten)
+    found = []
+    for key, node in _kept_nodes(original).items():
+        twin = kept.get(key)
+        if twin is None or twin not in live:  # a copy nothing uses does not stand in for the node
+            continue
+        label = f"{node.op_type} {node.name or node.outputs[0].name!r} in {key[0]}"
+        count = max(len(node.inputs), len(twin.inputs))
+        for i, (a, b) in enumerate(zip([*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count])):
+            expected, actual = constant(a), constant(b)
+            if a is None and actual is not None:
+                found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
+            elif expected is not None:
+                if actual is None and b is not None:
+                    actual = _folded(rewritten, b, runtime)
+                problem = _input_difference(f"input {i} ({a.name!r})", expected, actual, b is None)
+                found += [f"{label}: {problem}"] if problem else []
+        found += [
+            f"{label}: {_attribute_difference(name, node.attributes.get(name), twin.attributes.get(name))}"
+            for name in sorted(set(node.attributes) | set(twin.attributes))
+            if name not in node.attributes or name not in twin.attributes
+            or _attribute(node.attributes[name]) != _attribute(twin.attributes[name])
+        ]
+    return found
+
+
+def _attribute_difference(name: str, original: ir.Attr | None, rewritten: ir.Attr | None) -> str:
+    if original is not None and rewritten is not None and original.type == rewritten.type == ir.AttributeType.TENSOR:
+        difference = bit_difference(f"attribute {name!r}", rewritten.value.numpy(), original.value.numpy())
+        if difference is not None:
+            return difference.text
+
+    def shown(attr: ir.Attr | None) -> str:
+        return "absent" if attr is None else f"@{attr.ref_attr_name}" if attr.is_ref() else repr(attr.value)
+
+    return f"attribute {name!r} is {shown(original)} in ORIGINAL and {shown(rewritten)} in REWRITTEN"

@@ -3,7 +3,9 @@
 Rules: PASS only when every site was checked and the model level compared something, with no
 mismatch; a mismatch anywhere is FAIL; anything not checked without a mismatch is INCOMPLETE. A
 difference that the runtime REWRITTEN ran on states for those inputs is a known difference: listed
-and counted, not a mismatch.
+and counted, not a mismatch. A site model that the runtime cannot load, where ORT runs it, is not
+checked there (the runtime's reason, whole), not a mismatch: the runtime may refuse a piece of a
+model it runs whole.
 The exit code is 0 for PASS only.
 """
 
@@ -35,10 +37,11 @@ class SiteResult:
     known: dict[str, int] = dataclasses.field(default_factory=dict)  # the runtime's stated differences, by reason
     model_level: str = ""
     not_reachable: str | None = None
+    not_checked: str | None = None  # why its cases did not all run on the runtime REWRITTEN runs on
 
     @property
     def passed(self) -> bool:
-        return self.mismatches == 0 and self.not_reachable is None
+        return self.mismatches == 0 and self.not_reachable is None and self.not_checked is None
 
 
 @dataclasses.dataclass
@@ -72,10 +75,13 @@ class VerifyReport:
     notes: list[str] = dataclasses.field(default_factory=list)
     model_not_checked: str | None = None
     runtime: str = "onnxruntime"
+    # Constant inputs and attributes of nodes REWRITTEN keeps that differ from ORIGINAL's: each a mismatch.
+    kept_differences: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def mismatches(self) -> int:
-        return sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
+        return (sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
+                + len(self.kept_differences))
 
     @property
     def passed(self) -> bool:
@@ -113,6 +119,11 @@ class VerifyReport:
             text += f"; REWRITTEN ran on {self.runtime}" + (f", {known} known differences of {self.runtime}" if known else "")
         if unreachable:
             text += f"; {unreachable} sites not reachable, not checked"
+        unchecked = sum(s.not_checked is not None for s in checked)
+        if unchecked:
+            text += f"; {unchecked} sites not checked on {self.runtime}"
+        if self.kept_differences:
+            text += f"; {len(self.kept_differences)} constants or attributes of kept nodes differ"
         if self.model_not_checked:
             text += f"; model level not checked: {self.model_not_checked}"
         if self.model_error:
@@ -129,7 +140,9 @@ class VerifyReport:
         for s in self.sites:
             if s.not_reachable:
                 lines.append(f"not reachable: {s.name} in {s.graph}: {s.not_reachable}")
-            elif s.mismatches:
+            if s.not_checked:
+                lines.append(f"not checked: {s.name} in {s.graph}: {s.not_checked}")
+            if s.not_reachable is None and s.mismatches:
                 ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
                 classes = ", ".join(f"{name} {count}" for name, count in ranked)
                 lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
@@ -140,6 +153,7 @@ class VerifyReport:
                 f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
                 "the catalogue only; their values cannot be graph outputs"
             )
+        lines += [f"kept node changed: {difference}" for difference in self.kept_differences]
         for o in self.outputs:
             if not o.identical:
                 lines.append(f"final output {o.name!r} differs: {o.detail}")

@@ -5,8 +5,10 @@ Jobs:
 - site level: every extracted site model runs once per distinct computation (identical models
   share one ORT session) on the catalogue's comparable cases and two large cases, against the
   reference under the chosen zero-range policy;
-- model level: both models run on ORT (optimisation "basic", which keeps every kernel as written)
-  on the input sets, with every main-graph DQL input of ORIGINAL and every value its readers read
+- model level: both models run on ORT (optimisation "basic" without the QDQ transformers, which
+  keeps every kernel as written: for a QDQ model, the ops as ONNX defines them, not the integer
+  kernels ORT fuses QDQ groups into at its default level; the report's note says so, with how
+  many output elements ORIGINAL itself gives otherwise at that level) on the input sets, with every main-graph DQL input of ORIGINAL and every value its readers read
   in REWRITTEN exposed as graph outputs in one session per model; those values must equal the
   reference applied to the site's input in ORIGINAL; the graph outputs must have the same names in
   the same order and the same bits (NaN equals NaN), sequences element by element;
@@ -33,14 +35,16 @@ from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import external_tensors, one_line
-from dql_pass.op import OUTPUT_TYPES, OUTPUTS
+from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verification.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
 from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
 from dql_pass.verification.report import OutputResult, SiteResult
+from dql_pass.walk import graph_scopes
 
 _ORT = runtimes.get("onnxruntime")
 _WORST = (9, 0)  # the severity of a site that cannot run at all
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
 Sets = Mapping[str, Mapping[str, np.ndarray]]
 
 
@@ -102,37 +106,52 @@ class _SiteRunner:
         self.zero_range = zero_range
         self.runtime = runtime
         self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
-        self._results: dict[bytes, list[tuple[SiteDifference | None, str | None]]] = {}
+        self._results: dict[bytes, tuple[list[tuple[SiteDifference | None, str | None]], str | None]] = {}
 
-    def run(self, model: ir.Model) -> list[tuple[SiteDifference | None, str | None]]:
-        """Per case, the difference found (None: same bits) and the runtime's known reason for it, if any."""
+    def run(self, model: ir.Model) -> tuple[list[tuple[SiteDifference | None, str | None]], str | None]:
+        """Per case, the difference found (None: same bits) and the runtime's known reason for it, if
+        any; and why the site was not checked on the runtime, if it was not."""
         proto = ir.serde.serialize_model(model)  # once: for the cache key and for the session
         key = proto.SerializeToString(deterministic=True)
         if key not in self._results:
             # Constants kept on disk go through the runtime's own loading, which reads them.
             loaded = model if external_tensors(model) else proto
-            results = [(diff, None) for diff in self._run(loaded, _ORT)]
+            results, unchecked = [(diff, None) for diff in self._run(loaded, _ORT)[0]], None
             if self.runtime is not _ORT:
-                for i, diff in enumerate(self._run(loaded, self.runtime)):
+                diffs, unchecked = self._run(loaded, self.runtime)
+                for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
                         known = self.runtime.differences(self.catalogue[i].x, self.runtime.target, self.zero_range)
                         results[i] = (diff, known[0] if known else None)
-            self._results[key] = results
+            self._results[key] = results, unchecked
         return self._results[key]
 
-    def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> list[SiteDifference | None]:
+    def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> tuple[list[SiteDifference | None], str | None]:
+        """The difference of every case on ``runtime``, and why some were not checked there.
+
+        What ORT, which runs the ops as ONNX defines them, refuses is the rewrite's fault: a
+        mismatch. What another runtime refuses of a site model (a piece of a model it may run
+        whole, on inputs the model may never see) is not checked there, with the reason.
+        """
         try:
             session = runtime.load(model, threads=1, optimize="basic")
-        except runtimes.RuntimeFailure as error:  # whatever the runtime refuses, the rewrite is at fault
-            return [SiteDifference(_WORST, f"{runtime.name} cannot load the site: {one_line(error)}")] * len(self.catalogue)
-        diffs = []
+        except runtimes.RuntimeFailure as error:
+            reason = f"{runtime.name} cannot load the site model: {one_line(error)}"
+            if runtime is not _ORT:
+                return [None] * len(self.catalogue), reason
+            return [SiteDifference(_WORST, reason)] * len(self.catalogue), None
+        diffs, unchecked = [], None
         for case, expected in zip(self.catalogue, self.expected):
             try:
                 diff = compare_site(session.run({"x": case.x}, OUTPUTS), expected)
-            except runtimes.RuntimeFailure as error:  # an input the rewrite cannot run is a mismatch
-                diff = SiteDifference(_WORST, f"failed: {one_line(error)}")
+            except runtimes.RuntimeFailure as error:
+                if runtime is not _ORT:
+                    unchecked = unchecked or f"{runtime.name} cannot run case {case.name}: {one_line(error)}"
+                    diff = None
+                else:
+                    diff = SiteDifference(_WORST, f"failed: {one_line(error)}")
             diffs.append(diff if diff is None else dataclasses.replace(diff, detail=f"on {runtime.name}: {diff.detail}"))
-        return diffs
+        return diffs, unchecked
 
 
 def check_sites(
@@ -156,7 +175,9 @@ def check_sites(
             tally.result.not_reachable = str(reason)
             continue
         for site_model in extracted:
-            for case, (diff, known) in zip(catalogue, runner.run(site_model)):
+            results, unchecked = runner.run(site_model)
+            tally.result.not_checked = tally.result.not_checked or unchecked
+            for case, (diff, known) in zip(catalogue, results):
                 tally.add(case.name, case.category, diff, known=known)
     return tallies
 
@@ -198,11 +219,11 @@ def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]) -> Iterator[None
 
 
 def _run_all(
-    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT, optimize: str = "basic"
 ) -> dict[str, dict[str, object]]:
     """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
     with _exposed(model, names):
-        session = runtime.load(model, optimize="basic")
+        session = runtime.load(model, optimize=optimize)
     fetched = session.output_names
     values = values_by_name(model.graph)
     constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
@@ -319,6 +340,26 @@ def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_o
                   f"there ({runtime.target}): {runtime.name} rounds the other ops its own way")
 
 
+def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
+    """For an ORIGINAL holding QuantizeLinear or DequantizeLinear (a QDQ model): what exact means,
+    and how ORIGINAL's outputs differ at ORT's default level, measured on ``sets``."""
+    if not any(node.op_type in _QDQ and node.domain in (*DOMAINS, "com.microsoft")
+               for graph in graph_scopes(original) for node in graph):
+        return []
+    note = ("ORIGINAL holds QuantizeLinear/DequantizeLinear: exact means the ops as ONNX defines them, as ORT computes "
+            "them at level basic without its QDQ transformers, which is how ORIGINAL ran; at ORT's default level ORT "
+            "fuses QDQ groups into integer kernels that round otherwise")
+    try:
+        fused = _run_all(original, {}, sets, optimize="all")
+    except runtimes.RuntimeFailure as error:
+        return [f"{note} (ORIGINAL does not run at that level: {one_line(error)})"]
+    names = [v.name for v in original.graph.outputs]
+    total = sum(_size(run[name]) for run in runs.values() for name in names)
+    differing = sum(_compare_output(name, [r[name] for r in runs.values()], [r[name] for r in fused.values()]).differing
+                    for name in names)
+    return [f"{note}: there ORIGINAL itself gives {differing} of {total} output elements otherwise on these input sets"]
+
+
 def not_checked(tallies: Sequence[Tally], reason: str) -> ModelCheck:
     """The model level when it cannot run at all."""
     for tally in tallies:
@@ -379,6 +420,7 @@ def check_model(
             for values in tally.read:
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
                 tally.add(label, "model input", diff, known=known[0] if known else None)
+    notes += _qdq_note(original, sets, expected_runs)
     held_to = expected_runs
     if elsewhere:
         held_to, note = _original_on(original, sets, runtime, expected_runs)
