@@ -341,3 +341,32 @@ def test_a_zero_point_per_row_of_an_a_of_unknown_shape_is_driven_row_by_row():
     assert row.passed and row.classes == {}, (row.detail, row.not_reachable)
     (row,) = _rows(original, _per_row([(0, K)])).values()
     assert row.classes.get("past 2^24") and "output differs" in row.detail, (row.classes, row.detail)
+
+
+def test_a_one_dimensional_b_is_driven_as_one_column():
+    """MatMulInteger with B [K] (a hand lowering: lower's own handling is item 12's), unchunked past 2^24."""
+    node = helper.make_node("MatMulInteger", ["a", "b", "a_zp"], ["y"], name="mm")
+    original = _model([node], [("a", U8, None), ("a_zp", U8, [])], [("y", I32, None)], {"b": ALTERNATING})
+    (row,) = _rows(original, _unchunked(original)).values()
+    assert row.classes.get("past 2^24") and "output differs" in row.detail, (row.classes, row.detail, row.not_reachable)
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_a_dequantized_weight_folded_into_a_float_constant_is_checked_and_the_models_are_left_as_they_were(off):
+    """What constant folding does to a QDQ weight: REWRITTEN stores DequantizeLinear's result. It is
+    checked on the stored weight; checking it renamed REWRITTEN's tensor, so REWRITTEN could not run."""
+    x = np.random.default_rng(0).integers(-128, 128, (4, 3)).astype(np.int8)
+    s, zp = np.array([0.1, 0.3, 0.7], np.float32), np.array([1, -4, 0], np.int8)
+    add = helper.make_node("Add", ["a", "w"], ["y"])
+    original = _model([helper.make_node("DequantizeLinear", ["x", "s", "zp"], ["w"], name="site", axis=1), add],
+                      [("a", F, [4, 3])], [("y", F, None)], {"x": x, "s": s, "zp": zp})
+    folded = reference.dequantize_linear(x, s, zp, axis=1)
+    if off:
+        folded.flat[0] = np.nextafter(folded.flat[0], np.float32(np.inf))
+    rewritten = _model([add], [("a", F, [4, 3])], [("y", F, None)], {"w": folded})
+    before = rewritten.SerializeToString()
+    report = dql_pass.verify(original, rewritten, samples=1)
+    assert rewritten.SerializeToString() == before
+    assert report.verdict == ("FAIL" if off else "PASS"), report.format()
+    (row,) = report.sites
+    assert row.cases == 1 and row.mismatches == off and row.not_reachable is None, report.format()

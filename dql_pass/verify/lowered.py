@@ -163,6 +163,10 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
         if site.types[i] is None:
             raise _Unsynthesizable(f"the type of {site.inputs[i]!r} is unknown")
         value.name, value.shape, value.type = f"input{k}", None, ir.TensorType(site.types[i])
+    if body.outputs[0].producer() is None:  # a stored value (a rewrite folded the op): renaming it renames the tensor
+        identity = ir.node("Identity", [body.outputs[0]])
+        body.append(identity)
+        body.outputs[0] = identity.outputs[0]
     body.outputs[0].name = "output"
     for value in [*body.outputs, *(v for node in body for v in node.outputs)]:
         value.shape = None  # the model's shapes do not hold for synthesized operands
@@ -209,7 +213,7 @@ def _product_cases(site: LoweredSite, rng: np.random.Generator) -> Cases:
         per_row = site.constants[2] if len(site.constants) > 2 and site.constants[2] is not None else np.zeros(1)
         rows = per_row.size if per_row.size > 1 else 4  # a zero point per row: that many rows
         a_shape = _known(site, 0, lambda: None if site.shapes[1] is None and weights is None
-                         else (rows, (weights.shape if weights is not None else site.shapes[1])[-2]))
+                         else (rows, (weights.shape if weights is not None else site.shapes[1])[-2:][0]))  # B [K] or [..., K, N]
         w_shape = _known(site, 1, lambda: (a_shape[-1], 5))
     names, constants = [*site.inputs, None, None][:4], [*site.constants, None, None][:4]
     # A constant operand is what the replacement reads: it is checked on its stored value only.
