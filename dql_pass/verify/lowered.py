@@ -307,11 +307,14 @@ def _driven(site: LoweredSite, weights: np.ndarray, w_zp: np.ndarray | None, a_t
         terms = centred.reshape(centred.shape[0], -1).T
     else:
         centred = np.atleast_2d(weights.astype(np.int64).T).T - np.asarray(0 if w_zp is None else w_zp, np.int64)
-        columns = np.sort(np.unique(centred, axis=1, return_index=True)[1])  # equal columns are driven alike
+        first = {column.tobytes(): c for c, column in reversed(list(enumerate(np.ascontiguousarray(centred.T))))}
+        columns = np.sort(list(first.values()))  # equal columns are driven alike
         terms = centred
     zp = np.asarray(0 if a_zp is None else a_zp, np.int64).ravel()
     lo, hi = np.int64(info.min) - zp, np.int64(info.max) - zp
-    reach = {sign: np.maximum(terms * sign * hi.max(), terms * sign * lo.min()).sum(axis=0) for sign in (1, -1)}
+    # The ends of each column's reachable sums (with the widest range of a zero point per row).
+    positive, negative = np.where(terms > 0, terms, 0).sum(axis=0), np.where(terms < 0, terms, 0).sum(axis=0)
+    reach = {1: positive * hi.max() + negative * lo.min(), -1: -negative * hi.max() - positive * lo.min()}
     for label, past in (("bound", False), ("past 2^24", True)):
         jobs = [(int(c), sign) for c in columns for sign in (1, -1) if not past or reach[sign][c] > LIMIT]
         if not jobs:
