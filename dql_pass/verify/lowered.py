@@ -191,7 +191,7 @@ def _zero_points(dtype: ir.DataType, rng: np.random.Generator) -> list[np.ndarra
 
 def _known(site: LoweredSite, index: int, fallback: Callable[[], tuple[int, ...] | None]) -> tuple[int, ...]:
     shape = site.shapes[index] if site.constants[index] is None else site.constants[index].shape
-    shape = shape or fallback()
+    shape = fallback() if shape is None else shape  # () is rank 0, known
     if shape is None:
         raise _Unsynthesizable(f"the shape of {site.inputs[index]!r} is unknown")
     return shape
