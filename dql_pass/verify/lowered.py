@@ -513,7 +513,7 @@ def _same_pads(sizes, kernel, attributes, mode: str) -> list[int]:
 
 
 def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: np.random.Generator) -> SiteResult:
-    result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the int64 "
+    result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the exact "
                         "reference; the final outputs at the model level")
     cases = (_product_cases if site.op_type in ("MatMulInteger", "ConvInteger") else _quantization_cases)(site, rng)
     try:
