@@ -1,5 +1,5 @@
 """NumPy references: DynamicQuantizeLinear, bit-exact with ONNX Runtime's CPU kernel, and the
-integer ops that ``quantize_dynamic`` puts around it, computed exactly in int64.
+integer ops that ``quantize_dynamic`` puts around it, computed exactly.
 
 It follows ``docs/SEMANTICS.md``:
 
@@ -12,7 +12,8 @@ It follows ``docs/SEMANTICS.md``:
 The integer ops follow their ONNX pages, as ORT's CPU kernels compute them:
 
 - MatMulInteger: ``(a - a_zp) @ (b - b_zp)``; ``a_zp`` per tensor or per row, ``b_zp`` per tensor
-  or per column; int64 sums cast to int32. (ORT's u8s8 kernels saturate on x86 without VNNI,
+  or per column; exact sums (in float64 where no partial sum can pass 2^53, else int64) cast to
+  int32. (ORT's u8s8 kernels saturate on x86 without VNNI,
   ORT PR #12088; this is the exact result.)
 - ConvInteger: the convolution of ``x - x_zp`` (padding adds zeros after the shift, as ORT pads
   with ``x_zp``) with ``w - w_zp``, ``w_zp`` per tensor or per output channel.
@@ -75,10 +76,18 @@ def per_axis(values: np.ndarray | None, rank: int, axis: int) -> np.ndarray:
 def matmul_integer(
     a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None
 ) -> np.ndarray:
-    """MatMulInteger: int32 ``(a - a_zero_point) @ (b - b_zero_point)``, summed exactly in int64."""
-    a_shifted = a.astype(np.int64) - per_axis(a_zero_point, max(a.ndim, 2), -2)  # per row of a
-    b_shifted = b.astype(np.int64) - np.asarray(0 if b_zero_point is None else b_zero_point, np.int64)  # per column of b
-    return np.matmul(a_shifted, b_shifted).astype(np.int32)
+    """MatMulInteger: int32 ``(a - a_zero_point) @ (b - b_zero_point)``, summed exactly."""
+    wide = _sum_type(a, b, a.shape[-1])
+    a_shifted = a.astype(wide) - per_axis(a_zero_point, max(a.ndim, 2), -2).astype(wide)  # per row of a
+    b_shifted = b.astype(wide) - np.asarray(0 if b_zero_point is None else b_zero_point).astype(wide)  # per column of b
+    return np.matmul(a_shifted, b_shifted).astype(np.int64).astype(np.int32)
+
+
+def _sum_type(a: np.ndarray, b: np.ndarray, terms: int) -> type:
+    """float64 where no partial sum of ``terms`` products of the shifted ``a`` and ``b`` can pass
+    2^53, whatever the order (BLAS sums them exactly, a hundred times faster), else int64."""
+    bits = 8 * (a.dtype.itemsize + b.dtype.itemsize) + 2  # |v - zero_point| < 2^(8 * itemsize + 1)
+    return np.float64 if terms << bits <= 1 << 53 else np.int64
 
 
 def conv_integer(
@@ -96,9 +105,10 @@ def conv_integer(
     spatial = x.ndim - 2
     pads = pads or (0,) * 2 * spatial
     strides, dilations = strides or (1,) * spatial, dilations or (1,) * spatial
-    shifted = x.astype(np.int64) - np.asarray(0 if x_zero_point is None else x_zero_point, np.int64)
+    wide = _sum_type(x, w, int(np.prod(w.shape[1:])))
+    shifted = x.astype(wide) - np.asarray(0 if x_zero_point is None else x_zero_point).astype(wide)
     shifted = np.pad(shifted, [(0, 0), (0, 0), *zip(pads[:spatial], pads[spatial:])])  # zeros after the shift
-    kernel = w.astype(np.int64) - per_axis(w_zero_point, w.ndim, 0)
+    kernel = w.astype(wide) - per_axis(w_zero_point, w.ndim, 0).astype(wide)
     # Every window of the padded input, dilated, then strided: [N, C, *out, *kernel].
     extent = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], dilations)]
     windows = np.lib.stride_tricks.sliding_window_view(shifted, extent, axis=tuple(range(2, x.ndim)))
@@ -111,8 +121,8 @@ def conv_integer(
         weights = kernel[g * per_group:(g + 1) * per_group]
         # Sum over channels and the kernel window: x[n, c, o..., k...] * w[m, c, k...].
         outputs.append(np.einsum(part, [0, 1, *range(3, 3 + 2 * spatial)], weights, [2, 1, *range(3 + spatial, 3 + 2 * spatial)],
-                                 [0, 2, *range(3, 3 + spatial)]))
-    return np.concatenate(outputs, axis=1).astype(np.int32)
+                                 [0, 2, *range(3, 3 + spatial)], optimize=wide is np.float64))
+    return np.concatenate(outputs, axis=1).astype(np.int64).astype(np.int32)
 
 
 def quantize_linear(
