@@ -35,7 +35,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import reference
-from dql_pass.lower.proof import Proof, plan, span
+from dql_pass.lower.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.op import is_dql
 
 FLOAT, DOUBLE, INT32 = ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32
@@ -157,7 +157,7 @@ class _Product:
     op: str  # the float op: MatMul or Conv
     names: tuple[str, str]  # the operands as the ONNX pages call them
     axes: tuple[int, int]  # the reduction axis of the activation and of the weights
-    centre: Callable[[np.ndarray, np.ndarray | None], np.ndarray]  # weights minus their zero points
+    centre: Callable[[np.ndarray, np.ndarray | None], np.ndarray]  # int16 weights minus their zero points
     terms: Callable[[np.ndarray], np.ndarray]  # |centred weights| -> bound per [reduction, output], before span_a
     worst: Callable[[ir.Node], tuple[int, int]]  # non-constant weights: reduction length, terms per element
 
@@ -181,13 +181,13 @@ def _conv_worst(node: ir.Node) -> tuple[int, int]:
 _PRODUCTS = {
     "MatMulInteger": _Product(
         "MatMul", ("A", "B"), (-1, -2),
-        lambda w, zp: w - (0 if zp is None else zp.astype(np.int64)),  # per column: along the last axis
+        lambda w, zp: w - (0 if zp is None else zp.astype(np.int16)),  # per column: along the last axis
         lambda w: np.moveaxis(w, -2, 0).reshape(w.shape[-2], -1),
         _matmul_worst,
     ),
     "ConvInteger": _Product(
         "Conv", ("X", "W"), (1, 1),
-        lambda w, zp: w - reference.per_axis(zp, w.ndim, 0).astype(np.int64),  # per output channel
+        lambda w, zp: w - reference.per_axis(zp, w.ndim, 0).astype(np.int16),  # per output channel
         lambda w: w.reshape(*w.shape[:2], -1).sum(axis=2).T,  # a term per channel pair: its kernel window
         _conv_worst,
     ),
@@ -203,13 +203,16 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
         raise LeftAlone(f"{kind.names[0]} has more than one zero point (per row)")
     weights = constant(w)
     if weights is not None and (w_zp is None or w_points is not None):
-        centred = kind.centre(weights.astype(np.int64), w_points)
-        proof = plan(a_span * kind.terms(np.abs(centred)), "constant weights")
+        # int16 holds every difference of two 8-bit values: the weights are widened once, to twice
+        # their size, and each chunk becomes float32 straight from them.
+        centred = kind.centre(weights.astype(np.int16), w_points)
+        del weights
+        proof = _planned(lambda: plan(kind.terms(np.abs(centred)), a_span, "constant weights"))
         part = lambda start, stop: b.const(  # noqa: E731
-            f"weight_{start}_{stop}", np.take(centred, range(start, stop), axis=kind.axes[1]).astype(np.float32))
+            f"weight_{start}_{stop}", centred[_along(centred.ndim, kind.axes[1], start, stop)].astype(np.float32))
     else:
         depth, window = kind.worst(node)
-        proof = plan(np.full((depth, 1), a_span * w_span * window), f"worst case of {w_dtype.name.lower()} weights")
+        proof = _planned(lambda: plan_uniform(depth, a_span * w_span * window, f"worst case of {w_dtype.name.lower()} weights"))
         shifted_w = _shifted(b, w, w_zp, w_points)
         part = lambda start, stop: (  # noqa: E731
             shifted_w if len(proof.chunks) == 1 else _slice(b, shifted_w, start, stop, kind.axes[1]))
@@ -219,6 +222,20 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     activation = _shifted(b, a, a_zp, a_points)
     product = lambda x, y: b.op(kind.op, [x, y], FLOAT, attributes=node.attributes.values())  # noqa: E731
     return _reduce(b, proof, product, activation, part, kind.axes), proof
+
+
+def _planned(planner: Callable[[], Proof]) -> Proof:
+    try:
+        return planner()
+    except Unplanned as reason:
+        raise LeftAlone(str(reason)) from None
+
+
+def _along(ndim: int, axis: int, start: int, stop: int) -> tuple[slice, ...]:
+    """The index of ``[start, stop)`` along ``axis``: a view, where np.take would copy."""
+    index = [slice(None)] * ndim
+    index[axis] = slice(start, stop)
+    return tuple(index)
 
 
 def _static_dim(value: ir.Value, axis: int) -> int | None:
