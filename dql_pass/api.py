@@ -22,7 +22,7 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandResult
 from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
-from dql_pass.modelfiles import as_ir_model, load_model, save_model
+from dql_pass.modelfiles import as_ir_model, external_tensors, load_model, save_model
 
 if TYPE_CHECKING:
     from dql_pass.fusion import FuseReport, FuseResult
@@ -126,22 +126,26 @@ def expand_file(
 ) -> ExpandResult:
     """Expand the model at ``source`` into ``output``; the result counts the sites of each graph.
     The options are :func:`expand`'s."""
-    result = _expansion(variant, mode, zero_range, runtime, target)(load_model(source))
-    save_model(result.model, output, source=source)
-    return result
+    return _rewrite_file(_expansion(variant, mode, zero_range, runtime, target), source, output)
 
 
 def fuse_file(source: str | os.PathLike, output: str | os.PathLike) -> FuseResult:
     """Fuse the model at ``source`` into ``output``; the result's report says what was fused and left alone."""
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass
 
-    result = FuseDynamicQuantizeLinearPass()(load_model(source))
-    save_model(result.model, output, source=source)
-    return result
+    return _rewrite_file(FuseDynamicQuantizeLinearPass(), source, output)
 
 
 def lower_file(source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None) -> LowerResult:
     """Lower the model at ``source`` into ``output``; the result's report gives each node's proof."""
-    result = LowerQuantizationPass(target)(load_model(source))
-    save_model(result.model, output, source=source)
+    return _rewrite_file(LowerQuantizationPass(target), source, output)
+
+
+def _rewrite_file(rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike):
+    """Run ``rewrite`` on the model at ``source`` and write it to ``output``, in external data if
+    the input kept some there, even when the rewrite dropped every tensor that did."""
+    model = load_model(source)
+    external = bool(external_tensors(model))
+    result = rewrite(model)
+    save_model(result.model, output, source=source, external=external)
     return result

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import hashlib
 import logging
 from collections.abc import Callable, Iterator
 
@@ -151,8 +152,9 @@ class SharedConstants:
 
     def get(self, role: str, tensor: ir.TensorProtocol) -> ir.Value:
         """The shared value holding ``tensor``, made on first use and named after ``role``."""
-        # The shape is part of the key: 0.0 and [0.0] have the same bytes.
-        key = (tensor.dtype, tuple(tensor.shape), tensor.tobytes())
+        # The shape is part of the key: 0.0 and [0.0] have the same bytes. A digest, not the bytes:
+        # the keys would otherwise hold a second copy of every lowered weight.
+        key = (tensor.dtype, tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).digest())
         if key not in self._values:
             value = ir.Value(
                 name=self._names.unique(f"dql_pass_{role}"),

@@ -359,12 +359,22 @@ def _may_refer_to(tensor: ir.ExternalTensor, folder: Path) -> bool:
     return Path(tensor.base_dir).resolve() == folder and not _DATA.fullmatch(Path(tensor.location).name)
 
 
-def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None) -> None:
+# Protobuf refuses a message of 2 GiB or more; the graph around the tensors gets the rest.
+INLINE_LIMIT = (1 << 31) - (1 << 27)
+_THRESHOLD = 256  # bytes: smaller tensors stay in the model (ir.save's threshold)
+_STREAMED = 1 << 20  # bytes: larger tensors of a one-file model are serialised one at a time
+
+
+def save_model(
+    model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None, external: bool = False
+) -> None:
     """Write ``model`` to ``path`` atomically, with its external data as one unit.
 
     External weights are referenced where they are when ``path`` sits in their folder, so nothing
     is copied; elsewhere, or when they are another output's data file, they are streamed into a new
-    ``<path>.<12 hex>.data`` beside the output.
+    ``<path>.<12 hex>.data`` beside the output. So are the tensors held in memory when ``external``
+    (the input kept its weights in external data) or when they would take the model past
+    :data:`INLINE_LIMIT`.
     ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
     its data or the complete new one. Nothing is written through a link, and no file the input
     consists of is replaced. A successful write removes the data files and stage folders that
@@ -372,8 +382,8 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     """
     path = check_output_path(path)
     entry = _entry(path)
-    external = ExternalData.of(model)
-    inputs = {Path(tensor.path).resolve() for tensor in external.tensors}
+    found = ExternalData.of(model)
+    inputs = {Path(tensor.path).resolve() for tensor in found.tensors}
     if source is not None:
         if entry == Path(source).resolve():
             raise InputError(f"{path}: the output path is the input path; choose another output")
@@ -381,22 +391,79 @@ def save_model(model: ir.Model, path: str | os.PathLike, *, source: str | os.Pat
     if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
     folder = entry.parent
-    data_name = None
-    if not all(_may_refer_to(tensor, folder) for tensor in external.initializers):
-        data_name = f"{_stem(path.name)}.{secrets.token_hex(6)}.data"
+    moved = [value for value in found.values if not _may_refer_to(value.const_value, folder)]
+    held = [value for graph in model.graphs() for value in graph.initializers.values()
+            if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
+            and value.const_value.nbytes > _THRESHOLD]
+    if not external and sum(value.const_value.nbytes for value in held) <= INLINE_LIMIT:
+        held = []
+    data_name = f"{_stem(path.name)}.{secrets.token_hex(6)}.data" if moved or held else None
     try:
-        if not all(_may_refer_to(attr.value, folder) for _, attr in external.attributes):
-            _read_attributes(external.attributes)
+        if not all(_may_refer_to(attr.value, folder) for _, attr in found.attributes):
+            _read_attributes(found.attributes)
         model_mode, data_mode = _modes(model, source)
-        _write(model, folder, path.name, data_name, model_mode, data_mode, keep=inputs)
+        _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
     except OSError as error:
         raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
 
 
+def _save(model: ir.Model, path: Path, data_name: str | None, values: list[ir.Value]) -> None:
+    """``ir.save`` of ``model`` with ``values``' tensors streamed, one at a time, into ``data_name``
+    beside ``path``; the model is left as it was."""
+    tensors = [value.const_value for value in values]
+    if data_name is not None:
+        written = ir.external_data.convert_tensors_to_external(tensors, path.parent, data_name)
+        for value, tensor in zip(values, written):
+            value.const_value = tensor
+    try:
+        protobuf = onnx.serialization.registry.get_format_from_file_extension(path.suffix) in (None, "protobuf")
+        if data_name is None and protobuf:
+            _save_streamed(model, path)
+        else:
+            ir.save(model, path)
+    finally:
+        for value, tensor in zip(values, tensors):
+            value.const_value = tensor
+
+
+def _save_streamed(model: ir.Model, path: Path) -> None:
+    """``ir.save`` of a model whose tensors stay in it, without a second and a third copy of them.
+
+    The model goes out without its large initializers, then each of them as a message of its own:
+    protobuf merges a message field that occurs twice (here ``graph``) and appends to a repeated
+    one (``initializer``), so the file parses as one model. Each tensor is serialised alone.
+    """
+    large = [value for value in model.graph.initializers.values()
+             if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
+             and value.const_value.nbytes > _STREAMED]
+    tensors = [value.const_value for value in large]
+    for value in large:  # a stand-in that serialises without its bytes, dropped from the proto below
+        value.const_value = ir.ExternalTensor("", 0, 0, value.const_value.dtype, shape=value.const_value.shape, name=value.name)
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        for value, tensor in zip(large, tensors):
+            value.const_value = tensor
+    names = {value.name for value in large}
+    for index in reversed(range(len(proto.graph.initializer))):
+        if proto.graph.initializer[index].name in names:
+            del proto.graph.initializer[index]
+    with open(path, "wb") as file:
+        file.write(proto.SerializeToString())
+        del proto
+        for value, tensor in zip(large, tensors):
+            piece = onnx.ModelProto()
+            tensor.name = value.name  # as ir.serde does for initializers
+            ir.serde.serialize_tensor_into(piece.graph.initializer.add(), tensor)
+            file.write(piece.SerializeToString())
+
+
 def _write(
-    model: ir.Model, folder: Path, name: str, data_name: str | None, model_mode: int, data_mode: int, keep: set[Path]
+    model: ir.Model, folder: Path, name: str, data_name: str | None, values: list[ir.Value], model_mode: int,
+    data_mode: int, keep: set[Path],
 ) -> None:
-    """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted."""
+    """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted;
+    ``values``' tensors go to ``data_name``, the model's other external tensors stay where they are."""
     # The stage folder is made and locked under the folder lock, so no sweep sees it unlocked.
     stage = stage_lock = None
     data = folder / data_name if data_name is not None else None
@@ -409,11 +476,9 @@ def _write(
         finally:
             lock.release()
         staged = stage / name
-        ir.save(model, staged, external_data=data_name)
+        _save(model, staged, data_name, values)
         os.chmod(staged, model_mode)
         _fsync(staged)
-        if data is not None and os.path.getsize(stage / data_name) == 0:
-            data = None  # every tensor was small enough to stay in the model
         if data is not None:
             os.chmod(stage / data_name, data_mode)
             _fsync(stage / data_name)

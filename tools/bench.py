@@ -74,6 +74,8 @@ SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx"
 OTHER_TOOLS = {
     "bench_fuse": "the fusion pass and the fused models on ORT; it writes the *Fusion* section of this file",
     "bench_verify": "the whole `dql-pass verify` process on a 24-site quantized transformer; it prints its figures",
+    "lower_memory": "peak RSS, time and files of `dql-pass lower` on 100 MB and 500 MB of int8 weights; it writes the "
+                    "*Lowering: memory and disk* section of this file",
 }
 INLINER_SCRIPT = (
     "import sys, onnx, onnx.inliner; m = onnx.load(sys.argv[1]); "

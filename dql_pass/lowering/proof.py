@@ -12,18 +12,26 @@ Rules:
   case, ``span_a · span_w`` per term.
 - When the whole reduction's bound exceeds 2^24, it is cut, in order, into the fewest consecutive
   chunks whose bounds each hold; each chunk is one exact float32 product, and the chunks are added
-  in int32, which is exact.
+  in int32, which is exact. Equal terms (the worst case) are planned in closed form, whatever the
+  declared length; constant weights in one pass over their rows, in the weights' own small type.
+- A reduction with a single term above 2^24, or one that needs more than :data:`MAX_CHUNKS`
+  chunks, has no plan (:class:`Unplanned`).
 """
 
 from __future__ import annotations
 
-__all__ = ["LIMIT", "Proof", "plan", "span"]
+__all__ = ["LIMIT", "MAX_CHUNKS", "Proof", "Unplanned", "plan", "plan_uniform", "span"]
 
 import dataclasses
 
 import numpy as np
 
 LIMIT = 1 << 24  # every integer of at most this magnitude is a float32
+MAX_CHUNKS = 1024  # each chunk is a Slice, a product, a Cast and an Add: beyond this the graph is the problem
+
+
+class Unplanned(ValueError):
+    """No chunk plan proves the reduction exact (the message says why)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,18 +60,37 @@ def span(dtype: np.dtype, zero_point: np.ndarray | None, known: bool) -> int:
     return int(max(np.abs(points - info.min).max(), np.abs(points - info.max).max()))
 
 
-def plan(terms: np.ndarray, weights: str) -> Proof:
-    """The proof for ``terms[k, o]``, the bound of the reduction's term ``k`` for output ``o``."""
-    terms = np.asarray(terms, np.int64)
-    total = int(terms.sum(axis=0).max(initial=0))
+def plan(magnitudes: np.ndarray, scale: int, weights: str) -> Proof:
+    """The proof for terms ``scale * magnitudes[k, o]``, the bound of the reduction's term ``k`` for
+    output ``o``. ``magnitudes`` is read in its own (small integer) type, row by row, never widened whole."""
+    total = int(magnitudes.sum(axis=0, dtype=np.int64).max(initial=0)) * scale
     if total <= LIMIT:
-        return Proof(total, ((0, len(terms)),), weights)
-    chunks, start, running = [], 0, np.zeros(terms.shape[1:], np.int64)
-    for k, row in enumerate(terms):
-        # A single term is at most 255 * 255 < 2^24, so every chunk holds at least one.
-        if (running + row).max(initial=0) > LIMIT:
+        return Proof(total, ((0, len(magnitudes)),), weights)
+    largest = int(magnitudes.max(initial=0)) * scale
+    if largest > LIMIT:
+        raise Unplanned(f"a single term's bound {largest:,} exceeds 2^24")
+    chunks, start, running = [], 0, np.zeros(magnitudes.shape[1:], np.int64)
+    for k, row in enumerate(magnitudes):
+        terms = row.astype(np.int64) * scale
+        if (running + terms).max(initial=0) > LIMIT:
             chunks.append((start, k))
             start, running = k, np.zeros_like(running)
-        running += row
-    chunks.append((start, len(terms)))
+            if len(chunks) == MAX_CHUNKS:  # and at least one more to come
+                raise Unplanned(f"the bound {total:,} needs more than {MAX_CHUNKS:,} float32 parts")
+        running += terms
+    chunks.append((start, len(magnitudes)))
     return Proof(total, tuple(chunks), weights)
+
+
+def plan_uniform(depth: int, term: int, weights: str) -> Proof:
+    """The proof for ``depth`` terms of bound ``term`` each (the worst case of the types), in closed form."""
+    total = depth * term
+    if total <= LIMIT:
+        return Proof(total, ((0, depth),), weights)
+    if term > LIMIT:
+        raise Unplanned(f"a single term's bound {term:,} exceeds 2^24")
+    size = LIMIT // term
+    count = -(-depth // size)
+    if count > MAX_CHUNKS:
+        raise Unplanned(f"the bound {total:,} needs {count:,} float32 parts, more than {MAX_CHUNKS:,}")
+    return Proof(total, tuple((start, min(start + size, depth)) for start in range(0, depth, size)), weights)

@@ -12,7 +12,8 @@ Rules the pass applies:
 - Every replaced node's output keeps its name; every new name is unique across the model.
 - Constants (shifted weights, scales, zero points, Slice bounds) are shared per root: initializers
   of the main graph, Constant nodes at the top of a function. Weights and zero points that only
-  the replaced nodes read are dropped.
+  the replaced nodes read are dropped as each node is replaced, so that one weight at a time is
+  held in both forms.
 - The report says per node which proof applied, what was left alone and why, and which ops that
   stay in the model ``target`` lacks (:func:`dql_pass.runtimes.lacking`).
 - A model with nothing to lower is left untouched; the pass is idempotent.
@@ -108,7 +109,6 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         report = LowerReport(self.target, self.variant)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}
-        replaced: list[ir.Value | None] = []
         for graph, (label, root) in graph_scopes(model).items():
             opset = ai_onnx_opset(root.opset_imports) or 0
             for node in list(graph):
@@ -125,8 +125,9 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                 except LeftAlone as reason:
                     report.left_alone.append(LeftAloneNode(label, where, node.op_type, str(reason)))
                     continue
-                replaced += node.inputs
+                inputs = list(node.inputs)
                 ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
+                _drop_unused(inputs)  # now, so that each weight is freed before the next is converted
                 proof = lowering.proof.describe() if lowering.proof else "elementwise, exact as ORT computes it"
                 report.lowered.append(LoweredNode(label, where, node.op_type, proof))
         sites = find_sites(model)
@@ -135,7 +136,6 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
             report.lowered += [LoweredNode(label, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
         if sites:
             ExpandDynamicQuantizeLinearPass(variant=self.variant, runtime=self.target)(model)
-        _drop_unused(replaced)
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:

@@ -44,7 +44,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import variants
-from dql_pass.lowering.proof import Proof, plan, span
+from dql_pass.lowering.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.op import is_dql
 
 FLOAT, DOUBLE, INT32, BOOL = ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.BOOL
@@ -248,13 +248,16 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
         along = _along((w_points,), axis, w if weights is None else weights, "zero point")
     axes = kind.axes(2 if rank is None else rank)
     if weights is not None and (w_zp is None or w_points is not None):
-        centred = weights.astype(np.int64) - (0 if w_points is None else _shaped(w_points, along).astype(np.int64))
-        proof = plan(a_span * kind.terms(np.abs(centred), axes[1]), "constant weights")
+        # int16 holds every difference of two 8-bit values: the weights are widened once, to twice
+        # their size, and each chunk becomes float32 straight from them.
+        centred = weights.astype(np.int16) - (0 if w_points is None else _shaped(w_points, along).astype(np.int16))
+        del weights
+        proof = _planned(lambda: plan(kind.terms(np.abs(centred), axes[1]), a_span, "constant weights"))
         part = lambda start, stop: b.const(  # noqa: E731
-            f"weight_{start}_{stop}", np.take(centred, range(start, stop), axis=axes[1]).astype(np.float32))
+            f"weight_{start}_{stop}", centred[_chunk(centred.ndim, axes[1], start, stop)].astype(np.float32))
     else:
         depth, window = kind.worst(node, axes[1])
-        proof = plan(np.full((depth, 1), a_span * w_span * window), f"worst case of {w_dtype.name.lower()} weights")
+        proof = _planned(lambda: plan_uniform(depth, a_span * w_span * window, f"worst case of {w_dtype.name.lower()} weights"))
         if len(proof.chunks) > 1 and rank is None:
             raise LeftAlone(f"the bound {proof.bound:,} exceeds 2^24 and {kind.names[1]}'s rank, along which it is cut, is unknown")
         shifted_w = _shifted(b, w, w_zp, w_points, along)
@@ -266,6 +269,20 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     activation = _shifted(b, a, a_zp, a_points, None)
     product = lambda x, y: b.op(kind.op, [x, y], FLOAT, attributes=node.attributes.values())  # noqa: E731
     return _reduce(b, proof, product, activation, part, axes), proof
+
+
+def _planned(planner: Callable[[], Proof]) -> Proof:
+    try:
+        return planner()
+    except Unplanned as reason:
+        raise LeftAlone(str(reason)) from None
+
+
+def _chunk(ndim: int, axis: int, start: int, stop: int) -> tuple[slice, ...]:
+    """The index of ``[start, stop)`` along ``axis``: a view, where np.take would copy."""
+    index = [slice(None)] * ndim
+    index[axis] = slice(start, stop)
+    return tuple(index)
 
 
 def _static_dim(value: ir.Value, axis: int) -> int | None:
