@@ -125,13 +125,55 @@ def _verified(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
     """The exit code of expand or lower: 0, or with --verify the verdict of verify on what it wrote."""
     if not args.verify:
         return 0, report
-    import dql_pass
 
     # An expansion for a target is verified there.
-    verified = dql_pass.verify(args.input, args.output, zero_range=args.zero_range, dims=_dims(args),
-                               runtime=args.target or "onnxruntime")
+    verified = _verify_with_progress(args, args.input, args.output, zero_range=args.zero_range, dims=_dims(args),
+                                     runtime=args.target or "onnxruntime")
     code, report["verify"] = _show(args, verified)
     return code, report
+
+
+class _Progress:
+    """verify's progress on stderr, as the field shows it: a bar per stage where stderr is a
+    terminal (tqdm), a plain line every couple of seconds elsewhere (a log, CI), nothing under -q."""
+
+    _EVERY = 2.0  # seconds between plain lines; the first comes once verify has taken that long
+
+    def __init__(self) -> None:
+        self._start = self._last = time.monotonic()
+        self._bar = None
+        self._stage: str | None = None
+        self._terminal = sys.stderr.isatty()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self._terminal:
+            from tqdm import tqdm
+
+            if stage != self._stage:
+                self.close()
+                self._bar, self._stage = tqdm(total=total, desc=f"verify: {stage}", unit="", leave=False), stage
+            self._bar.update(done + 1 - self._bar.n)
+            return
+        now = time.monotonic()
+        if now - self._last >= self._EVERY:
+            print(f"dql-pass: verify: {stage} {done + 1} of {total} ({now - self._start:.0f} s)", file=sys.stderr, flush=True)
+            self._last = now
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _verify_with_progress(args: argparse.Namespace, original: Any, rewritten: Any, **options: Any) -> VerifyReport:
+    import dql_pass
+
+    progress = None if args.quiet else _Progress()
+    try:
+        return dql_pass.verify(original, rewritten, progress=progress, **options)
+    finally:
+        if progress is not None:
+            progress.close()
 
 
 def _show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
@@ -201,9 +243,9 @@ def _verify(args: argparse.Namespace) -> tuple[int, dict]:
         budget = MAX_INPUT_BYTES - sum(array.nbytes for array in inputs.values())
         inputs[name] = _load_array(name, path, budget, MAX_INPUT_BYTES)
     original, rewritten = dql_pass.load_model(args.original), dql_pass.load_model(args.rewritten)
-    report = dql_pass.verify(
-        original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims, zero_range=args.zero_range,
-        runtime=args.runtime,
+    report = _verify_with_progress(
+        args, original, rewritten, samples=args.samples, seed=args.seed, inputs=inputs, dims=dims,
+        zero_range=args.zero_range, runtime=args.runtime,
     )
     # verify names in-memory models after their graphs; the report names the files.
     return _show(args, dataclasses.replace(report, original=args.original, rewritten=args.rewritten))
@@ -411,7 +453,7 @@ def _parser() -> argparse.ArgumentParser:
     target_help = "; see `dql-pass expand --list-targets` for the runtimes"
     zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
     dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
-                "batch-like names, 1 if ORIGINAL does not run at 2, else 128)")
+                "a batch-like one (named batch, or an input's first axis), 1 if ORIGINAL does not run at 2, else 16)")
 
     expand = commands.add_parser("expand", parents=common, help="rewrite every DynamicQuantizeLinear into primitive ops")
     expand.add_argument("input", help="the ONNX model to read; it is never modified")

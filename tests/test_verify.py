@@ -564,12 +564,13 @@ def test_an_original_that_runs_only_at_batch_one_is_run_at_batch_one_and_the_rep
 
 
 def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
-    """A given input of batch 3 sets the batch of the synthesized ones; the default batch is 2, other sizes 128."""
+    """A given input of batch 3 sets the batch of the synthesized ones; the default batch (a name that
+    says batch, or a first axis) is 2, other sizes 16."""
     model = ir.from_proto(dql_model(13, rank=2))
     model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "d1"])) for n in ("a", "b"))
     given = input_sets(model, 1, 0, {"a": np.zeros((3, 5), np.float32)}, {})
-    assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(128, 5), (3, 5), (3, 5)]
-    assert input_sets(model, 1, 0, {}, {})["sample 0"]["b"].shape == (2, 128)
+    assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(2, 5), (3, 5), (3, 5)]
+    assert input_sets(model, 1, 0, {}, {})["sample 0"]["b"].shape == (2, 16)
 
 
 def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
@@ -627,12 +628,17 @@ def test_large_site_cases_catch_a_rewrite_wrong_only_on_large_tensors(defect):
     assert all(o.identical for o in report.outputs)  # 16 elements: the model level cannot see it
 
 
-def test_model_inputs_have_a_realistic_size():
-    """Without --dim, a DQL on [d0, d1] gets thousands of elements: the model level sees a size-dependent defect."""
+def test_a_size_dependent_defect_fails_at_small_model_shapes():
+    """Without --dim the model runs small (2 x 16 here, so that verify is quick): the catalogue's large
+    cases, which every site runs, catch what only shows on thousands of elements; --dim shows it in
+    the model too."""
     model = dql_model(13, rank=2)
     report = verify(model, _site_size_rewrite(model, "double"), samples=0)
     (row,) = report.sites
-    assert row.classes == {"large": 2, "model input": 4}, row.classes
+    assert report.verdict == "FAIL" and row.classes == {"large": 2}, row.classes
+    assert report.dims == {"d0": 2, "d1": 16}
+    report = verify(model, _site_size_rewrite(model, "double"), samples=0, dims={"d1": 1000})
+    assert report.sites[0].classes == {"large": 2, "model input": 4}, report.sites[0].classes
     assert not any(o.identical for o in report.outputs if o.name != "y_zero_point")
 
 
@@ -692,11 +698,11 @@ def test_non_dql_changes_that_show_only_on_rare_inputs_fail(original, changed):
 
 def test_token_ids_reach_every_row_of_the_table_they_index():
     model = ir.from_proto(_embedding_model(1000))
-    sets = input_sets(model, 2, 0, {}, {})
+    sets = input_sets(model, 2, 0, {}, {"sequence": 128})
     ids = np.concatenate([s["input_ids"].ravel() for s in sets.values()])
     assert ids.min() >= 0 and ids.max() < 1000 and ids.max() > 900 and ids.shape == (2 * 2 * 128,)
     assert input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {})["negative"]["x"].max() < 0
-    heavy = input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {})["heavy tails"]["x"]
+    heavy = input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {"d0": 128})["heavy tails"]["x"]
     assert (np.abs(heavy) > 6).any() and (np.abs(heavy) < 1).any()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, as_proto, failures_of
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, as_proto, failures_of
 
 
 class _OrtSession(Session):
@@ -22,6 +22,9 @@ class _OrtSession(Session):
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         fed = {name: array for name, array in feeds.items() if name in self.input_names}
+        missing = [name for name in self.input_names if name not in fed]
+        if missing:  # ORT says so with a builtin ValueError, which failures_of would take for a bug of ours
+            raise RuntimeFailure(f"the model takes inputs it was not given: {', '.join(missing)}")
         with failures_of("onnxruntime"):
             return self._session.run(None if outputs is None else list(outputs), fed)
 

@@ -44,8 +44,11 @@ from dql_pass.errors import InputError
 from dql_pass.modelfiles import as_ir_model, external_tensors
 from dql_pass.op import check_choice
 from dql_pass.verification.extract import kept_differences, original_sites
-from dql_pass.verification.inputs import FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, input_sets
+from dql_pass.verification.inputs import (
+    FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, chosen_dims, input_sets,
+)
 from dql_pass.verification.lowered import check_lowered
+from dql_pass.verification.progress import Callback, reporting
 from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport
 from dql_pass.verification.run import check_model, check_sites, not_checked
 
@@ -73,6 +76,7 @@ def verify(
     dims: Mapping[str, int] | None = None,
     zero_range: str = "onnxruntime",
     runtime: str = "onnxruntime",
+    progress: Callback | None = None,
 ) -> VerifyReport:
     """Check ``rewritten`` against ``original`` at site and model level (see the module docstring).
 
@@ -87,7 +91,15 @@ def verify(
     known differences, not as mismatches; the report names them. A site model that the runtime
     cannot load (a piece of a model it may run whole) is checked on ORT only and reported as not
     checked there, with the runtime's reason: INCOMPLETE, not PASS.
+
+    ``progress``, if given, is called as ``progress(stage, done, total)`` as the checks go
+    (:mod:`dql_pass.verification.progress`).
     """
+    with reporting(progress):
+        return _verify(original, rewritten, samples, seed, inputs, dims, zero_range, runtime)
+
+
+def _verify(original, rewritten, samples, seed, inputs, dims, zero_range, runtime) -> VerifyReport:
     check_choice("zero-range policy", zero_range)
     runner = runtimes.get(runtime)
     runner.check_installed()
@@ -117,6 +129,7 @@ def verify(
     report = VerifyReport(
         original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
         check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime, kept,
+        chosen_dims(original_model, next(iter(check.sets.values()), {})), check.cannot_run, check.from_ort,
     )
     logger.info("%s", report.summary)
     return report

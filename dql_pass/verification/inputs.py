@@ -3,8 +3,11 @@
 Rules:
 
 - a symbolic dimension takes its ``dims`` size, or the size of that dimension in a given input,
-  else :data:`BATCH_SIZE` when its name says batch (a rewrite that fixed the batch to 1 fails),
-  else :data:`OTHER_SIZE`, a realistic sequence length (so does an unnamed one or a -1);
+  else :data:`BATCH_SIZE` when it is batch-like: its name says batch, or it is the first axis of
+  an input of rank 2 or more (a rewrite that fixed the batch to 1 fails), else :data:`OTHER_SIZE`
+  (so does an unnamed one or a -1): small enough that a whole-model run of a transformer takes
+  well under a second, large enough that every DQL site sees hundreds of elements;
+  :func:`chosen_dims` names the sizes taken, for the report;
 - inputs named like a mask are ones; other booleans (If conditions) are True in even-numbered
   sets and False in odd-numbered ones and in the all-zero set, so both branches run; integers named
   like token types or segments are zeros, like positions ``0, 1, ...`` along the last axis, other
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 __all__ = [
     "BATCH_SIZE", "FALLBACK_BATCH", "MAX_INPUT_BYTES", "OTHER_SIZE", "SPECIAL_SETS", "Unsynthesizable",
-    "batch_is_default", "input_sets",
+    "batch_is_default", "chosen_dims", "input_sets",
 ]
 
 import math
@@ -32,9 +35,10 @@ import onnx_ir as ir
 
 from dql_pass.errors import InputError
 
-# Batch 2 catches a batch fixed to 1; 128 is a realistic sequence length, and gives DQL sites
-# thousands of elements.
-BATCH_SIZE, FALLBACK_BATCH, OTHER_SIZE = 2, 1, 128
+# Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
+# short (the MiniLM at 128 x 128 took 111 s to verify, at 2 x 128 3.9 s) and still gives a DQL site
+# of hidden size 384 some 12,000 elements; the catalogue checks every site on its own besides.
+BATCH_SIZE, FALLBACK_BATCH, OTHER_SIZE = 2, 1, 16
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
@@ -46,21 +50,22 @@ class Unsynthesizable(Exception):
     """A model input of a kind verify cannot make (a sequence, an optional, a string tensor)."""
 
 
-def _is_batch(name: str | None) -> bool:
-    return name is not None and "batch" in name.lower()
+def _batch_like(dim: int | ir.SymbolicDim, axis: int, rank: int) -> bool:
+    name = None if isinstance(dim, int) else dim.value
+    return (name is not None and "batch" in name.lower()) or (axis == 0 and rank >= 2)
 
 
 def _is_mask(value: ir.Value) -> bool:
     return "mask" in value.name.lower()
 
 
-def _dim_size(dim: int | ir.SymbolicDim, dims: Mapping[str, int], batch: int) -> int:
-    if isinstance(dim, int):
-        return dim if dim >= 0 else OTHER_SIZE  # exporters write -1 for an unknown size
-    name = dim.value
+def _dim_size(dim: int | ir.SymbolicDim, axis: int, rank: int, dims: Mapping[str, int], batch: int) -> int:
+    if isinstance(dim, int) and dim >= 0:
+        return dim
+    name = None if isinstance(dim, int) else dim.value  # exporters write -1 for an unknown size
     if name is not None and name in dims:
         return dims[name]
-    return batch if _is_batch(name) else OTHER_SIZE
+    return batch if _batch_like(dim, axis, rank) else OTHER_SIZE
 
 
 def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, ...]:
@@ -71,7 +76,7 @@ def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, .
     ):
         raise Unsynthesizable(f"cannot synthesize model input {value.name!r} of type {value.type}, shape {value.shape}; "
                               "give it in inputs")
-    return tuple(_dim_size(d, dims, batch) for d in value.shape)
+    return tuple(_dim_size(d, axis, len(value.shape), dims, batch) for axis, d in enumerate(value.shape))
 
 
 def _is_op(node: ir.Node, op_type: str) -> bool:
@@ -153,9 +158,22 @@ def batch_is_default(model: ir.Model, inputs: Mapping[str, np.ndarray], dims: Ma
     """Whether a synthesized input has a batch dimension that takes the default size."""
     sizes = {**_given_dims(model, inputs), **dims}
     return any(
-        isinstance(d, ir.SymbolicDim) and _is_batch(d.value) and d.value not in sizes
-        for v in _model_inputs(model) if v.name not in inputs and v.shape is not None for d in v.shape
+        not isinstance(d, int) and _batch_like(d, axis, len(v.shape)) and d.value not in sizes
+        for v in _model_inputs(model) if v.name not in inputs and v.shape is not None for axis, d in enumerate(v.shape)
     )
+
+
+def chosen_dims(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """The size each symbolic dimension of the model's inputs took in ``feeds``, by its name (an
+    unnamed one as ``input[axis]``)."""
+    chosen = {}
+    for value in _model_inputs(model):
+        if value.shape is None or value.name not in feeds or np.ndim(feeds[value.name]) != value.shape.rank():
+            continue
+        for axis, (dim, size) in enumerate(zip(value.shape, np.shape(feeds[value.name]))):
+            if not (isinstance(dim, int) and dim >= 0):
+                chosen.setdefault((None if isinstance(dim, int) else dim.value) or f"{value.name}[{axis}]", size)
+    return chosen
 
 
 def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:

@@ -54,6 +54,7 @@ from dql_pass.lowering.rules import constant, element_type
 from dql_pass.modelfiles import one_line
 from dql_pass.op import DOMAINS
 from dql_pass.verification.extract import NotReachable, Scopes, _live, walk
+from dql_pass.verification.progress import advance
 from dql_pass.verification.report import SiteResult
 from dql_pass.walk import called_functions, graph_scopes
 
@@ -582,7 +583,9 @@ def check_lowered(original: ir.Model, rewritten: ir.Model, seed: int, runtime: r
     scopes = Scopes(rewritten)
     rng = np.random.default_rng(seed)
     results = []
-    for site in lowered_sites(original):
+    sites = lowered_sites(original)
+    for done, site in enumerate(sites):
+        advance("lowered ops", done, len(sites))
         try:
             model = _replacement(rewritten, scopes, site)
             if model is None:

@@ -77,6 +77,11 @@ class VerifyReport:
     runtime: str = "onnxruntime"
     # Constant inputs and attributes of nodes REWRITTEN keeps that differ from ORIGINAL's: each a mismatch.
     kept_differences: list[str] = dataclasses.field(default_factory=list)
+    dims: dict[str, int] = dataclasses.field(default_factory=dict)  # the size each symbolic dimension took
+    # The runtime runs neither REWRITTEN nor ORIGINAL (its reason, whole): its verdict, not a FAIL of the rewrite.
+    cannot_run: str | None = None
+    # With another runtime: REWRITTEN there against ORIGINAL on ORT, how far the deployed model is; apart from the verdict.
+    from_ort: list[OutputResult] = dataclasses.field(default_factory=list)
 
     @property
     def mismatches(self) -> int:
@@ -90,11 +95,14 @@ class VerifyReport:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL" if self.mismatches else "INCOMPLETE"
+        if self.passed:
+            return "PASS"
+        return "FAIL" if self.mismatches else "CANNOT RUN" if self.cannot_run else "INCOMPLETE"
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        """0 for PASS, 3 when the runtime cannot run the models at all, else 1."""
+        return {"PASS": 0, "CANNOT RUN": 3}.get(self.verdict, 1)
 
     def __bool__(self) -> bool:
         # `assert dql_pass.verify(a, b)` holds only for a PASS.
@@ -111,7 +119,7 @@ class VerifyReport:
         text = (
             f"{self.verdict}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
             f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
-            f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets; "
+            f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets{self._shapes()}; "
             f"zero range {self.zero_range}; {self.seconds:.2f} s"
         )
         if self.runtime != "onnxruntime":
@@ -129,6 +137,9 @@ class VerifyReport:
         if self.model_error:
             text += f"; {self.model_error}"
         return text
+
+    def _shapes(self) -> str:
+        return f" ({', '.join(f'{name}={size}' for name, size in self.dims.items())})" if self.dims else ""
 
     def format(self) -> str:
         rows = [("site", "graph", "cases", "mismatches", "worst case (input class)")]
@@ -157,13 +168,18 @@ class VerifyReport:
         for o in self.outputs:
             if not o.identical:
                 lines.append(f"final output {o.name!r} differs: {o.detail}")
+        if self.cannot_run:
+            lines.append(f"cannot run: {self.cannot_run}")
+        for o in self.from_ort:
+            distance = "bit-identical" if o.identical else o.detail
+            lines.append(f"from ORT: final output {o.name!r} on {self.runtime} against ORIGINAL on ORT: {distance}")
         lines += [f"note: {note}" for note in self.notes]
         lines.append(self.summary)
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        for output in data["outputs"]:
+        for output in data["outputs"] + data["from_ort"]:
             for key in ("max_abs", "max_rel"):
                 if output[key] is not None and not math.isfinite(output[key]):
                     output[key] = str(output[key])  # JSON has no inf

@@ -39,6 +39,7 @@ from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verification.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
 from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
+from dql_pass.verification.progress import advance
 from dql_pass.verification.report import OutputResult, SiteResult
 from dql_pass.walk import graph_scopes
 
@@ -163,7 +164,8 @@ def check_sites(
     runner = _SiteRunner(catalogue, zero_range, runtime)
     scopes = Scopes(model)
     tallies = [Tally(site) for site in sites]
-    for tally in tallies:
+    for done, tally in enumerate(tallies):
+        advance("sites", done, len(tallies))
         try:
             graph, tally.read = scopes.read(tally.site)
             # A computation that cannot be extracted may still be checked in the models: read stays.
@@ -194,6 +196,8 @@ class ModelCheck:
     error: str | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
     not_checked: str | None = None
+    cannot_run: str | None = None  # the runtime runs neither REWRITTEN nor ORIGINAL: not the rewrite's fault
+    from_ort: list[OutputResult] = dataclasses.field(default_factory=list)  # on another runtime, apart from the verdict
 
 
 @contextlib.contextmanager
@@ -228,7 +232,8 @@ def _run_all(
     values = values_by_name(model.graph)
     constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
     results = {}
-    for label, feeds in sets.items():
+    for done, (label, feeds) in enumerate(sets.items()):
+        advance("input sets", done, len(sets))
         out = {**constants, **feeds}
         out.update(zip(fetched, session.run(feeds)))
         results[label] = out
@@ -326,13 +331,18 @@ def _run_original(
     return sets, runs, [note]
 
 
+def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
+    """ORIGINAL with its DQL expanded by the runtime's target variant, run there; RuntimeFailure if it cannot."""
+    model = original.clone()
+    ExpandDynamicQuantizeLinearPass(variant=runtime.target, runtime=None)(model)
+    return _run_all(model, {}, sets, runtime)
+
+
 def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_ort: Sets) -> tuple[Sets, str]:
     """The graph outputs REWRITTEN is held to on ``runtime``: ORIGINAL with its DQL expanded by the
     runtime's target variant, run there; ORIGINAL on ORT (``on_ort``) when the runtime cannot run it."""
-    model = original.clone()
-    ExpandDynamicQuantizeLinearPass(variant=runtime.target, runtime=None)(model)
     try:
-        runs = _run_all(model, {}, sets, runtime)
+        runs = _expanded_on(original, sets, runtime)
     except runtimes.RuntimeFailure as error:
         return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
                         f"expanded ({one_line(error)})")
@@ -406,11 +416,18 @@ def check_model(
     sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
     try:
         actual_runs = _run_all(rewritten, rewritten_names, sets, runtime)
-    except runtimes.RuntimeFailure as error:  # a rewrite that the runtime refuses is a failed rewrite
+    except runtimes.RuntimeFailure as error:  # a rewrite that the runtime refuses is a failed rewrite...
+        failure = f"{runtime.name} cannot run REWRITTEN: {one_line(error)}"
         for tally in exposed:
             tally.result.model_level = "not checked in the models: REWRITTEN did not run"
+        if elsewhere:  # ...unless the runtime cannot run ORIGINAL either
+            try:
+                _expanded_on(original, sets, runtime)
+            except runtimes.RuntimeFailure as original_error:
+                reason = f"{failure}; nor ORIGINAL, its DQL expanded for {runtime.name}: {one_line(original_error)}"
+                return ModelCheck([], sets, notes=notes, not_checked=reason, cannot_run=reason)
         outputs = _compare_outputs(original, rewritten, expected_runs, None)
-        return ModelCheck(outputs, sets, f"{runtime.name} cannot run REWRITTEN: {one_line(error)}", notes)
+        return ModelCheck(outputs, sets, failure, notes)
     for tally in exposed:
         tally.result.model_level = f"checked on {len(sets)} input sets"
         for label in sets:
@@ -421,15 +438,16 @@ def check_model(
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
                 tally.add(label, "model input", diff, known=known[0] if known else None)
     notes += _qdq_note(original, sets, expected_runs)
-    held_to = expected_runs
+    held_to, from_ort = expected_runs, []
     if elsewhere:
         held_to, note = _original_on(original, sets, runtime, expected_runs)
         notes.append(note)
+        from_ort = _compare_outputs(original, rewritten, expected_runs, actual_runs)
     outputs = _compare_outputs(original, rewritten, held_to, actual_runs)
     compared = sum(_size(run[name]) for run in expected_runs.values() for name in [*original_names, *(v.name for v in original.graph.outputs)])
     if not compared:
         reason = "every input set gives empty graph outputs and DQL inputs: nothing was compared"
         for tally in exposed:
             tally.result.model_level = f"not checked in the models: {reason}"
-        return ModelCheck(outputs, sets, notes=notes, not_checked=reason)
-    return ModelCheck(outputs, sets, notes=notes)
+        return ModelCheck(outputs, sets, notes=notes, not_checked=reason, from_ort=from_ort)
+    return ModelCheck(outputs, sets, notes=notes, from_ort=from_ort)
