@@ -1,5 +1,5 @@
-"""Issue 16, items 1-4: nothing the input consists of is lost, whatever a command drops; nothing
-in /dev or /proc is replaced."""
+"""Issue 16, items 1-4 and 20: nothing the input consists of is lost, whatever a command drops;
+nothing in /dev or /proc is replaced; a DQL with an attribute is refused by the API as by the CLI."""
 
 from __future__ import annotations
 
@@ -248,3 +248,33 @@ def test_gen_tests_never_writes_into_dev():
         assert not os.path.lexists(suite)
     finally:
         shutil.rmtree(suite, ignore_errors=True)
+
+
+# Item 20: a DQL with an attribute is refused by the API as by the CLI, before anything changes.
+
+def _with_attribute() -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((4, 4), np.int8), "w")
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], to=TensorProto.INT8),
+         helper.make_node("MatMulInteger", ["q", "w", "z"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 4])], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("rewrite", [dql_pass.expand, dql_pass.lower])
+def test_a_dql_with_an_attribute_is_refused_by_the_api(rewrite):
+    model = ir.from_proto(_with_attribute())
+    before = ir.to_proto(model).SerializeToString()
+    with pytest.raises(dql_pass.InputError, match="has the attribute\\(s\\) 'to'; it takes none"):
+        rewrite(model)
+    assert ir.to_proto(model).SerializeToString() == before  # lower rewrote MatMulInteger first
+    with pytest.raises(dql_pass.InputError, match="'to'"):
+        rewrite(_with_attribute())
+
+
+@pytest.mark.parametrize("command", ["expand", "lower"])
+def test_a_dql_with_an_attribute_is_refused_by_the_cli(tmp_path, command):
+    onnx.save(_with_attribute(), tmp_path / "m.onnx")
+    assert_bad_input(dql_pass_cli(command, tmp_path / "m.onnx", "-o", tmp_path / "o.onnx"), "attribute")
+    assert not (tmp_path / "o.onnx").exists()
