@@ -16,7 +16,8 @@ Rules the pass applies:
 - The IR version rises to what the output needs: 4 for shared initializers, 8 for local functions.
 - The three outputs keep their names, so consumers, graph outputs and value_info keep working.
   Every new name is unique across the whole model, subgraphs and their parents included.
-- A DQL whose input is known not to be float32 raises :class:`~dql_pass.errors.InputError`.
+- A DQL whose input is known not to be float32, or that carries an attribute (it takes none),
+  raises :class:`~dql_pass.errors.InputError`.
 - A variant that ``runtime`` (ORT by default) cannot load at the model's opset, such as
   QuantizeLinear-28 on ORT 1.32, raises :class:`~dql_pass.errors.InputError` naming a variant that
   loads; another variant is never chosen silently. The limits are data in :mod:`dql_pass.runtimes`.
@@ -25,7 +26,7 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandResult", "SharedConstants", "UniqueNames"]
+__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandResult", "SharedConstants", "UniqueNames", "check_sites"]
 
 import collections
 import contextlib
@@ -226,13 +227,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         if not sites:
             logger.info("no DynamicQuantizeLinear in the model")
             return ExpandResult(model, modified=False)
-        for label, nodes in sites.items():
-            for node in nodes:
-                dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
-                if dtype is not None and dtype != ir.DataType.FLOAT:
-                    raise InputError(
-                        f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, not {dtype.name.lower()}"
-                    )
+        check_sites(sites)
         opset = _ai_onnx_opset(model.graph, "the model")
         self._check_runs(opset)
         template = _Template(ir.serde.deserialize_function(decomposition.function_proto(self.variant, opset, self.zero_range)))
@@ -304,6 +299,21 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
             if _same_function(existing, function):
                 return existing
             name = free_name(name, taken, counts)
+
+
+def check_sites(sites: dict[str, list[ir.Node]]) -> None:
+    """Refuse a DQL that ORT would not run: its input known not to be float32, or an attribute
+    (it takes none). Models from the API may not have met ONNX's checker, which refuses the latter."""
+    for label, nodes in sites.items():
+        for node in nodes:
+            dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
+            if dtype is not None and dtype != ir.DataType.FLOAT:
+                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, not {dtype.name.lower()}")
+            if node.attributes:
+                raise InputError(
+                    f"DynamicQuantizeLinear {node.name!r} in {label} has the attribute(s) "
+                    f"{', '.join(map(repr, node.attributes))}; it takes none, and ORT refuses the model"
+                )
 
 
 def _lacks(runtime: str, variant: str, opset: int) -> list[runtimes.Lack]:

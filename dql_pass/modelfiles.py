@@ -6,10 +6,11 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["ExternalData", "FolderLock", "as_ir_model", "default_file_mode", "atomic_path", "check_output_path", "external_tensors", "in_memory", "load_model", "one_line", "save_model", "signals_deferred", "sweep"]
+__all__ = ["ExternalData", "FolderLock", "as_ir_model", "default_file_mode", "atomic_path", "check_not_system", "check_output_path", "external_tensors", "in_memory", "load_model", "one_line", "save_model", "signals_deferred", "sweep"]
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import logging
 import math
@@ -23,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 import onnx_ir as ir
@@ -139,14 +141,38 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     except onnx.checker.ValidationError as error:
         raise InputError(f"{path}: not a valid ONNX model: {one_line(error)}") from None
     try:
-        model = ir.load(path)
+        model = _read(path)
     except Exception as error:  # a file the checker accepted but onnx_ir cannot read
         raise InputError(f"{path}: cannot load the model: {one_line(error)}") from None
+    _check_external_files(model, path)
+    # What the file consists of, before a pass drops weights: save_model protects it all.
+    model.meta[_LOADED_FROM] = (path.resolve(), _data_files(model))
+    return model
+
+
+_LOADED_FROM = "dql_pass.loaded_from"
+
+
+def _read(path: Path) -> ir.Model:
+    model = ir.load(path)
     # ir.load sets the folder of the main graph's external tensors only.
     for function in model.functions.values():
         ir.external_data.set_base_dir(function.graph, path.parent)
-    _check_external_files(model, path)
     return model
+
+
+def _data_files(model: ir.Model) -> frozenset[Path]:
+    return frozenset(Path(tensor.path).resolve() for tensor in external_tensors(model))
+
+
+def _input_files(model: ir.Model, source: str | os.PathLike) -> set[Path]:
+    """The files the model at ``source`` consists of, resolved: the model and every data file it
+    refers to, whatever the pass dropped. Known from the load when ``model`` was read from there."""
+    resolved = Path(source).resolve()
+    loaded_from, files = model.meta.get(_LOADED_FROM, (None, None))
+    if loaded_from != resolved:
+        files = _data_files(_read(Path(source)))
+    return {resolved, _entry(Path(source)), *files}  # a link named as the input is the input too
 
 
 def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Model:
@@ -167,12 +193,44 @@ def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Mod
 
 
 
+# The system's own folders: what is there stands for a device or a process (/dev/stdout,
+# /proc/self/fd/1), whatever it looks like. /dev/shm is a plain tmpfs for files.
+_SYSTEM_FOLDERS = (Path("/proc"), Path("/dev"))
+_FILE_FOLDERS = (Path("/dev/shm"),)
+
+
+def _within(path: Path, folders: tuple[Path, ...]) -> bool:
+    return any(path == folder or folder in path.parents for folder in folders)
+
+
+def check_not_system(path: str | os.PathLike, what: str = "output") -> None:
+    """Refuse ``path`` if it, or any link on the way from it to its target, lies in /proc or /dev.
+
+    A link is followed one step at a time, since the kernel's links there (``/proc/self/fd/1``)
+    name the file they stand for: the whole chain must stay out of those folders.
+    """
+    current = Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's limit on links in a row
+        place = Path(os.path.realpath(current.parent)) / current.name
+        if _within(place, _SYSTEM_FOLDERS) and not _within(place, _FILE_FOLDERS):
+            where = current if _within(current, _SYSTEM_FOLDERS) else place  # the name as the link spells it
+            shown = "is" if where == Path(os.path.abspath(path)) else f"leads to {where}, which is"
+            raise InputError(f"{path}: {shown} in /dev or /proc, the system's own files; it is never replaced")
+        try:
+            target = os.readlink(place)
+        except OSError:  # not a link, or nothing there
+            return
+        current = Path(os.path.abspath(place.parent / target))
+    raise InputError(f"{path}: too many links in a row; give the {what} path itself")
+
+
 def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     """The output ``path``, refused unless it names a file we may replace.
 
     An existing output must be a regular file or a symbolic link (the link itself is replaced,
     never its target); a device, FIFO or socket is never replaced, since as root ``-o /dev/null``
-    would destroy it for the whole machine.
+    would destroy it for the whole machine, and nothing in /dev or /proc is, nor a link that
+    leads there (see :func:`check_not_system`).
     """
     text = os.fspath(path)
     if not text:
@@ -180,6 +238,7 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     path = Path(text)
     if text.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
         raise InputError(f"{text}: is a folder; give a file name for the {what}")
+    check_not_system(path, what)
     if not path.parent.is_dir():
         raise InputError(f"{path}: the {what} folder does not exist")
     try:
@@ -318,18 +377,21 @@ def sweep(folder: Path, name: str, keep: set[Path]) -> None:
     """Remove what earlier writes of ``name`` left: unreferenced data files and stage folders.
 
     Runs under the folder lock, which every writer holds from moving its data in to renaming its
-    model, so a data file seen here is in use only if the new model refers to it (``keep``). A
-    stage folder that its writer still holds locked is in flight, and kept. Links are never ours.
+    model. A data file is kept if it is in ``keep`` (the input's files and the new model's), or if
+    another file of the folder may refer to it (see :func:`_referred_to`): a model that survives
+    keeps its data, whoever wrote it. A stage folder that its writer still holds locked is in
+    flight, and kept. Links are never ours.
     """
     data, stage = _data_pattern(name), _stage_pattern(name)
-    for entry in list(os.scandir(folder)):
+    entries = list(os.scandir(folder))
+    unused = {folder / e.name for e in entries if data.fullmatch(e.name) and e.is_file(follow_symlinks=False)} - keep
+    unused -= _referred_to(folder, entries, unused, skip=keep | {folder / name})
+    for entry in entries:
         path = folder / entry.name
         try:
-            if path in keep:
-                continue
-            if data.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            if path in unused:
                 os.unlink(path)
-            elif stage.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+            elif path not in keep and stage.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                 held = FolderLock(path, block=False)
                 try:
                     shutil.rmtree(path)
@@ -342,6 +404,90 @@ def sweep(folder: Path, name: str, keep: set[Path]) -> None:
             continue
         except OSError as error:
             logger.warning("cannot remove %s: %s", path, error.strerror)
+
+
+def _referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path], skip: set[Path]) -> set[Path]:
+    """The ``candidates`` that a file of ``folder`` outside ``skip`` may refer to.
+
+    A model names its data file in its bytes, so a file that holds a candidate's name may be a
+    model that needs it (a copy of an older output, say), and a link that leads to one may be the
+    name a model uses. A file that cannot be read keeps them all. Models in other folders are not
+    looked for: ONNX allows no ``..`` in a location, and a copy of an output made elsewhere looks
+    for its data there, beside it.
+    """
+    found: set[Path] = set()
+    names = {path.name.encode(): path for path in candidates}
+    for entry in entries:
+        path = folder / entry.name
+        if not names or path in candidates or path in skip:
+            continue
+        try:
+            if entry.is_symlink():
+                target = Path(os.path.realpath(path))
+                if target in candidates:
+                    found.add(target)
+                    names.pop(target.name.encode(), None)
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            with open(path, "rb") as file:
+                if _may_be_model(file):
+                    file.seek(0)
+                    found |= {names.pop(key) for key in _mentioned(file, set(names))}
+        except OSError as error:
+            logger.warning("cannot read %s, so the data files of earlier writes are kept: %s", path, error.strerror)
+            return set(candidates)
+    return found
+
+
+def _may_be_model(file: BinaryIO) -> bool:
+    """Whether ``file`` parses as protobuf fields to its end, as a ModelProto must: a weights file
+    fails within a few fields, so it is not read through."""
+    size = os.fstat(file.fileno()).st_size
+    for _ in range(100_000):  # a model has few top-level fields; past that, read it through
+        if file.tell() == size:
+            return True
+        tag = _varint(file)
+        if tag is None or tag >> 3 == 0:
+            return False
+        wire = tag & 7
+        if wire == 0:
+            if _varint(file) is None:
+                return False
+        elif wire == 2:
+            length = _varint(file)
+            if length is None:
+                return False
+            file.seek(length, os.SEEK_CUR)
+        elif wire in (1, 5):
+            file.seek(8 if wire == 1 else 4, os.SEEK_CUR)
+        else:
+            return False
+        if file.tell() > size:
+            return False
+    return True
+
+
+def _varint(file: BinaryIO) -> int | None:
+    value = shift = 0
+    while shift < 64 and (byte := file.read(1)):
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+        shift += 7
+    return None
+
+
+def _mentioned(file: BinaryIO, keys: set[bytes], block: int = 1 << 24) -> set[bytes]:
+    """The ``keys`` that occur in ``file``, read a block at a time."""
+    found: set[bytes] = set()
+    overlap = max(map(len, keys), default=1) - 1
+    tail = b""
+    while keys - found and (chunk := file.read(block)):
+        window = tail + chunk
+        found |= {key for key in keys - found if key in window}
+        tail = window[len(window) - overlap:]
+    return found
 
 
 def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]:
@@ -377,19 +523,26 @@ def save_model(
     :data:`INLINE_LIMIT`.
     ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
     its data or the complete new one. Nothing is written through a link, and no file the input
-    consists of is replaced. A successful write removes the data files and stage folders that
-    earlier writes of ``path`` left unreferenced.
+    consists of is replaced: ``source`` and every data file it refers to, though ``model`` may no
+    longer use them (lower and fuse drop weights). The new data file's name must be free. A
+    successful write removes the data files and stage folders that earlier writes of ``path``
+    left, unless the input, the new model or another file of the folder refers to them (see
+    :func:`sweep`).
     """
     path = check_output_path(path)
     entry = _entry(path)
     found = ExternalData.of(model)
-    inputs = {Path(tensor.path).resolve() for tensor in found.tensors}
+    # The input as it is on disk, not what is left of it in the model: lower and fuse drop weights.
+    inputs = set(_data_files(model))
     if source is not None:
-        if entry == Path(source).resolve():
+        if entry in (Path(source).resolve(), _entry(Path(source))):
             raise InputError(f"{path}: the output path is the input path; choose another output")
-        inputs.add(Path(source).resolve())
+        try:
+            inputs |= _input_files(model, source)
+        except Exception as error:  # a source that is gone, or not a model
+            raise InputError(f"{path}: cannot write the output: cannot read the input {source}: {one_line(error)}") from None
     if entry in inputs:
-        raise InputError(f"{path}: writing there would overwrite the input's external data; choose another output")
+        raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
     folder = entry.parent
     moved = [value for value in found.values if not _may_refer_to(value.const_value, folder)]
     held = [value for graph in model.graphs() for value in graph.initializers.values()
@@ -486,6 +639,9 @@ def _write(
         lock = FolderLock(folder)
         try:
             if data is not None:
+                if os.path.lexists(data):  # a fresh name is no file's: neither the input's data nor the old output's
+                    taken, data = data, None
+                    raise FileExistsError(errno.EEXIST, "the new data file's name is taken", os.fspath(taken))
                 os.rename(stage / data_name, data)
             with signals_deferred():  # the data is the new model's once it is in place: not ours to undo
                 os.replace(staged, folder / name)

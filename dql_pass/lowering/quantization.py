@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
-from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames, check_sites
 from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
 from dql_pass.walk import check_ir_model, find_sites, graph_scopes, ops_used
@@ -106,6 +106,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")
+        check_sites(find_sites(model))  # before anything is rewritten
         report = LowerReport(self.target, self.variant)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}

@@ -50,7 +50,7 @@ from onnx import numpy_helper
 from dql_pass import catalogue, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
-from dql_pass.modelfiles import FolderLock, default_file_mode, signals_deferred, sweep
+from dql_pass.modelfiles import FolderLock, check_not_system, default_file_mode, signals_deferred, sweep
 from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, check_choice, one_node_model, version
 from dql_pass.suites.defaults import DEFAULT_OPSETS
 from dql_pass.suites.layout import (
@@ -340,6 +340,7 @@ def generate_suite(
     outdir = Path(os.path.abspath(outdir))  # "suite/" and "." get a name; symlinks are not followed
     if not outdir.name:
         raise InputError(f"{outdir}: cannot write a suite there; choose a folder")
+    check_not_system(outdir, "suite folder")
     if not outdir.parent.is_dir():
         raise InputError(f"{outdir}: the folder {outdir.parent} does not exist")
     _check_replaceable(outdir, force)

@@ -1,0 +1,280 @@
+"""Issue 16, items 1-4 and 20: nothing the input consists of is lost, whatever a command drops;
+nothing in /dev or /proc is replaced; a DQL with an attribute is refused by the API as by the CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from helpers import digest, dql_model, session
+from onnx import TensorProto, helper, numpy_helper
+from test_adversarial import assert_bad_input, dql_pass_cli
+
+import dql_pass
+from dql_pass.modelfiles import check_output_path
+
+
+def quantized_model(path: Path, location: str, *, kept_weight: bool = False) -> Path:
+    """x -> DQL -> MatMulInteger with an int8 weight w in external data ``location``, which lower
+    drops; with ``kept_weight`` also out = v + 1 with a float weight v there, which lower keeps."""
+    w = numpy_helper.from_array((np.arange(64 * 64) % 251 - 125).astype(np.int8).reshape(64, 64), "w")
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
+             helper.make_node("MatMulInteger", ["q", "w", "z"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 64])]
+    initializers = [w]
+    if kept_weight:
+        initializers += [numpy_helper.from_array(np.full((64, 64), 3.0, np.float32), "v"),
+                         numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+        nodes.append(helper.make_node("Add", ["v", "one"], ["out"]))
+        outputs.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [64, 64]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])], outputs,
+                              initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    (path.parent / location).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path, save_as_external_data=True, location=location, size_threshold=1024)
+    return path
+
+
+def outputs_of(path: Path) -> list[np.ndarray]:
+    x = np.linspace(-3, 5, 128, dtype=np.float32).reshape(2, 64)
+    return session(os.fspath(path)).run({"x": x})
+
+
+def files_of(folder: Path) -> dict[str, str]:
+    return {p.name: digest(p) for p in sorted(folder.iterdir()) if p.is_file() and not p.is_symlink()}
+
+
+def write(how: str, command: str, source: Path, output: Path | str) -> subprocess.CompletedProcess | None:
+    """Run ``command`` through the CLI, or its *_file function (an InputError becomes exit 2)."""
+    if how == "cli":
+        return dql_pass_cli(command, source, "-o", output)
+    try:
+        getattr(dql_pass, f"{command}_file")(source, output)
+    except dql_pass.InputError as error:
+        return subprocess.CompletedProcess([], 2, "", f"dql-pass: error: {error}\n")
+    return subprocess.CompletedProcess([], 0, "", "")
+
+
+# Items 1 and 2: an output over the input's data file is refused, though the output drops it.
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+@pytest.mark.parametrize("spelling", ["m.onnx.data", "./m.onnx.data", "sub/../m.onnx.data", "w/weights.bin"])
+def test_lower_onto_the_inputs_data_is_refused(tmp_path, how, spelling):
+    (tmp_path / "sub").mkdir()
+    location = "w/weights.bin" if spelling.startswith("w/") else "m.onnx.data"
+    source = quantized_model(tmp_path / "m.onnx", location)
+    expected, before = outputs_of(source), files_of(tmp_path / Path(location).parent)
+    run = write(how, "lower", source, tmp_path / spelling)
+    assert_bad_input(run, "would overwrite the input or its external data")
+    assert files_of(tmp_path / Path(location).parent) == before
+    assert [a.tobytes() for a in outputs_of(source)] == [a.tobytes() for a in expected]
+
+
+def _expanded_with_external_constants(folder: Path) -> Path:
+    """An expansion whose constants (and all else) sit in e.onnx.data: fuse drops them all."""
+    expanded = dql_pass.expand(dql_model(13))
+    path = folder / "e.onnx"
+    onnx.save(expanded, path, save_as_external_data=True, location="e.onnx.data", size_threshold=0)
+    assert onnx.load(path, load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL
+    return path
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_fuse_onto_the_inputs_data_is_refused(tmp_path, how):
+    source = _expanded_with_external_constants(tmp_path)
+    before = files_of(tmp_path)
+    assert_bad_input(write(how, "fuse", source, tmp_path / "e.onnx.data"), "would overwrite the input or its external data")
+    assert files_of(tmp_path) == before
+
+
+def test_save_model_protects_the_source_it_did_not_load(tmp_path):
+    """The model handed to save_model came from a ModelProto: the source's files are read from disk."""
+    source = quantized_model(tmp_path / "m.onnx", "m.onnx.data")
+    lowered, _ = dql_pass.lower(onnx.load(source))
+    before = files_of(tmp_path)
+    with pytest.raises(dql_pass.InputError, match="would overwrite the input or its external data"):
+        dql_pass.save_model(ir.from_proto(lowered), tmp_path / "m.onnx.data", source=source)
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_an_output_at_the_link_named_as_the_input_is_refused(tmp_path, how):
+    """The input given through a link: -o that same link would leave the input's name to the output."""
+    source = quantized_model(tmp_path / "real.onnx", "real.onnx.data")
+    (tmp_path / "in.onnx").symlink_to("real.onnx")
+    before = files_of(tmp_path)
+    assert_bad_input(write(how, "lower", tmp_path / "in.onnx", tmp_path / "in.onnx"), "the output path is the input path")
+    assert (tmp_path / "in.onnx").is_symlink() and files_of(tmp_path) == before and source.exists()
+
+
+# Item 3 and its siblings: the sweep keeps what the input, or any model that stays, refers to.
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+@pytest.mark.parametrize(("command", "kept_weight"), [("lower", False), ("lower", True), ("expand", False)])
+def test_writing_over_the_model_an_input_was_copied_from_keeps_the_inputs_data(tmp_path, how, command, kept_weight):
+    """lower drops every weight of the input (without ``kept_weight``): nothing in the output named its data."""
+    # a.onnx as an earlier write of -o a.onnx left it: its data file has the name the sweep removes.
+    quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data", kept_weight=kept_weight)
+    shutil.copy(tmp_path / "a.onnx", tmp_path / "a_backup.onnx")
+    expected, data = outputs_of(tmp_path / "a_backup.onnx"), digest(tmp_path / "a.onnx.0123456789ab.data")
+    run = write(how, command, tmp_path / "a_backup.onnx", tmp_path / "a.onnx")
+    assert run.returncode == 0, run.stderr
+    assert digest(tmp_path / "a.onnx.0123456789ab.data") == data
+    assert [a.tobytes() for a in outputs_of(tmp_path / "a_backup.onnx")] == [a.tobytes() for a in expected]
+
+
+def test_writing_over_a_model_keeps_the_data_of_its_copy(tmp_path):
+    """Another model of the folder survives the write: its data file stays though nobody named it."""
+    quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data")
+    shutil.copy(tmp_path / "a.onnx", tmp_path / "a_backup.onnx")
+    expected = outputs_of(tmp_path / "a_backup.onnx")
+    other = quantized_model(tmp_path / "other" / "o.onnx", "o.onnx.data")
+    for _ in range(2):  # the second write sweeps what the first left, and only that
+        run = dql_pass_cli("expand", other, "-o", tmp_path / "a.onnx")
+        assert run.returncode == 0, run.stderr
+    assert [a.tobytes() for a in outputs_of(tmp_path / "a_backup.onnx")] == [a.tobytes() for a in expected]
+    written = {p.name for p in tmp_path.glob("a.onnx.*.data")}
+    assert len(written) == 2 and "a.onnx.0123456789ab.data" in written  # the copy's, and the new model's
+
+
+def test_a_link_to_an_old_data_file_keeps_it(tmp_path):
+    quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data")
+    (tmp_path / "a_backup.onnx").write_bytes((tmp_path / "a.onnx").read_bytes().replace(b"a.onnx.0123456789ab.data", b"backup.dat.data.data.dat"))
+    (tmp_path / "backup.dat.data.data.dat").symlink_to("a.onnx.0123456789ab.data")
+    expected = outputs_of(tmp_path / "a_backup.onnx")
+    other = quantized_model(tmp_path / "other" / "o.onnx", "o.onnx.data")
+    assert dql_pass_cli("expand", other, "-o", tmp_path / "a.onnx").returncode == 0
+    assert [a.tobytes() for a in outputs_of(tmp_path / "a_backup.onnx")] == [a.tobytes() for a in expected]
+
+
+def test_gen_tests_keeps_the_data_of_a_model_named_like_the_suite(tmp_path):
+    """suite.onnx was once written as -o suite: gen-tests suite swept its data."""
+    quantized_model(tmp_path / "suite", "suite.0123456789ab.data")
+    os.rename(tmp_path / "suite", tmp_path / "model.onnx")
+    expected = outputs_of(tmp_path / "model.onnx")
+    dql_pass.generate_suite(tmp_path / "suite", opsets=[13], forms=["native"], include_large=False, names=["zeros"])
+    assert [a.tobytes() for a in outputs_of(tmp_path / "model.onnx")] == [a.tobytes() for a in expected]
+
+
+def test_the_sweep_still_removes_what_nothing_refers_to(tmp_path):
+    source = quantized_model(tmp_path / "in" / "m.onnx", "m.onnx.data")
+    (tmp_path / "out").mkdir()
+    for _ in range(3):
+        assert dql_pass_cli("expand", source, "-o", tmp_path / "out" / "x.onnx").returncode == 0
+    assert len(list((tmp_path / "out").glob("x.onnx.*.data"))) == 1
+
+
+def test_every_model_is_read_for_references_and_weights_are_not(tmp_path):
+    """The sweep reads through only what parses as protobuf to its end: every model, and no weights."""
+    from dql_pass.modelfiles import _may_be_model
+
+    models = [*Path(__file__).resolve().parent.parent.joinpath("models").glob("*.onnx")]
+    models.append(quantized_model(tmp_path / "m.onnx", "m.onnx.data"))
+    inline = tmp_path / "inline.onnx"
+    onnx.save(onnx.load(models[-1]), inline)
+    weights = [tmp_path / "m.onnx.data", tmp_path / "random.bin", tmp_path / "zeros.bin"]
+    weights[1].write_bytes(np.random.default_rng(0).bytes(1 << 20))
+    weights[2].write_bytes(bytes(1 << 20))
+    for path in [*models, inline]:
+        with open(path, "rb") as file:
+            assert _may_be_model(file), path
+    for path in weights:
+        with open(path, "rb") as file:
+            assert not _may_be_model(file), path
+
+
+def test_a_new_data_name_that_is_taken_is_never_written_over(tmp_path, monkeypatch):
+    """The new data file's name must be free: here it is the input's data file (a forced draw)."""
+    quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data", kept_weight=True)
+    os.rename(tmp_path / "a.onnx", tmp_path / "in.onnx")
+    before = files_of(tmp_path)
+    monkeypatch.setattr("dql_pass.modelfiles.secrets.token_hex", lambda n: "0123456789ab")
+    with pytest.raises(dql_pass.InputError, match="name is taken"):
+        dql_pass.lower_file(tmp_path / "in.onnx", tmp_path / "a.onnx")
+    assert files_of(tmp_path) == before
+
+
+# Item 4: nothing in /dev or /proc is replaced, nor through a link of any length.
+
+@pytest.mark.parametrize("path", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev/null", "/dev/dql_pass_new"])
+def test_system_files_are_never_outputs(path):
+    # Checked without a write: before the fix these were replaced, and /dev/stdout is the machine's.
+    with pytest.raises(dql_pass.InputError, match="in /dev or /proc"):
+        check_output_path(path)
+
+
+@pytest.mark.parametrize("target", ["/proc/self/fd/1", "/dev/fd/1", "/dev/stdout", "chain", "fds/1"])
+@pytest.mark.parametrize("command", ["lower", "expand", "fuse", "verify --json"])
+def test_a_link_into_dev_or_proc_is_refused_whatever_it_points_to(tmp_path, target, command):
+    source = quantized_model(tmp_path / "in.onnx", "in.onnx.data")
+    (tmp_path / "fds").symlink_to("/proc/self/fd")
+    (tmp_path / "chain").symlink_to("/dev/stdout")
+    out = tmp_path / "out"
+    if target == "fds/1":
+        out = tmp_path / "fds" / "1"
+    else:
+        out.symlink_to(target if target.startswith("/") else tmp_path / target)
+    args = ["verify", source, source, "--json", out] if command == "verify --json" else [command, source, "-o", out]
+    with open(tmp_path / "log", "w") as log:  # stdout is a regular file, as in `> log`
+        run = subprocess.run([sys.executable, "-m", "dql_pass", *map(str, args)], stdout=log, stderr=subprocess.PIPE,
+                             text=True, timeout=120, check=False)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "in /dev or /proc" in run.stderr, run.stderr
+    assert (tmp_path / "log").read_text() == ""
+    links = {"chain", "fds"} | ({"out"} if target != "fds/1" else set())
+    assert {p.name for p in tmp_path.iterdir() if p.is_symlink()} == links
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(links | {"in.onnx", "in.onnx.data", "log"})
+
+
+def test_a_link_to_a_file_outside_dev_is_still_replaced(tmp_path):
+    source = quantized_model(tmp_path / "in.onnx", "in.onnx.data")
+    (tmp_path / "elsewhere").write_bytes(b"kept")
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    assert dql_pass_cli("lower", source, "-o", tmp_path / "out").returncode == 0
+    assert not (tmp_path / "out").is_symlink() and (tmp_path / "elsewhere").read_bytes() == b"kept"
+
+
+def test_gen_tests_never_writes_into_dev():
+    suite = Path("/dev/dql_pass_suite_test")
+    try:
+        with pytest.raises(dql_pass.InputError, match="in /dev or /proc"):
+            dql_pass.generate_suite(suite, opsets=[13], forms=["native"], include_large=False, names=["zeros"])
+        assert not os.path.lexists(suite)
+    finally:
+        shutil.rmtree(suite, ignore_errors=True)
+
+
+# Item 20: a DQL with an attribute is refused by the API as by the CLI, before anything changes.
+
+def _with_attribute() -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((4, 4), np.int8), "w")
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], to=TensorProto.INT8),
+         helper.make_node("MatMulInteger", ["q", "w", "z"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 4])], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("rewrite", [dql_pass.expand, dql_pass.lower])
+def test_a_dql_with_an_attribute_is_refused_by_the_api(rewrite):
+    model = ir.from_proto(_with_attribute())
+    before = ir.to_proto(model).SerializeToString()
+    with pytest.raises(dql_pass.InputError, match="has the attribute\\(s\\) 'to'; it takes none"):
+        rewrite(model)
+    assert ir.to_proto(model).SerializeToString() == before  # lower rewrote MatMulInteger first
+    with pytest.raises(dql_pass.InputError, match="'to'"):
+        rewrite(_with_attribute())
+
+
+@pytest.mark.parametrize("command", ["expand", "lower"])
+def test_a_dql_with_an_attribute_is_refused_by_the_cli(tmp_path, command):
+    onnx.save(_with_attribute(), tmp_path / "m.onnx")
+    assert_bad_input(dql_pass_cli(command, tmp_path / "m.onnx", "-o", tmp_path / "o.onnx"), "attribute")
+    assert not (tmp_path / "o.onnx").exists()
