@@ -2,7 +2,7 @@
 
 The bodies come from the onnxscript functions of :mod:`dql_pass.onnxscript_bodies`, the single
 source of the decomposition; the pass, the function mode, the fusion rules and the conformance
-suites all stamp what this module gives. Four variants exist:
+suites all stamp what this module gives. Five variants exist:
 
 - ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
   QuantizeLinear; as cheap as ONNX's own function body.
@@ -12,6 +12,11 @@ suites all stamp what this module gives. Four variants exist:
   reductions that never see an empty tensor: exact where float32 Div goes through a reciprocal.
 - ``residual``: float32 only, each quotient corrected by an exact remainder: exact where float32
   Div goes through a reciprocal and float64 runs as float32 (OpenVINO); some 100 nodes.
+- ``portable``: float32 only, with every op one that onnxruntime-web's WebGPU provider runs:
+  rounding built from Floor, an exact residual and Less, the scale without Div and settled by
+  its own residual, reductions over x and one 0. Exact where Div is up to 3 ulp off, products
+  are fused into sums, comparisons read float bits as int32, or (except for a subnormal x or
+  y_scale) subnormals are flushed; ``tools.gpu_divider`` runs it so.
 
 :func:`variant` gives each one's record (summary, node count, longest path), read off its body.
 
@@ -102,6 +107,9 @@ _SUMMARIES = {
     "tensor: exact on runtimes that divide through a reciprocal or refuse empty reductions",
     "residual": "float64's reductions, with float32 divisions corrected by exact residuals (a - n * b with b split in "
     "two): exact on runtimes that divide through a reciprocal and compute float64 as float32",
+    "portable": "float32 only, rounding built from Floor, exact residuals and Less against 0: exact where Div is up "
+    "to 3 ulp off (WebGPU), products are fused into sums or comparisons read float bits as int32, and with "
+    "subnormals flushed but for a subnormal x or scale; no Round, Sign, QuantizeLinear, Equal, Greater or float64",
 }
 
 

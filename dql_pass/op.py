@@ -42,7 +42,7 @@ OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.UINT8, ir.DataType.FLOAT, i
 MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
 MAX_OPSET = onnx.defs.onnx_opset_version()
 
-VARIANTS: tuple[str, ...] = ("quantizelinear", "arithmetic", "float64", "residual")
+VARIANTS: tuple[str, ...] = ("quantizelinear", "arithmetic", "float64", "residual", "portable")
 MODES: tuple[str, ...] = ("inline", "function")
 ZERO_RANGE_POLICIES: tuple[str, ...] = ("onnxruntime", "onnx-reference")
 
