@@ -58,6 +58,12 @@ def test_portable_is_exact_under_the_worst_case_gpu_divider(all_inputs, freedoms
     assert exact == len(all_inputs) - flushed_out
 
 
+def test_portable_only_floors_its_element_quotients_so_far_worse_dividers_keep_it_exact(all_inputs):
+    """Each quotient only feeds Floor, and the exact residual decides: a Div 4,096 ulp off (up to
+    1/16 at |x / scale| near 255) changes nothing. The scale is never divided."""
+    assert gpu_divider.exact_inputs("portable", all_inputs, moves=4096, fused=True)[1] == []
+
+
 @pytest.mark.parametrize("freedoms", [FUSED, FLUSHED], ids=["fused", "flushed"])
 def test_portable_is_exact_under_the_worst_case_gpu_divider_on_a_thousand_more_inputs_built_apart(freedoms):
     more = [x for seed in range(2027, 2034) for x in independent_inputs(seed)]
