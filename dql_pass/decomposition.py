@@ -2,7 +2,7 @@
 
 The bodies come from the onnxscript functions of :mod:`dql_pass.onnxscript_bodies`, the single
 source of the decomposition; the pass, the function mode, the fusion rules and the conformance
-suites all stamp what this module gives. Four variants exist:
+suites all stamp what this module gives. Five variants exist:
 
 - ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
   QuantizeLinear; as cheap as ONNX's own function body.
@@ -12,6 +12,11 @@ suites all stamp what this module gives. Four variants exist:
   reductions that never see an empty tensor: exact where float32 Div goes through a reciprocal.
 - ``residual``: float32 only, each quotient corrected by an exact remainder: exact where float32
   Div goes through a reciprocal and float64 runs as float32 (OpenVINO); some 100 nodes.
+- ``portable``: float32 only, with every op one that onnxruntime-web's WebGPU provider runs:
+  rounding built from Floor, an exact residual and Less, the scale without Div and settled by
+  its own residual, reductions over x and one 0. Exact where Div is up to 3 ulp off, products
+  are fused into sums, comparisons read float bits as int32, or (except for a subnormal x or
+  y_scale) subnormals are flushed; ``tools.gpu_divider`` runs it so.
 
 :func:`variant` gives each one's record (summary, node count, longest path), read off its body.
 

@@ -32,6 +32,10 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     phi, eta = _tensor(np.float32(2.0**-24 + 2.0**-47)), _tensor(np.float32(2.0**-149))
     splitter = _tensor(2.0**9 + 1)  # Veltkamp: 15 high bits and 9 low ones
     huge, tiny = _tensor(2.0**64), _tensor(2.0**-64)
+    infinity, reciprocal_qmax = _tensor(np.inf), _tensor(np.float32(1) / np.float32(255))
+    # Below 255 * 2^-126 the scale is subnormal (no float range rounds up to 2^-126 from there).
+    subnormal_scale_range = _tensor(255 * 2.0**-126)
+    wide, narrow, past_split = _tensor(2.0**100), _tensor(2.0**-100), _tensor(2.0**12)
 
     @onnxscript.script(default_opset=op)
     def extremes(x: FLOAT[...]):
@@ -177,4 +181,100 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         y, y_zero_point = rounded(rounding_quotient(x, y_scale), zero_point_sat)
         return y, y_scale, y_zero_point
 
-    return {"quantizelinear": quantizelinear, "arithmetic": arithmetic, "float64": float64, "residual": residual}
+    # The portable variant: exact when every Div may be 3 ulp off (WGSL allows 2.5), products
+    # may be fused into the sums that read them, subnormals may be flushed (only inputs with a
+    # subnormal x or y_scale change) and a comparison may compare float bits as int32 (MNN).
+    # Hence: no Round, Sign, QuantizeLinear, Equal, Greater or float64; every Add or Sub reads
+    # exact products only (where it reads an inexact one, the fused sum is as good), so that
+    # contraction changes nothing; every Less has +0, a positive constant or an Abs first, or a
+    # positive constant second, which an int32 compare of the bits gets right, -0 included (and
+    # Less, unlike OpenVINO's Greater, is false for NaN). Zero and infinite scales are handled by
+    # scalar guards; only an infinite x (with an infinite scale) makes NaN, in values its result
+    # does not depend on.
+
+    @onnxscript.script(default_opset=op)
+    def quotient_by_qmax(a: FLOAT):
+        # RN(a / 255) without Div, for 2^-64 <= a <= 2^64 or a below 255 * 2^-126 (gradual underflow).
+        # The product with float32(1/255) is within 2 ulp; with its exact residual a - 255 q the
+        # corrected quotient is within 2^-21 ulp of a / 255, which stays 1/510 ulp from a midpoint.
+        # Max keeps the rounded product out of the sums: fused, they would read the exact one.
+        q = op.Max(op.Mul(a, op.Constant(value=reciprocal_qmax)), op.Constant(value=zero))
+        residual = op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q)
+        return op.Add(q, op.Mul(residual, op.Constant(value=reciprocal_qmax)))
+
+    @onnxscript.script(default_opset=op)
+    def rounded_half_even(
+        a: FLOAT[...], b: FLOAT, b_high: FLOAT, b_low: FLOAT, b_half: FLOAT, b_twice: FLOAT, offset: FLOAT
+    ):
+        # round_half_even(RN(a / b)) + offset for 2^-100 <= b <= 2^100 (b = b_high + b_low, 12 bits
+        # each), exact for |a / b| < 511 whatever the Div returns within a few ulp; and whether a
+        # is finite. No Where picks between two tensors: ORT's CPU kernel is 40 times slower then.
+        point_five = op.Constant(value=half)
+        q_min = op.Constant(value=zero)
+        floor = op.Floor(op.Div(a, b))
+        half_integer = op.Add(floor, point_five)
+        # The half integer has at most 10 bits, so both products are exact, and so is a - h b near h.
+        residual = op.Sub(op.Sub(a, op.Mul(half_integer, b_high)), op.Mul(half_integer, b_low))
+        halved = op.Mul(floor, point_five)
+        odd = op.Sub(halved, op.Floor(halved))  # 0 or 0.5
+        # The ulp of |h| away from 0 (its successor minus it; |h| * PHI is exact).
+        magnitude = op.Abs(half_integer)
+        ulp = op.Sub(op.Add(magnitude, op.Mul(magnitude, op.Constant(value=phi))), magnitude)
+        # RN(a / b) passes h towards the odd neighbour when a - h b is beyond b * ulp / 2 that way;
+        # on h itself the tie goes to the even one.
+        threshold = op.Mul(ulp, op.Sub(b_half, op.Mul(odd, b_twice)))
+        up = op.Less(q_min, op.Sub(residual, threshold))
+        step = op.Where(up, op.Add(offset, point_five), op.Sub(offset, point_five))
+        return op.Add(half_integer, step), op.Less(magnitude, op.Constant(value=infinity))
+
+    @onnxscript.script(default_opset=op)
+    def portable(x: FLOAT[...]):
+        x_min, x_max = extremes_never_empty(x)
+        x_range = op.Sub(x_max, x_min)
+        q_min = op.Constant(value=zero)
+        q_max = op.Constant(value=qmax)
+        unit = op.Constant(value=one)
+        big = op.Constant(value=huge)
+        small = op.Constant(value=tiny)
+        inf = op.Constant(value=infinity)
+        # A power of two k that brings the range into [2^-64, 2^64]: the scale times k lies in
+        # [2^-85, 2^56], where no residual below is subnormal.
+        below = op.Less(x_range, small)
+        above = op.Less(big, x_range)
+        k = op.Where(below, big, op.Where(above, small, unit))
+        # A subnormal scale is rounded where it lies, with gradual underflow: scaled up, the
+        # quotient would be rounded twice.
+        subnormal = op.Less(x_range, op.Constant(value=subnormal_scale_range))
+        k_inverse = op.Where(below, op.Where(subnormal, unit, small), op.Where(above, big, unit))
+        scale_fp = op.Mul(quotient_by_qmax(op.Mul(x_range, op.Where(subnormal, unit, k))), k_inverse)
+        # Less(0, range) rather than Equal(range, 0): right for -0 under an int32 compare too.
+        zero_range_scale = op.Constant(value=zero_range_value)
+        y_scale = op.Where(op.Less(x_range, inf), op.Where(op.Less(q_min, x_range), scale_fp, zero_range_scale), inf)
+        # The divisor scaled by k and kept finite and non-zero: a scale of 0 or inf becomes 2^-100
+        # or 2^100, which gives every finite quotient the saturated or zero answer it needs.
+        scaled = op.Mul(y_scale, k)
+        b = op.Clip(scaled, op.Constant(value=narrow), op.Constant(value=wide))
+        # Veltkamp's split, with the product by 2^12 exact so that a fused sum changes nothing.
+        t = op.Add(b, op.Mul(b, op.Constant(value=past_split)))
+        b_high = op.Sub(t, op.Sub(t, b))
+        b_low = op.Sub(b, b_high)
+        b_half = op.Mul(b, op.Constant(value=half))
+        b_twice = op.Mul(b, op.Constant(value=two))
+        # zp = round(-x_min / scale); -inf / inf is not finite and saturates to 255, as 0/0 does.
+        zero_point, finite = rounded_half_even(op.Sub(q_min, op.Mul(x_min, k)), b, b_high, b_low, b_half, b_twice, q_min)
+        zero_point_sat = op.Clip(op.Where(finite, zero_point, q_max), q_min, q_max)
+        scale_zero = op.Less(scaled, op.Constant(value=narrow))
+        zero_point_out = op.Where(scale_zero, q_max, zero_point_sat)
+        y_zero_point = op.Cast(zero_point_out, to=onnx.TensorProto.UINT8)
+        # With scale 0, y is 255 for x > 0 and 0 for x <= 0 (0/0): the quotients over 2^-100
+        # saturate, with a zero point of 0.
+        offset = op.Where(scale_zero, q_min, zero_point_out)
+        y_fp, x_finite = rounded_half_even(op.Mul(x, k), b, b_high, b_low, b_half, b_twice, offset)
+        # An infinite x (only with an infinite scale) gives 0, as its NaN quotient does.
+        y = op.Cast(op.Mul(op.Clip(y_fp, q_min, q_max), op.Where(x_finite, unit, q_min)), to=onnx.TensorProto.UINT8)
+        return y, y_scale, y_zero_point
+
+    return {
+        "quantizelinear": quantizelinear, "arithmetic": arithmetic, "float64": float64, "residual": residual,
+        "portable": portable,
+    }

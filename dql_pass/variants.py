@@ -35,6 +35,10 @@ REGISTRY: tuple[Variant, ...] = (
             "an empty tensor: exact on runtimes that divide through a reciprocal or refuse empty reductions", "double"),
     Variant("residual", "float64's reductions, with float32 divisions corrected by exact residuals (a - n * b with b "
             "split in two): exact on runtimes that divide through a reciprocal and compute float64 as float32", None),
+    Variant("portable", "float32 only, rounding built from Floor, exact residuals and Less against 0: exact where Div "
+            "is up to 3 ulp off (WebGPU), products are fused into sums or comparisons read float bits as int32, and "
+            "with subnormals flushed but for a subnormal x or scale; no Round, Sign, QuantizeLinear, Equal, Greater or "
+            "float64", None),
 )
 
 NAMES: tuple[str, ...] = tuple(variant.name for variant in REGISTRY)

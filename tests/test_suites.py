@@ -25,7 +25,7 @@ from dql_pass.errors import InputError
 from dql_pass.modelfiles import FolderLock
 
 SMALL = 2 * len(suites.FORMS)  # the folders of the small_suite fixture
-FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic|float64|residual))?_opset\d+$")
+FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic|float64|residual|portable))?_opset\d+$")
 
 
 def _manifest(path):
