@@ -7,7 +7,12 @@ Chromium (and Node's npm, if missing) and unpacks onnxruntime-web at the pinned 
 cache folder (``$DQL_PASS_WEB_CACHE``, default ``~/.cache/dql_pass/web``). A session is one page
 of its own browser process, which loads a private copy of the model once; a run that fails or
 hangs (a failed run on the WebGPU provider can hang the next one) restarts the browser, and the
-next run loads the model again in a fresh page.
+next run loads the model again in a fresh page. Tensors travel as base64 of their raw bytes, so
+no value is converted on the way (NaN payloads, -0 and subnormals arrive as they left).
+
+``threads`` is ignored: the page runs one wasm thread (threads need a cross-origin isolated page).
+The ops the WebGPU provider has no kernel for run on its wasm CPU provider: :attr:`WebGpu.no_kernel`
+lists the ones measured, and :meth:`WebRuntime.placement` tells where each node of a model runs.
 """
 
 from __future__ import annotations
@@ -76,13 +81,12 @@ class _WebSession(Session):
     browser and loads the model again."""
 
     def __init__(
-        self, runtime: WebRuntime, path: Path, proto: onnx.ModelProto, optimize: str, verbose: bool, scalars: set[str],
+        self, runtime: WebRuntime, path: Path, proto: onnx.ModelProto, optimize: str, verbose: bool,
         copy: contextlib.ExitStack,
     ) -> None:
         super().__init__([v.name for v in fed_inputs(proto)], [v.name for v in proto.graph.output])
         self.path = path  # the private copy the browser reads
         self._runtime = runtime
-        self._scalars = scalars
         self._output_types = dict(zip(self.output_names, output_types(proto)))
         # What the placement log means by "all nodes": the graph's, functions inlined, Constant
         # nodes left out (onnxruntime makes them initializers).
@@ -150,9 +154,7 @@ class _WebSession(Session):
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         sent = {}
         for name in self.input_names:
-            array = np.ascontiguousarray(feeds[name])
-            if name in self._scalars and array.ndim == 0:
-                array = array.reshape(1)
+            array = np.asarray(feeds[name])  # tobytes() below is in C order; ascontiguousarray would make 0-d 1-d
             if array.dtype not in _TYPES:
                 raise RuntimeFailure(f"onnxruntime-web has no tensor type for {array.dtype}")
             sent[name] = {"type": _TYPES[array.dtype], "dims": list(array.shape),
@@ -182,58 +184,6 @@ def _executable() -> str:
     return path
 
 
-def _scalar_inputs_fed_as_vectors(proto: onnx.ModelProto) -> set[str]:
-    """Declare each 0-d input as shape [1] and reshape it back to 0-d in the graph; the names of those inputs.
-
-    onnxruntime-web 1.30 gives an input tensor of dims [] the shape [1] (Identity of a 0-d input
-    returns [1], measured on both providers), so a 0-d input is sent as [1] to a graph that
-    makes it 0-d again itself.
-    """
-    passed_out = {value.name for value in proto.graph.output}  # would come out as [1] all the same
-    scalars = {value.name for value in fed_inputs(proto) if value.name not in passed_out
-               and value.type.tensor_type.HasField("shape") and not value.type.tensor_type.shape.dim}
-    if not scalars:
-        return scalars
-    used = {name for node in proto.graph.node for name in [*node.input, *node.output]}
-    renamed = {}
-    for name in sorted(scalars):
-        renamed[name] = _fresh(f"{name}.scalar", used)
-        renamed[f"{name}.shape"] = _fresh(f"{name}.shape", used)
-    _rename_uses(proto.graph, {name: renamed[name] for name in scalars}, top=True)
-    reshapes = []
-    for value in fed_inputs(proto):
-        if value.name in scalars:
-            value.type.tensor_type.shape.dim.add().dim_value = 1
-            shape = renamed[f"{value.name}.shape"]
-            reshapes += [
-                onnx.helper.make_node("Constant", [], [shape], value=onnx.helper.make_tensor(shape, onnx.TensorProto.INT64, [0], [])),
-                onnx.helper.make_node("Reshape", [value.name, shape], [renamed[value.name]], name=renamed[value.name]),
-            ]
-    nodes = [*reshapes, *proto.graph.node]
-    del proto.graph.node[:]
-    proto.graph.node.extend(nodes)
-    return scalars
-
-
-def _fresh(name: str, used: set[str]) -> str:
-    while name in used:
-        name += "_"
-    used.add(name)
-    return name
-
-
-def _rename_uses(graph: onnx.GraphProto, names: Mapping[str, str], *, top: bool = False) -> None:
-    """Point every use of ``names`` in ``graph`` and its subgraphs (whose outputs may name an outer value) at the new names."""
-    for node in graph.node:
-        node.input[:] = [names.get(name, name) for name in node.input]
-        for attribute in node.attribute:
-            for subgraph in [attribute.g, *attribute.graphs] if attribute.HasField("g") else attribute.graphs:
-                _rename_uses(subgraph, names)
-    if not top:
-        for output in graph.output:
-            output.name = names.get(output.name, output.name)
-
-
 class WebRuntime(Runtime):
     """onnxruntime-web in Chromium with one execution provider."""
 
@@ -261,14 +211,10 @@ class WebRuntime(Runtime):
     def _load(self, model, *, threads: int, optimize: str, placement: bool = False) -> _WebSession:
         copy = contextlib.ExitStack()  # the session's to close: the copy lives as long as it
         try:
-            # Always a copy: the browser reads the model from the folder it is served from, and
-            # its scalar inputs are about to change.
+            # Always a copy: the browser reads the model from the folder it is served from.
             path = copy.enter_context(as_file(model, private=True))
             proto = onnx.load(path, load_external_data=False)
-            # A placement runs nothing, and is of the nodes as given.
-            scalars = set() if placement else _scalar_inputs_fed_as_vectors(proto)
-            onnx.save(proto, path)
-            return _WebSession(self, path, proto, optimize, placement, scalars, copy)
+            return _WebSession(self, path, proto, optimize, placement, copy)
         except BaseException:
             copy.close()
             raise
