@@ -163,11 +163,28 @@ def test_a_failed_run_is_the_runtimes_refusal_and_the_next_run_starts_afresh(nam
 
 
 @needs_browser
-def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser():
+def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser(monkeypatch):
+    started = []
+
+    class Recorded(web.Browser):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            started.append(self)
+
+    monkeypatch.setattr(web, "Browser", Recorded)
     model = _model(helper.make_node("NoSuchOp", ["x"], ["y"]), inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                    outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     with pytest.raises(runtimes.RuntimeFailure, match="NoSuchOp"):
         runtimes.get("wasm").load(model)
+    assert len(started) == 1 and not started[0].alive()
+
+
+@needs_browser
+def test_the_page_reaches_no_host_but_its_server():
+    session = _session("wasm", "native", 1)
+    browser = session._held[0]
+    assert browser.evaluate("fetch('/page.mjs').then(r => r.status)") == 200
+    assert browser.evaluate("fetch('http://example.com/').then(() => 'reached', () => 'refused')") == "refused"
 
 
 @needs_browser

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import shutil
-import subprocess
+import signal
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -59,13 +59,13 @@ class Server:
                 if path is None:
                     self.send_error(404)
                     return
-                body = path.read_bytes()
-                self.send_response(200)
-                self.send_header("Content-Type", _TYPES.get(path.suffix, "application/octet-stream"))
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(body)
+                with path.open("rb") as file:
+                    self.send_response(200)
+                    self.send_header("Content-Type", _TYPES.get(path.suffix, "application/octet-stream"))
+                    self.send_header("Content-Length", str(os.fstat(file.fileno()).st_size))
+                    self.send_header("Cache-Control", "no-store")
+                    self.end_headers()
+                    shutil.copyfileobj(file, self.wfile)
 
             def log_message(self, format: str, *args: Any) -> None:
                 _log.debug("server: " + format, *args)
@@ -79,9 +79,6 @@ class Server:
         """Serve ``path`` at ``url_path``; its full URL."""
         self._files[url_path] = Path(path)
         return self.origin + url_path
-
-    def withdraw(self, url_path: str) -> None:
-        self._files.pop(url_path, None)
 
     def close(self) -> None:
         self._server.shutdown()
@@ -99,24 +96,26 @@ class Browser:
         self._profile = tempfile.TemporaryDirectory(prefix="dql_pass.chromium.", ignore_cleanup_errors=True)
         to_browser, commands = os.pipe()
         replies, from_browser = os.pipe()
-        # Above the range dup2 writes to, so that moving one to 3 cannot overwrite the other.
-        child_in, child_out = fcntl.fcntl(to_browser, fcntl.F_DUPFD, 10), fcntl.fcntl(from_browser, fcntl.F_DUPFD, 10)
+        # Above 4, so that moving one end to 3 cannot overwrite the other; close-on-exec, so that
+        # only the copies at 3 and 4 reach Chromium.
+        child_in = fcntl.fcntl(to_browser, fcntl.F_DUPFD_CLOEXEC, 10)
+        child_out = fcntl.fcntl(from_browser, fcntl.F_DUPFD_CLOEXEC, 10)
         for fd in (to_browser, from_browser):
             os.close(fd)
-
-        def pipes_at_3_and_4() -> None:
-            os.dup2(child_in, 3)
-            os.dup2(child_out, 4)
-
+        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
         try:
-            self._process = subprocess.Popen(
-                [executable, *_FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(3, 4), preexec_fn=pipes_at_3_and_4, start_new_session=True,
+            # posix_spawn, not subprocess: moving the pipes to 3 and 4 would need a preexec_fn,
+            # which is not safe in a process with threads. A session of its own: close() stops
+            # the whole group (GPU and renderer processes too).
+            self.pid = os.posix_spawn(
+                executable, [executable, *_FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"], os.environ,
+                file_actions=[*quiet, (os.POSIX_SPAWN_DUP2, child_in, 3), (os.POSIX_SPAWN_DUP2, child_out, 4)],
+                setsid=True,
             )
         finally:
             os.close(child_in)
             os.close(child_out)
+        self._exited = False
         self._commands = os.fdopen(commands, "wb", buffering=0)
         self._replies = os.fdopen(replies, "rb", buffering=0)
         self._next_id = 0
@@ -126,7 +125,6 @@ class Browser:
         self._reader = threading.Thread(target=self._read, name="dql_pass chromium pipe", daemon=True)
         self._reader.start()
         self._session = None
-        self.pid = self._process.pid
         try:
             target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
             self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True}, top=True)["sessionId"]
@@ -197,14 +195,21 @@ class Browser:
         return result["result"].get("value")
 
     def alive(self) -> bool:
-        return self._process.poll() is None
+        if not self._exited:
+            try:
+                self._exited = os.waitpid(self.pid, os.WNOHANG)[0] == self.pid
+            except ChildProcessError:  # reaped already
+                self._exited = True
+        return not self._exited
 
     def close(self) -> None:
         """Stop the process (its whole group: GPU and renderer processes too) and remove its profile."""
-        if self._process.poll() is None:
+        if self.alive():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, 9)
-        self._process.wait()
+                os.killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self._exited = True
         self._reader.join(5)
         for stream in (self._commands, self._replies):
             with contextlib.suppress(OSError):
