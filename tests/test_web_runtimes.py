@@ -27,7 +27,7 @@ from dql_pass.runtimes import web
 
 _F = np.float32
 WEB = ["webgpu", "wasm"]
-needs_browser = pytest.mark.skipif(web.missing() is not None, reason=f"{web.missing()}")
+needs_browser = pytest.mark.skipif(web.missing() is not None, reason=f"the web runtimes are not set up: {web.missing()}")
 # A few of each kind the catalogue has, of rank 1 (a browser and a model load per rank): ties,
 # reciprocal traps, zeros, an empty tensor, a subnormal scale, infinities, random values.
 SUBSET = ("spec_example", "tie_zero_point_odd", "tie_reciprocal_trap", "zeros", "empty", "subnormal_scale",

@@ -28,6 +28,8 @@ export async function load({bundle, provider, model, externalData, optimize, ver
   ort.env.logLevel = verbose ? 'verbose' : 'error';
   const options = {executionProviders: [provider], graphOptimizationLevel: optimize, logSeverityLevel: verbose ? 0 : 3};
   if (externalData) options.externalData = externalData;
+  // As the onnxruntime adapter does: below "all", no QDQ transformer moves or duplicates DequantizeLinear.
+  if (optimize !== 'all') options.extra = {session: {disable_quant_qdq: '1'}};
   session = await ort.InferenceSession.create(model, options);
   if (provider === 'webgpu') {
     const info = (await navigator.gpu.requestAdapter())?.info;
