@@ -160,6 +160,8 @@ def test_a_failed_run_is_the_runtimes_refusal_and_the_next_run_starts_afresh(nam
         session.run({"x": np.ones(4, _F)})  # 4 and 3 do not broadcast
     assert session.run({"x": np.ones(3, _F)})[0].tolist() == [1.0, 2.0, 3.0]
     assert session.browser_pid != first
+    with pytest.raises(runtimes.RuntimeFailure, match="no feed for the input x"):
+        session.run({})
 
 
 @needs_browser

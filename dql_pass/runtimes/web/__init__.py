@@ -154,6 +154,8 @@ class _WebSession(Session):
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         sent = {}
         for name in self.input_names:
+            if name not in feeds:
+                raise RuntimeFailure(f"no feed for the input {name}")
             array = np.asarray(feeds[name])  # tobytes() below is in C order; ascontiguousarray would make 0-d 1-d
             if array.dtype not in _TYPES:
                 raise RuntimeFailure(f"onnxruntime-web has no tensor type for {array.dtype}")
