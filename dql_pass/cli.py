@@ -388,7 +388,7 @@ def _targets() -> list[str]:
     lines = []
     for name, runtime in runtimes.RUNTIMES.items():
         version = runtime.version()
-        installed = f"{runtime.distribution} {version}" if version else f"not installed: pip install 'dql_pass[{runtime.extra}]'"
+        installed = f"{runtime.distribution} {version}" if version else f"not installed: {runtime.install_hint()}"
         lines.append(f"{name}: variant {runtime.target} ({installed})")
         lines += [f"  differs on {d.inputs} inputs: {d.reason}" for d in runtime.known_differences
                   if runtime.target in d.forms]

@@ -17,6 +17,7 @@ from dql_pass import catalogue, decomposition, runtimes
 from dql_pass.compare import compare_site
 from dql_pass.op import MIN_OPSET, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.runtimes.web import WebRuntime
 
 OPSET = 21
 _F = np.float32
@@ -25,8 +26,15 @@ _F = np.float32
 def installed(name: str) -> runtimes.Runtime:
     runtime = runtimes.get(name)
     if not runtime.installed():
-        pytest.skip(f"{name} is not installed: pip install 'dql_pass[{runtime.extra}]'")
+        pytest.skip(f"{name} is not installed: {runtime.install_hint()}")
     return runtime
+
+
+def every_runtime() -> list:
+    """Each runtime's name; the browser's only with ``pytest -m web`` (SwiftShader takes minutes for
+    the catalogue; tests/test_web_runtimes.py runs a subset on them by default)."""
+    return [pytest.param(name, marks=pytest.mark.web) if isinstance(runtime, WebRuntime) else name
+            for name, runtime in runtimes.RUNTIMES.items()]
 
 
 def independent_inputs(seed: int = 2026) -> list[np.ndarray]:
@@ -91,19 +99,19 @@ def _unexplained(name: str, inputs: list[np.ndarray]) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("name", every_runtime())
 def test_the_target_variant_is_exact_on_the_catalogue(name):
     installed(name)
     assert _unexplained(name, [c.x for c in catalogue.cases() if c.comparable]) == []
 
 
-@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("name", every_runtime())
 def test_the_target_variant_is_exact_on_inputs_built_apart(name):
     installed(name)
     assert _unexplained(name, independent_inputs()) == []
 
 
-@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("name", every_runtime())
 def test_every_known_difference_of_the_target_is_seen(name):
     """A known difference is measured, not hoped for: some input shows it."""
     runtime = installed(name)
@@ -115,7 +123,7 @@ def test_every_known_difference_of_the_target_is_seen(name):
     assert [d.reason for d in stated if d.reason not in seen] == []
 
 
-@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("name", every_runtime())
 @pytest.mark.parametrize("shape", [(0,), (2, 0), (3,), ()])
 def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     """Suites declare each input's shape as it is, 0 included (OpenVINO failed to read [0])."""
@@ -125,7 +133,7 @@ def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
 
 
-@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("name", every_runtime())
 def test_an_initializer_listed_among_the_inputs_is_not_fed(name):
     """Models below IR version 4 list their initializers as graph inputs too."""
     runtime = installed(name)
@@ -150,7 +158,7 @@ def _runnable_model(name: str) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
+@pytest.mark.parametrize("name", every_runtime())
 def test_verify_on_a_runtime_passes_its_target_expansion_and_fails_a_reciprocal(name):
     installed(name)
     model = _runnable_model(name)

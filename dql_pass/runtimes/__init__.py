@@ -25,6 +25,7 @@ from dql_pass.runtimes.tinygrad import Tinygrad
 from dql_pass.runtimes.torch import OnnxToPytorch, OnnxToTorch
 from dql_pass.runtimes.tract import Tract
 from dql_pass.runtimes.tvm import Tvm
+from dql_pass.runtimes.web import Wasm, WebGpu
 
 RUNTIMES: dict[str, Runtime] = {
     runtime.name: runtime
@@ -38,6 +39,8 @@ RUNTIMES: dict[str, Runtime] = {
         Iree(),
         OnnxToTorch(),
         OnnxToPytorch(),
+        WebGpu(),
+        Wasm(),
     )
 }
 

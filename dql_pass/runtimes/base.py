@@ -200,11 +200,14 @@ class Runtime:
         self.check_installed()
         return self._load(model, threads=threads, optimize=optimize)
 
+    def install_hint(self) -> str:
+        """What installs the runtime: the extra, by default."""
+        return f"pip install 'dql_pass[{self.extra}]'" if self.extra else "reinstall dql_pass"
+
     def check_installed(self) -> None:
-        """:class:`InputError` naming the extra to install, unless the runtime is installed."""
+        """:class:`InputError` saying what to install, unless the runtime is installed."""
         if not self.installed():
-            install = f"pip install 'dql_pass[{self.extra}]'" if self.extra else "reinstall dql_pass"
-            raise InputError(f"the runtime {self.name} is not installed; {install}")
+            raise InputError(f"the runtime {self.name} is not installed; {self.install_hint()}")
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         raise NotImplementedError

@@ -1,0 +1,294 @@
+"""onnxruntime-web in headless Chromium: the ``webgpu`` runtime (the ``/webgpu`` build's WebGPU
+execution provider, on SwiftShader where no GPU is present) and the ``wasm`` runtime (its wasm CPU
+provider), as the browser runs them.
+
+Nothing is installed at run time: ``python -m dql_pass.runtimes.web setup`` installs Debian's
+Chromium (and Node's npm, if missing) and unpacks onnxruntime-web at the pinned version into the
+cache folder (``$DQL_PASS_WEB_CACHE``, default ``~/.cache/dql_pass/web``). A session is one page
+of its own browser process, which loads a private copy of the model once; a run that fails or
+hangs (a failed run on the WebGPU provider can hang the next one) restarts the browser, and the
+next run loads the model again in a fresh page. Tensors travel as base64 of their raw bytes, so
+no value is converted on the way (NaN payloads, -0 and subnormals arrive as they left).
+
+``threads`` is ignored: the page runs one wasm thread (threads need a cross-origin isolated page).
+The ops the WebGPU provider has no kernel for run on its wasm CPU provider: :attr:`WebGpu.no_kernel`
+lists the ones measured, and :meth:`WebRuntime.placement` tells where each node of a model runs.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CACHE_VARIABLE", "ORT_WEB", "SETUP", "Wasm", "WebGpu", "WebRuntime", "cache", "dist", "missing", "unpacked"]
+
+import base64
+import contextlib
+import json
+import os
+import re
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.inliner
+
+from dql_pass.errors import InputError
+from dql_pass.runtimes.base import (
+    KnownDifference, Runtime, RuntimeFailure, Session, as_file, fed_inputs, output_types,
+)
+from dql_pass.runtimes.web.browser import Browser, BrowserFailure, Server, chromium
+
+ORT_WEB = "1.30.0"  # the onnxruntime-web version measured; setup installs exactly this one
+CACHE_VARIABLE = "DQL_PASS_WEB_CACHE"
+SETUP = "python -m dql_pass.runtimes.web setup"
+_PAGE = Path(__file__).with_name("page.mjs")
+_OPTIMIZE = {"all": "all", "basic": "basic", "none": "disabled"}
+_TYPES = {  # onnxruntime-web's tensor type names
+    np.dtype(np.float32): "float32", np.dtype(np.float64): "float64", np.dtype(np.float16): "float16",
+    np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8", np.dtype(np.int16): "int16",
+    np.dtype(np.uint16): "uint16", np.dtype(np.int32): "int32", np.dtype(np.uint32): "uint32",
+    np.dtype(np.int64): "int64", np.dtype(np.uint64): "uint64", np.dtype(np.bool_): "bool",
+}
+_DTYPES = {name: dtype for dtype, name in _TYPES.items()}
+
+
+def cache() -> Path:
+    """The folder the setup command installs onnxruntime-web into."""
+    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "dql_pass" / "web")
+
+
+def dist() -> Path:
+    """onnxruntime-web's dist folder in the cache."""
+    return cache() / f"onnxruntime-web-{ORT_WEB}" / "dist"
+
+
+def unpacked() -> bool:
+    """Whether the setup unpacked onnxruntime-web into the cache."""
+    return all((dist() / runtime.bundle).is_file() for runtime in (WebGpu, Wasm))
+
+
+def missing() -> str | None:
+    """What the web runtimes need and is not there, as one line saying what to run; None: all there."""
+    if chromium() is None:
+        return f"run `{SETUP}` (Chromium is not installed)"
+    if not unpacked():
+        return f"run `{SETUP}` (onnxruntime-web {ORT_WEB} is not in {cache()})"
+    return None
+
+
+class _WebSession(Session):
+    """A model in a page of its own browser; after a failed or hung run, the next run starts a new
+    browser and loads the model again."""
+
+    def __init__(
+        self, runtime: WebRuntime, path: Path, proto: onnx.ModelProto, optimize: str, verbose: bool,
+        copy: contextlib.ExitStack,
+    ) -> None:
+        super().__init__([v.name for v in fed_inputs(proto)], [v.name for v in proto.graph.output])
+        self.path = path  # the private copy the browser reads
+        self._runtime = runtime
+        self._output_types = dict(zip(self.output_names, output_types(proto)))
+        # What the placement log means by "all nodes": the graph's, functions inlined, Constant
+        # nodes left out (onnxruntime makes them initializers).
+        inlined = onnx.inliner.inline_local_functions(proto).graph.node
+        self.graph_nodes = [f"{n.op_type} ({n.name})" for n in inlined if n.op_type != "Constant"]
+        self._server = Server()
+        data = path.with_name(path.name + ".data")
+        self._options = {
+            "bundle": f"/ort/{runtime.bundle}", "provider": runtime.provider,
+            "model": self._server.serve("/model.onnx", path),
+            "externalData": [{"path": data.name, "data": self._server.serve("/" + data.name, data)}] if data.exists() else None,
+            "optimize": _OPTIMIZE[optimize], "verbose": verbose,
+        }
+        self._server.serve("/", _PAGE.with_name("blank.html"))
+        self._server.serve("/page.mjs", _PAGE)
+        for file in dist().iterdir():
+            self._server.serve(f"/ort/{file.name}", file)
+        self._held: list[Browser] = []  # the running browser, if any: the finalizer stops it
+        self.adapter: str | None = None  # the WebGPU adapter, "vendor architecture"
+        self.log: list[str] = []  # what the page logged while the model loaded
+        self._finalizer = weakref.finalize(self, _WebSession._shut, self._held, self._server, copy)
+        try:
+            self._start()
+        except BaseException:
+            self._finalizer()
+            raise
+
+    @staticmethod
+    def _shut(held: list[Browser], server: Server, copy: contextlib.ExitStack) -> None:
+        while held:
+            held.pop().close()
+        server.close()
+        copy.close()
+
+    @property
+    def browser_pid(self) -> int | None:
+        """The process id of the browser the model is loaded in; None between a failure and the next run."""
+        return self._held[0].pid if self._held else None
+
+    def _start(self) -> None:
+        """A fresh browser with the model loaded in its page; RuntimeFailure when it does not load."""
+        self._stop()
+        try:
+            self._held.append(Browser(_executable(), self._server.origin + "/"))
+        except BrowserFailure as error:
+            raise RuntimeFailure(f"Chromium did not start: {error}") from None
+        browser = self._held[0]
+        try:
+            loaded = self._call(f"(await import('/page.mjs')).load({json.dumps(self._options)})", self._runtime.load_timeout)
+        finally:
+            self.log, browser.console[:] = list(browser.console), []
+        self.adapter = loaded["adapter"]
+
+    def _stop(self) -> None:
+        while self._held:
+            self._held.pop().close()
+
+    def _call(self, expression: str, timeout: float):
+        try:
+            return self._held[0].evaluate(f"(async () => {expression})()", timeout=timeout)
+        except BrowserFailure as error:
+            self._stop()  # the next run starts afresh: a failed run can hang the one after it
+            raise RuntimeFailure(str(error)) from None
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
+        sent = {}
+        for name in self.input_names:
+            if name not in feeds:
+                raise RuntimeFailure(f"no feed for the input {name}")
+            array = np.asarray(feeds[name])  # tobytes() below is in C order; ascontiguousarray would make 0-d 1-d
+            if array.dtype not in _TYPES:
+                raise RuntimeFailure(f"onnxruntime-web has no tensor type for {array.dtype}")
+            sent[name] = {"type": _TYPES[array.dtype], "dims": list(array.shape),
+                          "data": base64.b64encode(array.tobytes()).decode()}
+        wanted = list(self.output_names if outputs is None else outputs)
+        if not self._held or not self._held[0].alive():
+            self._start()
+        got = self._call(f"(await import('/page.mjs')).run({json.dumps(sent)}, {json.dumps(wanted)})",
+                         self._runtime.run_timeout)
+        results = []
+        for name in wanted:
+            dtype = _DTYPES[got[name]["type"]]
+            if dtype != self._output_types[name]:
+                raise RuntimeFailure(f"onnxruntime-web gave {dtype} for {name}, where the model declares {self._output_types[name]}")
+            results.append(np.frombuffer(base64.b64decode(got[name]["data"]), dtype).reshape(got[name]["dims"]).copy())
+        return results
+
+    def close(self) -> None:
+        """Stop the browser and the server now, not when the session is collected."""
+        self._finalizer()
+
+
+def _executable() -> str:
+    path = chromium()
+    if path is None:
+        raise InputError(f"the web runtimes need Chromium: {missing()}")
+    return path
+
+
+class WebRuntime(Runtime):
+    """onnxruntime-web in Chromium with one execution provider."""
+
+    module = "dql_pass.runtimes.web"
+    distribution = "onnxruntime-web"
+    provider: str
+    bundle: str  # the dist file that `import 'onnxruntime-web/<build>'` resolves to
+    load_timeout: float = 120
+    run_timeout: float = 60
+    unloadable: dict[str, str] = {}  # expansion variants that do not load at all: the measured reason
+
+    def differences(self, x: np.ndarray, form: str, policy: str) -> list[str]:
+        found = super().differences(x, form, policy)
+        return [self.unloadable[form], *found] if form in self.unloadable else found
+
+    def installed(self) -> bool:
+        return missing() is None
+
+    def version(self) -> str | None:
+        return ORT_WEB if unpacked() else None
+
+    def install_hint(self) -> str:
+        return missing() or f"run `{SETUP}`"
+
+    def _load(self, model, *, threads: int, optimize: str, placement: bool = False) -> _WebSession:
+        copy = contextlib.ExitStack()  # the session's to close: the copy lives as long as it
+        try:
+            # Always a copy: the browser reads the model from the folder it is served from.
+            path = copy.enter_context(as_file(model, private=True))
+            proto = onnx.load(path, load_external_data=False)
+            return _WebSession(self, path, proto, optimize, placement, copy)
+        except BaseException:
+            copy.close()
+            raise
+
+    def placement(self, model, *, optimize: str = "all") -> dict[str, list[str]]:
+        """Where the nodes of ``model`` run, after the runtime's own optimizations: each execution
+        provider's name to the nodes it was given, ``"OpType (name)"``, as onnxruntime's verbose
+        placement log lists them (Memcpy nodes it added included)."""
+        self.check_installed()
+        session = self._load(model, threads=0, optimize=optimize, placement=True)
+        try:
+            return _placement(session.log, session.graph_nodes)
+        finally:
+            session.close()
+
+
+_PLACED = re.compile(r"\] +(All nodes|Node\(s\)) placed on \[(\w+)\]\. Number of nodes: (\d+)$")
+_NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]   (\S.*)$")
+
+
+def _placement(log: Sequence[str], nodes: Sequence[str]) -> dict[str, list[str]]:
+    """The placement that onnxruntime logged: when every node went to one provider it names none,
+    and they are ``nodes``, the model's own, unless the optimizer changed their number."""
+    found: dict[str, list[str]] = {}
+    provider = None
+    for line in log:
+        if placed := _PLACED.search(line):
+            kind, provider, count = placed.groups()
+            found[provider] = []
+            if kind == "All nodes":
+                count = int(count)
+                found[provider] = list(nodes) if count == len(nodes) else [f"? ({count} nodes, unnamed)"]
+        elif provider is not None and (node := _NODE.search(line)):
+            found[provider].append(node.group(1))
+    if not found:
+        raise RuntimeFailure("onnxruntime-web logged no node placement")
+    return found
+
+
+class WebGpu(WebRuntime):
+    name = "webgpu"
+    provider = "webgpu"
+    bundle = "ort.webgpu.bundle.min.mjs"  # the new WebGPU EP, which transformers.js 4 imports
+    # The one place to switch webgpu's variant: residual is the most exact of the existing ones
+    # (52 of 56 catalogue inputs, 150 of 150 built apart; quantizelinear and arithmetic lose the
+    # empty inputs too, float64 does not load), but its Round and Sign run on the wasm CPU.
+    target = "residual"
+    # Ops the WebGPU provider has no kernel for (op: the input types), measured with placement():
+    # they run on the wasm CPU provider, with copies both ways.
+    no_kernel = {
+        "DynamicQuantizeLinear": "float32", "MatMulInteger": "uint8 and int8", "ConvInteger": "uint8",
+        "QuantizeLinear": "float32", "Round": "float32", "Sign": "float32", "IsNaN": "float32",
+        "Clip": "uint8 (float32 has one)",
+    }
+    unloadable = {
+        "float64": "measured (1.30.0): the /webgpu build's CPU provider has no Cast to or from double, so no provider "
+                   "takes the float64 variant's Casts and the session is not created (transformer_memcpy.cc: "
+                   "'!node_provider_type.empty() was false')",
+    }
+    known_differences = (
+        KnownDifference(("quantizelinear", "arithmetic"), "empty",
+                        "measured: the WebGPU provider's ReduceMin and ReduceMax refuse an empty tensor (the run "
+                        "fails in reduction_ops.h); float64 and residual reduce over x and a 0, and keep it"),
+        KnownDifference(("quantizelinear", "arithmetic", "residual"), "subnormal",
+                        "measured: SwiftShader, Chromium's WebGPU adapter without a GPU, treats subnormal float32 as 0 "
+                        "in comparisons and min/max, so the range, the scale and the zero point come out otherwise "
+                        "(4 of 56 catalogue inputs)"),
+    )
+
+
+class Wasm(WebRuntime):
+    name = "wasm"
+    provider = "wasm"
+    bundle = "ort.wasm.bundle.min.mjs"  # the build of `import 'onnxruntime-web/wasm'`
+    target = "quantizelinear"  # every form is exact here, as on ORT's CPU provider; this one is the smallest

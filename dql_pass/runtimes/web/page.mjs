@@ -1,0 +1,54 @@
+// The page side of dql_pass's web runtimes: one onnxruntime-web session per page, tensors in and
+// out as base64 of their raw bytes (typed arrays are views of those bytes: no value is converted).
+const ARRAYS = {
+  float32: Float32Array, float64: Float64Array, int8: Int8Array, uint8: Uint8Array, int16: Int16Array,
+  uint16: Uint16Array, int32: Int32Array, uint32: Uint32Array, int64: BigInt64Array, uint64: BigUint64Array,
+  bool: Uint8Array, float16: Uint16Array,
+};
+let ort = null;
+let session = null;
+
+function bytesOf(text) {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+function textOf(view) {
+  const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+  let binary = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary);
+}
+
+export async function load({bundle, provider, model, externalData, optimize, verbose}) {
+  ort = await import(bundle);
+  ort.env.wasm.numThreads = 1;  // no cross-origin isolation, and one thread is deterministic
+  ort.env.logLevel = verbose ? 'verbose' : 'error';
+  const options = {executionProviders: [provider], graphOptimizationLevel: optimize, logSeverityLevel: verbose ? 0 : 3};
+  if (externalData) options.externalData = externalData;
+  // As the onnxruntime adapter does: below "all", no QDQ transformer moves or duplicates DequantizeLinear.
+  if (optimize !== 'all') options.extra = {session: {disable_quant_qdq: '1'}};
+  session = await ort.InferenceSession.create(model, options);
+  if (provider === 'webgpu') {
+    const info = (await navigator.gpu.requestAdapter())?.info;
+    return {inputs: session.inputNames, outputs: session.outputNames, adapter: info ? `${info.vendor} ${info.architecture}` : null};
+  }
+  return {inputs: session.inputNames, outputs: session.outputNames, adapter: null};
+}
+
+export async function run(feeds, fetches) {
+  const tensors = {};
+  for (const [name, {type, dims, data}] of Object.entries(feeds)) {
+    const bytes = bytesOf(data);
+    tensors[name] = new ort.Tensor(type, new ARRAYS[type](bytes.buffer, 0, bytes.length / ARRAYS[type].BYTES_PER_ELEMENT), dims);
+  }
+  const results = await session.run(tensors, fetches);
+  const out = {};
+  for (const name of fetches) {
+    const t = results[name];
+    out[name] = {type: t.type, dims: t.dims, data: textOf(t.data)};
+  }
+  return out;
+}

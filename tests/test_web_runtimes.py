@@ -1,0 +1,242 @@
+"""The web runtimes (onnxruntime-web in headless Chromium): a few catalogue inputs through their
+targets, tensors of every kind passed as their bits, a hung or failed run followed by a good one,
+the copy the browser gets, where the nodes ran, and one line for a missing piece.
+
+SwiftShader is slow, so this is a subset; tests/test_runtimes.py runs the whole catalogue on them
+with ``pytest -m web``. Without the setup, the browser tests skip naming the setup command.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from helpers import digest
+from onnx import TensorProto, helper
+
+import dql_pass
+from dql_pass import catalogue, runtimes
+from dql_pass.compare import compare_site
+from dql_pass.op import one_node_model
+from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.runtimes import web
+
+_F = np.float32
+WEB = ["webgpu", "wasm"]
+needs_browser = pytest.mark.skipif(web.missing() is not None, reason=f"the web runtimes are not set up: {web.missing()}")
+# A few of each kind the catalogue has, of rank 1 (a browser and a model load per rank): ties,
+# reciprocal traps, zeros, an empty tensor, a subnormal scale, infinities, random values.
+SUBSET = ("spec_example", "tie_zero_point_odd", "tie_reciprocal_trap", "zeros", "empty", "subnormal_scale",
+          "negative_inf_mixed", "random_4")
+
+
+def _model(*nodes, inputs, outputs, opset: int = 21) -> onnx.ModelProto:
+    graph = helper.make_graph(list(nodes), "g", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+@functools.cache
+def _session(name: str, form: str, rank: int) -> runtimes.Session:
+    model = one_node_model([f"d{i}" for i in range(rank)], 21)
+    return runtimes.get(name).load(model if form == "native" else dql_pass.expand(model, variant=form, runtime=None))
+
+
+def test_the_subset_names_catalogue_cases():
+    assert set(SUBSET) <= {case.name for case in catalogue.cases()}
+
+
+@needs_browser
+@pytest.mark.parametrize("name", WEB)
+@pytest.mark.parametrize("form", ["target", "native"])
+def test_a_subset_of_the_catalogue_is_exact_or_a_known_difference(name, form):
+    runtime = runtimes.get(name)
+    form = runtime.target if form == "target" else form
+    unexplained = []
+    for case in (c for c in catalogue.cases() if c.name in SUBSET):
+        try:
+            diff = compare_site(_session(name, form, case.x.ndim).run({"x": case.x}), dynamic_quantize_linear(case.x))
+        except runtimes.RuntimeFailure as error:
+            diff = error
+        if diff is not None and not runtime.differences(case.x, form, "onnxruntime"):
+            unexplained.append(f"{case.name}: {diff}")
+    assert unexplained == []
+
+
+@needs_browser
+def test_a_known_difference_of_webgpu_shows_on_the_subset():
+    """An empty tensor through quantizelinear: WebGPU's reductions refuse it (the run fails), wasm's do not."""
+    x = np.zeros((0,), _F)
+    with pytest.raises(runtimes.RuntimeFailure, match="reduction"):
+        _session("webgpu", "quantizelinear", 1).run({"x": x})
+    assert runtimes.get("webgpu").differences(x, "quantizelinear", "onnxruntime")
+    assert compare_site(_session("wasm", "quantizelinear", 1).run({"x": x}), dynamic_quantize_linear(x)) is None
+
+
+_KINDS = {
+    # float32 bits that a conversion through a number would change: a NaN payload, -0, a subnormal.
+    TensorProto.FLOAT: np.array([0x7FC00011, 0x80000000, 0x00000001, 0xFF800000, 0x7F7FFFFF], np.uint32).view(_F),
+    TensorProto.UINT8: np.array([0, 1, 127, 128, 255], np.uint8),
+    TensorProto.INT8: np.array([-128, -1, 0, 127], np.int8),
+    TensorProto.INT32: np.array([-(2**31), -1, 2**31 - 1], np.int32),
+    TensorProto.INT64: np.array([-(2**63), 2**53 + 1, 2**63 - 1], np.int64),
+    TensorProto.DOUBLE: np.array([np.pi, 2.0**-1074, -0.0]),
+    TensorProto.BOOL: np.array([True, False, True]),
+}
+
+
+@needs_browser
+@pytest.mark.parametrize("name", WEB)
+def test_tensors_pass_as_their_bits_and_type(name):
+    """Identity of every kind comes back as the same bytes, dtype and shape: 0-d and empty tensors
+    too, and a view that is not contiguous."""
+    kinds = dict(_KINDS)
+    if name == "webgpu":  # the /webgpu build's CPU provider has no double
+        del kinds[TensorProto.DOUBLE]
+    nodes, inputs, outputs, feeds = [], [], [], {}
+    for kind, values in kinds.items():
+        for shape in [(5,), (), (0,), (2, 0), (3, 2)]:
+            if shape == (3, 2):
+                x = np.resize(values, (2, 3)).astype(values.dtype).T
+            else:
+                x = np.resize(values, shape).astype(values.dtype)
+            i, o = f"x{kind}_{len(feeds)}", f"y{kind}_{len(feeds)}"
+            nodes.append(helper.make_node("Identity", [i], [o]))
+            inputs.append(helper.make_tensor_value_info(i, kind, list(shape)))
+            outputs.append(helper.make_tensor_value_info(o, kind, list(shape)))
+            feeds[i] = x
+    got = runtimes.get(name).load(_model(*nodes, inputs=inputs, outputs=outputs)).run(feeds)
+    for x, y in zip(feeds.values(), got):
+        assert (y.dtype, y.shape, y.tobytes()) == (x.dtype, x.shape, x.tobytes())
+
+
+def _loop_model() -> onnx.ModelProto:
+    """y = x + n: a Loop of n iterations that adds 1; a huge n does not end in any reasonable time."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]), helper.make_node("Add", ["v", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    return _model(
+        helper.make_node("Constant", [], ["true"], value=helper.make_tensor("true", TensorProto.BOOL, [], [True])),
+        helper.make_node("Loop", ["n", "true", "x"], ["y"], body=body),
+        inputs=[helper.make_tensor_value_info("n", TensorProto.INT64, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+
+
+@needs_browser
+def test_a_run_that_hangs_times_out_and_the_next_run_gets_a_fresh_browser(monkeypatch):
+    runtime = runtimes.get("wasm")
+    monkeypatch.setattr(runtime, "run_timeout", 3)
+    session = runtime.load(_loop_model())
+    one = np.ones(1, _F)
+    assert session.run({"n": np.array(2, np.int64), "x": one})[0].tolist() == [3.0]
+    first = session.browser_pid
+    with pytest.raises(runtimes.RuntimeFailure, match="within 3 s"):
+        session.run({"n": np.array(2**62, np.int64), "x": one})
+    assert session.run({"n": np.array(4, np.int64), "x": one})[0].tolist() == [5.0]
+    assert session.browser_pid != first
+
+
+@needs_browser
+@pytest.mark.parametrize("name", WEB)
+def test_a_failed_run_is_the_runtimes_refusal_and_the_next_run_starts_afresh(name):
+    model = _model(
+        helper.make_node("Add", ["x", "w"], ["y"]),
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.arange(3, dtype=_F), "w"))
+    session = runtimes.get(name).load(model)
+    first = session.browser_pid
+    with pytest.raises(runtimes.RuntimeFailure):
+        session.run({"x": np.ones(4, _F)})  # 4 and 3 do not broadcast
+    assert session.run({"x": np.ones(3, _F)})[0].tolist() == [1.0, 2.0, 3.0]
+    assert session.browser_pid != first
+    with pytest.raises(runtimes.RuntimeFailure, match="no feed for the input x"):
+        session.run({})
+
+
+@needs_browser
+def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser(monkeypatch):
+    started = []
+
+    class Recorded(web.Browser):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            started.append(self)
+
+    monkeypatch.setattr(web, "Browser", Recorded)
+    model = _model(helper.make_node("NoSuchOp", ["x"], ["y"]), inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                   outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    with pytest.raises(runtimes.RuntimeFailure, match="NoSuchOp"):
+        runtimes.get("wasm").load(model)
+    assert len(started) == 1 and not started[0].alive()
+
+
+@needs_browser
+def test_the_page_reaches_no_host_but_its_server():
+    session = _session("wasm", "native", 1)
+    browser = session._held[0]
+    assert browser.evaluate("fetch('/page.mjs').then(r => r.status)") == 200
+    assert browser.evaluate("fetch('http://example.com/').then(() => 'reached', () => 'refused')") == "refused"
+
+
+@needs_browser
+def test_the_browser_gets_a_copy_of_the_model_with_its_external_data(tmp_path):
+    weights = np.arange(1 << 12, dtype=_F)
+    model = _model(
+        helper.make_node("Add", ["x", "w"], ["y"]),
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [weights.size])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [weights.size])],
+    )
+    model.graph.initializer.append(onnx.numpy_helper.from_array(weights, "w"))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="m.data", size_threshold=0)
+    before = {file.name: digest(file) for file in tmp_path.iterdir()}
+    session = runtimes.get("wasm").load(path)
+    assert session.path.parent != tmp_path and session.path.exists()
+    assert session.run({"x": np.ones(weights.size, _F)})[0].tobytes() == (weights + 1).tobytes()
+    copy = session.path.parent
+    session.close()
+    assert not copy.exists()
+    assert {file.name: digest(file) for file in tmp_path.iterdir()} == before
+
+
+@needs_browser
+def test_placement_names_the_provider_of_each_node():
+    webgpu = runtimes.get("webgpu")
+    dql = one_node_model(["n"], 21)
+    dql.graph.node[0].name = "dql"
+    assert webgpu.placement(dql) == {"CPUExecutionProvider": ["DynamicQuantizeLinear (dql)"]}
+    add = _model(helper.make_node("Add", ["x", "x"], ["y"], name="twice"),
+                 inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                 outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    assert webgpu.placement(add) == {"WebGpuExecutionProvider": ["Add (twice)"]}
+    assert runtimes.get("wasm").placement(add) == {"CPUExecutionProvider": ["Add (twice)"]}
+    # The residual expansion leaves Round and Sign on the CPU: WebGPU has no kernel for them.
+    placed = webgpu.placement(dql_pass.expand(dql, variant="residual", runtime=None))
+    assert {node.split(" ")[0] for node in placed["CPUExecutionProvider"]} == {"Round", "Sign"}
+
+
+def test_a_missing_setup_is_one_line_naming_the_setup_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(web.CACHE_VARIABLE, str(tmp_path / "empty"))
+    assert not runtimes.get("webgpu").installed()
+    with pytest.raises(dql_pass.InputError, match=r"webgpu is not installed; .*python -m dql_pass.runtimes.web setup"):
+        runtimes.get("webgpu").load(one_node_model(["n"], 21))
+    from dql_pass.cli import main
+
+    assert main(["verify", "models/mlp_dynamic.onnx", "models/mlp_dynamic.onnx", "--runtime", "wasm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "python -m dql_pass.runtimes.web setup" in err
+    checked = subprocess.run([sys.executable, "-m", "dql_pass.runtimes.web", "check"], capture_output=True, text=True,
+                             env={**__import__("os").environ, web.CACHE_VARIABLE: str(tmp_path / "empty")})
+    assert checked.returncode == 2 and len(checked.stderr.strip().splitlines()) == 1
+    assert "python -m dql_pass.runtimes.web setup" in checked.stderr
