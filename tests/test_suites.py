@@ -513,3 +513,23 @@ def test_a_known_difference_does_not_excuse_a_model_that_is_wrong_on_ort(ort_sui
     onnx.save(model, folder / "model.onnx")
     outcomes = {o.name: o for o in suites.run_suite(copy, "reference").outcomes}
     assert outcomes[excused[0]].status == "FAIL" and "wrong on onnxruntime too" in outcomes[excused[0]].detail
+
+
+def test_run_tests_counts_each_form_and_outcome_and_raw_shows_what_known_differences_hide(tmp_path, capsys):
+    from dql_pass.cli import main
+
+    path = tmp_path / "dql"
+    suites.generate_suite(path, opsets=(21,), forms=("native", "arithmetic"), include_large=False)
+    report = suites.run_suite(path, "reference")
+    counts = report.counts()
+    assert sorted(counts) == ["arithmetic", "native"]
+    assert counts["native"]["XFAIL"] > 0 and counts["arithmetic"]["FAIL"] == 0
+    assert sum(sum(by.values()) for by in counts.values()) == len(report.outcomes)
+    assert f"{counts['native']['XFAIL']} known differences (XFAIL)" in report.summary
+    # Without the manifest's known differences, each of those is a FAIL an author of the runtime sees.
+    raw = suites.run_suite(path, "reference", raw=True)
+    assert raw.counts()["native"]["FAIL"] == counts["native"]["XFAIL"] and not raw
+    assert main(["run-tests", str(path), "--runtime", "reference", "--raw"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(out) if line.split()[:5] == ["form", "PASS", "FAIL", "XFAIL", "SKIP"])
+    assert sorted(line.split()[0] for line in out[header + 1:header + 3]) == ["arithmetic", "native"]

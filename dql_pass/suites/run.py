@@ -30,6 +30,9 @@ from dql_pass.suites.layout import MANIFEST, MODEL, Refused, data_set_tensors, r
 
 
 
+STATUSES = ("PASS", "FAIL", "XFAIL", "SKIP")
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """The result of one test folder: PASS, FAIL, XFAIL (a known difference) or SKIP."""
@@ -37,6 +40,7 @@ class Outcome:
     name: str
     status: str
     detail: str = ""
+    form: str = "?"  # native or the expansion variant, as the manifest lists the folder; "?" without one
 
     def line(self) -> str:
         return f"{self.status} {self.name}" + (f": {self.detail}" if self.detail else "")
@@ -72,10 +76,29 @@ class RunReport:
     def __repr__(self) -> str:
         return f"<RunReport on {self.runtime}: {self.summary}>"
 
+    def counts(self) -> dict[str, dict[str, int]]:
+        """How many outcomes of each status every form has, forms in the order first met."""
+        table: dict[str, dict[str, int]] = {}
+        for outcome in self.outcomes:
+            by_status = table.setdefault(outcome.form, dict.fromkeys(STATUSES, 0))
+            by_status[outcome.status] += 1
+        return table
+
+    def table(self) -> str:
+        """The counts per form and status, one row a form, as run-tests prints them before its summary."""
+        rows = [("form", *STATUSES)] + [(form, *map(str, by.values())) for form, by in self.counts().items()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+                         for row in rows)
+
     @property
     def summary(self) -> str:
         text = f"{self.passed} passed, {self.failed} failed"
-        text += f", {self.skipped} skipped" if self.skipped else ""
+        xfail = sum(o.status == "XFAIL" for o in self.outcomes)
+        skip = self.skipped - xfail
+        # XFAIL (a known difference that showed) and SKIP (not compared) told apart: both hide a result.
+        text += f", {xfail} known differences (XFAIL)" if xfail else ""
+        text += f", {skip} skipped" if skip else ""
         return text + ("" if self.failed or self.passed else " (nothing was compared)")
 
 
@@ -139,7 +162,12 @@ def _wrong_as_written(folder: Path, root: Path, entry: dict, runtime: str) -> st
     return None if wrong is None else f"wrong on {holder} too: {wrong}"
 
 
-def _outcome(folder: Path, root: Path, entry: dict, runtime: str) -> Outcome:
+def _outcome(folder: Path, root: Path, entry: dict, runtime: str, raw: bool) -> Outcome:
+    outcome = _judged(folder, root, entry, runtime, raw)
+    return dataclasses.replace(outcome, form=entry.get("variant", "?"))
+
+
+def _judged(folder: Path, root: Path, entry: dict, runtime: str, raw: bool) -> Outcome:
     crash = mismatch = None
     try:
         mismatch = _mismatch(folder, root, runtimes.get(runtime))
@@ -151,7 +179,7 @@ def _outcome(folder: Path, root: Path, entry: dict, runtime: str) -> Outcome:
         if crash:
             return Outcome(folder.name, "FAIL", f"outputs unspecified, but it must run: {crash}")
         return Outcome(folder.name, "SKIP", "outputs unspecified for this input; it ran without error")
-    known = entry.get("known_differences", {}).get(runtime)
+    known = None if raw else entry.get("known_differences", {}).get(runtime)
     if known:
         if (crash or mismatch) and (wrong := _wrong_as_written(folder, root, entry, runtime)):
             # The excuse covers the runtime's arithmetic, not a model that is wrong as ONNX defines it.
@@ -169,12 +197,14 @@ def run_suite(
     runtime: str = "onnxruntime",
     *,
     progress: Callable[[Outcome], None] | None = None,
+    raw: bool = False,
 ) -> RunReport:
     """Run every test folder of ``outdir`` (folders holding a ``model.onnx``) on ``runtime``.
 
     ``manifest.json``, when present, says which folders are not comparable (they must only run)
-    and which differences of a runtime are known (reported as XFAIL, not as failures).
-    ``progress`` is called with each outcome as soon as it is known.
+    and which differences of a runtime are known (reported as XFAIL, not as failures); with
+    ``raw`` the known differences are ignored, so that every difference is a FAIL, for a runtime's
+    author. ``progress`` is called with each outcome as soon as it is known.
     """
     runtimes.get(runtime).check_installed()
     path = Path(outdir)
@@ -187,12 +217,13 @@ def run_suite(
     if not folders:
         raise InputError(f"{path}: no test folders (folders holding a model.onnx)")
     missing = sorted(set(manifest) - {f.name for f in folders})
-    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx") for name in missing]
+    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx", manifest[name].get("variant", "?"))
+                for name in missing]
     if progress is not None:
         for outcome in outcomes:
             progress(outcome)
     for folder in folders:
-        outcomes.append(_outcome(folder, root, manifest.get(folder.name, {}), runtime))
+        outcomes.append(_outcome(folder, root, manifest.get(folder.name, {}), runtime, raw))
         if progress is not None:
             progress(outcomes[-1])
     return RunReport(runtime, outcomes)
