@@ -226,6 +226,14 @@ def test_placement_names_the_provider_of_each_node():
     assert {node.split(" ")[0] for node in placed["CPUExecutionProvider"]} == {"Round", "Sign"}
 
 
+@needs_browser
+@pytest.mark.parametrize("opset", [11, 21])
+def test_every_node_of_the_webgpu_target_runs_on_the_gpu(opset):
+    webgpu = runtimes.get("webgpu")
+    expanded = dql_pass.expand(one_node_model(["n"], opset), target="webgpu")
+    assert list(webgpu.placement(expanded)) == ["WebGpuExecutionProvider"]
+
+
 def test_a_missing_setup_is_one_line_naming_the_setup_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(web.CACHE_VARIABLE, str(tmp_path / "empty"))
     assert not runtimes.get("webgpu").installed()
