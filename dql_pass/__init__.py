@@ -24,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "__version__",
     "ExpandDynamicQuantizeLinearPass",
+    "ExpandReport",
     "ExpandResult",
     "FuseDynamicQuantizeLinearPass",
     "FuseReport",
@@ -61,6 +62,7 @@ from dql_pass.metadata import VERSION as __version__
 # of the package is named like a function here: an import of it would replace the function.
 _LAZY = {
     "ExpandDynamicQuantizeLinearPass": "expansion",
+    "ExpandReport": "expansion",
     "ExpandResult": "expansion",
     "FuseDynamicQuantizeLinearPass": "fusion",
     "FuseReport": "fusion",
@@ -92,7 +94,7 @@ if TYPE_CHECKING:
     from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
     from dql_pass.decomposition import function_proto
     from dql_pass.errors import InputError
-    from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandResult
+    from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport
     from dql_pass.lowering import LowerQuantizationPass, LowerReport
     from dql_pass.modelfiles import load_model, save_model

@@ -1,7 +1,7 @@
 """The public API over the passes: models in, models out, and files in, files out with the result.
 
-- :func:`expand` and :func:`fuse` take a ModelProto, an ``ir.Model`` or a path, and give the model
-  back in kind (see :func:`expand`).
+- :func:`expand`, :func:`fuse` and :func:`lower` take a ModelProto, an ``ir.Model`` or a path, and
+  give back the model in kind (see :func:`expand`) and the pass's report: ``model, report = ...``.
 - :func:`expand_file` and :func:`fuse_file` read a checked model, rewrite it and write it
   atomically, and return the pass result: per-graph counts for expand, the report for fuse.
 
@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.errors import InputError
-from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandResult
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
 from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
 from dql_pass.modelfiles import as_ir_model, external_tensors, load_model, save_model
 
@@ -32,12 +32,12 @@ if TYPE_CHECKING:
 def expand(
     model: onnx.ModelProto, *, variant: str | None = ..., mode: str = ..., zero_range: str = ...,
     runtime: str | None = ..., target: str | None = ...,
-) -> onnx.ModelProto: ...
+) -> tuple[onnx.ModelProto, ExpandReport]: ...
 @overload
 def expand(
     model: ir.Model | str | os.PathLike, *, variant: str | None = ..., mode: str = ..., zero_range: str = ...,
     runtime: str | None = ..., target: str | None = ...,
-) -> ir.Model: ...
+) -> tuple[ir.Model, ExpandReport]: ...
 def expand(
     model: onnx.ModelProto | ir.Model | str | os.PathLike,
     *,
@@ -46,8 +46,9 @@ def expand(
     zero_range: str = "onnxruntime",
     runtime: str | None = "onnxruntime",
     target: str | None = None,
-) -> onnx.ModelProto | ir.Model:
-    """Expand every DynamicQuantizeLinear of ``model`` into primitive ONNX ops.
+) -> tuple[onnx.ModelProto | ir.Model, ExpandReport]:
+    """Expand every DynamicQuantizeLinear of ``model`` into primitive ONNX ops; the model and an
+    :class:`~dql_pass.expansion.ExpandReport` (the sites per graph path, the variant) come back.
 
     A ModelProto comes back as a new ModelProto and is left as it was. An ``ir.Model`` is
     rewritten in place and returned. A path is loaded (external weights stay on disk) and the
@@ -59,7 +60,8 @@ def expand(
     ``target`` names the runtime the model is for: its exact variant is used (see
     :func:`target_variant`), and it is the runtime checked. ``variant`` defaults to quantizelinear.
     """
-    return _apply(_expansion(variant, mode, zero_range, runtime, target), model)[0]
+    model, result = _apply(_expansion(variant, mode, zero_range, runtime, target), model)
+    return model, result.report
 
 
 def target_variant(target: str) -> str:

@@ -54,14 +54,14 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
     elapsed = time.perf_counter() - start
     variant = args.variant or (dql_pass.target_variant(args.target) if args.target else "quantizelinear")
     report = {"input": args.input, "output": args.output, "variant": variant, "target": args.target, "mode": args.mode,
-              "zero_range": args.zero_range, "sites": dict(result.sites), "seconds": elapsed}
-    if not result.sites:
+              "zero_range": args.zero_range, "sites": dict(result.report.sites), "seconds": elapsed}
+    if not result.report.sites:
         _say(args, f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     else:
-        _say(args, f"expanded {sum(result.sites.values())} DynamicQuantizeLinear (variant {variant}"
+        _say(args, f"expanded {sum(result.report.sites.values())} DynamicQuantizeLinear (variant {variant}"
                    f"{f' for {args.target}' if args.target else ''}, mode {args.mode}, zero range {args.zero_range}) "
                    f"into {args.output} in {elapsed:.2f} s")
-        for label, count in result.sites.items():
+        for label, count in result.report.sites.items():
             _say(args, f"  {count:6d}  {label}")
         if args.target is None and not args.quiet:
             print(f"variant {variant} is the exact target of {', '.join(_runtimes_targeting(variant)) or 'no runtime'}; "

@@ -26,7 +26,9 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandResult", "SharedConstants", "UniqueNames", "check_sites"]
+__all__ = [
+    "ExpandDynamicQuantizeLinearPass", "ExpandReport", "ExpandResult", "SharedConstants", "UniqueNames", "check_sites",
+]
 
 import collections
 import contextlib
@@ -51,13 +53,24 @@ _MIN_IR_VERSION = {"inline": 4, "function": 8}
 
 
 @dataclasses.dataclass
-class ExpandResult(ir.passes.PassResult):
-    """A PassResult that also counts the expanded sites per graph path."""
+class ExpandReport:
+    """What :class:`ExpandDynamicQuantizeLinearPass` did: the sites it expanded per graph path, and how."""
 
+    variant: str
+    mode: str
+    zero_range: str
+    target: str | None = None
     sites: dict[str, int] = dataclasses.field(default_factory=dict)
 
+
+@dataclasses.dataclass
+class ExpandResult(ir.passes.PassResult):
+    """A PassResult that also carries the :class:`ExpandReport`."""
+
+    report: ExpandReport | None = None
+
     def __repr__(self) -> str:  # not the model, which can be gigabytes of text
-        return f"ExpandResult(modified={self.modified}, sites={self.sites})"
+        return f"ExpandResult(modified={self.modified}, sites={self.report.sites if self.report else {}})"
 
 
 class UniqueNames:
@@ -226,7 +239,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         sites = sites_by_graph(scopes)
         if not sites:
             logger.info("no DynamicQuantizeLinear in the model")
-            return ExpandResult(model, modified=False)
+            return ExpandResult(model, modified=False, report=self._report({}))
         check_sites(sites)
         opset = _ai_onnx_opset(model.graph, "the model")
         self._check_runs(opset)
@@ -241,7 +254,10 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                 rewrites[id(root)](node)
             logger.info("expanded %d DynamicQuantizeLinear in %s", len(nodes), label)
         model.ir_version = max(model.ir_version, _MIN_IR_VERSION[self.mode])
-        return ExpandResult(model, modified=True, sites={label: len(nodes) for label, nodes in sites.items()})
+        return ExpandResult(model, modified=True, report=self._report({label: len(nodes) for label, nodes in sites.items()}))
+
+    def _report(self, sites: dict[str, int]) -> ExpandReport:
+        return ExpandReport(self.variant, self.mode, self.zero_range, self.target, sites)
 
     def _check_runs(self, opset: int) -> None:
         """Refuse to write what ``runtime`` cannot load: the original DQL ran there, so must this."""

@@ -120,7 +120,7 @@ def newest_ort_opset() -> int:
     for opset in range(MAX_OPSET, 10, -1):
         try:
             # The probe asks ORT itself, not the table of what it lacks.
-            session(dql_pass.expand(dql_model(opset), runtime=None))
+            session(dql_pass.expand(dql_model(opset), runtime=None)[0])
         except runtimes.RuntimeFailure as failure:
             if "NotImplemented" not in str(failure):  # only an opset newer than ORT's kernels is expected
                 raise
@@ -134,7 +134,7 @@ def newest_ort_opset() -> int:
 def cached_session(opset: int, rank: int, variant: str | None = None, mode: str = "inline") -> runtimes.Session:
     """ORT session for the one-node model (``variant=None``) or its expansion."""
     model = dql_model(opset, rank)
-    return session(model if variant is None else dql_pass.expand(model, variant=variant, mode=mode))
+    return session(model if variant is None else dql_pass.expand(model, variant=variant, mode=mode)[0])
 
 
 def run_cached(x: np.ndarray, opset: int = 13, variant: str | None = None, mode: str = "inline") -> list:
@@ -156,7 +156,7 @@ def quotients(model: ir.Model, pairs: set[tuple[str, str]]) -> list[ir.Node]:
 
 def reciprocal_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
     """The arithmetic expansion with x * Reciprocal(scale) in place of x / scale."""
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     for div in quotients(rewritten, site_pairs(model)):
         inverse = ir.node("Reciprocal", [div.inputs[1]])
         product = ir.node("Mul", [div.inputs[0], inverse.outputs[0]])
@@ -191,7 +191,7 @@ def value_map(model: ir.Model) -> dict[str, ir.Value]:
 def dangling_dql_rewrite(model: onnx.ModelProto, *, half_up: bool = True) -> onnx.ModelProto:
     """The arithmetic expansion with its DQL outputs renamed (the readers follow), and the original
     DQL nodes kept under the old names, read by nothing; ``half_up`` breaks the expansion's rounding."""
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     if half_up:
         round_half_up(rewritten.graph)
     values = value_map(rewritten)

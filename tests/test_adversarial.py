@@ -448,7 +448,7 @@ def test_expanded_and_fused_samples_load_in_ort(source):
     session(onnx.load(source))
     for variant in dql_pass.VARIANTS:
         for mode in dql_pass.MODES:
-            expanded = dql_pass.expand(onnx.load(source), variant=variant, mode=mode)
+            expanded = dql_pass.expand(onnx.load(source), variant=variant, mode=mode)[0]
             session(expanded)
             session(dql_pass.fuse(expanded)[0])
 
@@ -792,7 +792,7 @@ def test_readers_rewired_away_from_a_dangling_dql_fail_even_with_many_samples(tm
 
 def test_an_extra_graph_output_fails(tmp_path):
     model = onnx.load(MODELS / "relu_dql.onnx")
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     extra = value_map(rewritten)["relu_out"]
     extra.type, extra.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(["batch", 16])
     rewritten.graph.outputs.append(extra)
@@ -832,12 +832,12 @@ def test_a_zeroed_embedding_row_beyond_sixteen_fails(tmp_path):
     changed = onnx.ModelProto()
     changed.CopyFrom(original)
     changed.graph.initializer[0].CopyFrom(numpy_helper.from_array(table, "embedding"))
-    result = dql_pass_cli("verify", _save(original, tmp_path / "ids.onnx"), _save(dql_pass.expand(changed), tmp_path / "zeroed.onnx"))
+    result = dql_pass_cli("verify", _save(original, tmp_path / "ids.onnx"), _save(dql_pass.expand(changed)[0], tmp_path / "zeroed.onnx"))
     _assert_exit(result, 1)
 
 
 def test_a_rewrite_that_fixes_the_batch_to_one_fails(tmp_path):
-    rewritten = dql_pass.expand(onnx.load(MLP))
+    rewritten = dql_pass.expand(onnx.load(MLP))[0]
     for value in [*rewritten.graph.input, *rewritten.graph.output]:
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_param == "batch":
@@ -856,7 +856,7 @@ def test_inputs_too_large_to_synthesize_are_bad_input():
 def test_a_scale_doubled_on_large_inputs_fails(tmp_path):
     """y_scale doubled when x has over 1000 elements: every catalogue case is smaller."""
     model = dql_model(13, rank=3)
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     x, scale = rewritten.graph.inputs[0], value_map(rewritten)["y_scale"]
     readers = list(scale.uses())
     scale.name = "y_scale_right"

@@ -67,7 +67,7 @@ def test_sample_models_expand_bit_exactly(path, variant, mode):
     original = onnx.load(path)
     before = ir.serde.deserialize_model(original)
     dql_outputs = [v.name for n in before.graph if n.op_type == "DynamicQuantizeLinear" for v in n.outputs]
-    expanded_ir = dql_pass.expand(path, variant=variant, mode=mode)
+    expanded_ir = dql_pass.expand(path, variant=variant, mode=mode)[0]
     assert _count(expanded_ir, "DynamicQuantizeLinear") == 0
     assert _count(expanded_ir, "Identity") == _count(before, "Identity")
     expanded = ir.serde.serialize_model(expanded_ir)
@@ -100,7 +100,7 @@ def _site_model(opset: int = 13, sites: int = 3) -> onnx.ModelProto:
 @pytest.mark.parametrize("variant, per_site", [("quantizelinear", 14), ("arithmetic", 19)])
 def test_inline_sites_share_constants_and_use_few_nodes(variant, per_site):
     model = _site_model(sites=3)
-    expanded = dql_pass.expand(model, variant=variant)
+    expanded = dql_pass.expand(model, variant=variant)[0]
     assert len(expanded.graph.node) == 3 + 3 * per_site  # the three Relu/Neg nodes stay
     shared = [i.name for i in expanded.graph.initializer]
     assert len(shared) == len(set(shared)) <= 3, shared  # 0, 255 and 1 (the zero-range scale is 1 too)
@@ -108,13 +108,13 @@ def test_inline_sites_share_constants_and_use_few_nodes(variant, per_site):
 
 
 def test_function_mode_adds_one_function_per_variant_and_policy():
-    model = dql_pass.expand(_site_model(opset=18), mode="function")
+    model = dql_pass.expand(_site_model(opset=18), mode="function")[0]
     assert [(f.domain, f.name) for f in model.functions] == [(FUNCTION_DOMAIN, "DynamicQuantizeLinear_quantizelinear_onnxruntime")]
     assert {(o.domain, o.version) for o in model.opset_import} == {("", 18), (FUNCTION_DOMAIN, 1)}
     assert [(o.domain, o.version) for o in model.functions[0].opset_import] == [("", 18)]
     calls = [n for n in model.graph.node if n.domain == FUNCTION_DOMAIN]
     assert [n.name for n in calls] == ["dql0", "dql1", "dql2"]
-    again = dql_pass.expand(model, mode="function", variant="arithmetic")
+    again = dql_pass.expand(model, mode="function", variant="arithmetic")[0]
     assert len(again.functions) == 1  # nothing left to expand, nothing added
 
 
@@ -123,7 +123,7 @@ def test_outputs_keep_their_names_and_consumers():
     model.graph.node.append(helper.make_node("Cast", ["y0"], ["y0_float"], to=TensorProto.FLOAT))
     model.graph.output.append(helper.make_tensor_value_info("y0_float", TensorProto.FLOAT, ["n"]))
     model.graph.value_info.append(helper.make_tensor_value_info("s0", TensorProto.FLOAT, []))
-    expanded = dql_pass.expand(model)
+    expanded = dql_pass.expand(model)[0]
     produced = {o for n in expanded.graph.node for o in n.output}
     assert {"y0", "s0", "z0"} <= produced
     cast = next(n for n in expanded.graph.node if n.op_type == "Cast" and n.output == ["y0_float"])
@@ -175,7 +175,7 @@ def _clashing_model() -> onnx.ModelProto:
 def test_new_names_never_clash_across_scopes(variant, mode):
     model = _clashing_model()
     onnx.checker.check_model(model, full_check=True)
-    expanded = dql_pass.expand(model, variant=variant, mode=mode)
+    expanded = dql_pass.expand(model, variant=variant, mode=mode)[0]
     names = [o for n in expanded.graph.node for o in n.output] + [i.name for i in expanded.graph.initializer]
     for node in expanded.graph.node:
         for attr in node.attribute:
@@ -190,7 +190,7 @@ def test_new_names_never_clash_across_scopes(variant, mode):
 
 def test_ai_onnx_domain_spelling():
     model = dql_model(13, domain="ai.onnx")
-    expanded = dql_pass.expand(model)
+    expanded = dql_pass.expand(model)[0]
     assert _count(ir.serde.deserialize_model(expanded), "DynamicQuantizeLinear") == 0
     assert {o.version for o in expanded.opset_import if o.domain in ("", "ai.onnx")} == {13}
     onnx.checker.check_model(expanded, full_check=True)
@@ -199,23 +199,23 @@ def test_ai_onnx_domain_spelling():
 
 
 def test_idempotent_and_no_dql_is_unchanged():
-    once = dql_pass.expand(ir.serde.deserialize_model(_site_model()))
+    once = dql_pass.expand(ir.serde.deserialize_model(_site_model()))[0]
     twice = dql_pass.ExpandDynamicQuantizeLinearPass()(once)
-    assert not twice.modified and twice.sites == {}
+    assert not twice.modified and twice.report.sites == {}
     plain = helper.make_model(
         helper.make_graph([helper.make_node("Relu", ["x"], ["r"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                           [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])]),
         opset_imports=[helper.make_opsetid("", 13)],
     )
-    assert dql_pass.expand(plain).SerializeToString() == ir.serde.serialize_model(ir.serde.deserialize_model(plain)).SerializeToString()
+    assert dql_pass.expand(plain)[0].SerializeToString() == ir.serde.serialize_model(ir.serde.deserialize_model(plain)).SerializeToString()
 
 
 def test_non_float_input_is_rejected():
     model = dql_model(13)
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
     with pytest.raises(dql_pass.InputError, match="float32"):
-        dql_pass.expand(model)
+        dql_pass.expand(model)[0]
 
 
 def _external_model(folder: Path) -> Path:
@@ -238,7 +238,7 @@ def _external_model(folder: Path) -> Path:
 
 def test_external_data_is_referenced_next_to_the_input(tmp_path):
     source = _external_model(tmp_path)
-    expanded = dql_pass.expand(source)
+    expanded = dql_pass.expand(source)[0]
     assert isinstance(expanded.graph.initializers["w"].const_value, ir.ExternalTensor)
     dql_pass.save_model(expanded, tmp_path / "expanded.onnx", source=source)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["expanded.onnx", "model.onnx", "weights.bin"]
@@ -252,7 +252,7 @@ def test_external_data_follows_an_output_elsewhere(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "out").mkdir()
     source = _external_model(tmp_path / "in")
-    dql_pass.save_model(dql_pass.expand(source), tmp_path / "out" / "expanded.onnx", source=source)
+    dql_pass.save_model(dql_pass.expand(source)[0], tmp_path / "out" / "expanded.onnx", source=source)
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert len(written) == 2 and written[0] == "expanded.onnx" and re.fullmatch(r"expanded\.onnx\.[0-9a-f]{12}\.data", written[1])
     x = np.ones((2, 64), np.float32)
@@ -298,7 +298,7 @@ def test_external_tensors_in_attributes_and_subgraphs_follow_the_output(tmp_path
     (tmp_path / "out").mkdir()
     source = _constant_and_branch_external_model(tmp_path / "in")
     target = tmp_path / "out" / "e.onnx"
-    dql_pass.save_model(dql_pass.expand(source), target, source=source)
+    dql_pass.save_model(dql_pass.expand(source)[0], target, source=source)
     onnx.checker.check_model(str(target), full_check=True)
     x = np.array([[1.0, -2.0, 0.25, 3.0]], np.float32)
     for flag in (True, False):
@@ -320,11 +320,11 @@ def test_a_different_function_holding_our_name_is_not_reused():
     model.graph.output.extend([helper.make_tensor_value_info("uy", TensorProto.UINT8, ["d0"])])
     model.opset_import.append(helper.make_opsetid(FUNCTION_DOMAIN, 1))
     model.functions.append(impostor)
-    expanded = dql_pass.expand(model, mode="function")
+    expanded = dql_pass.expand(model, mode="function")[0]
     assert sorted(f.name for f in expanded.functions) == [name, f"{name}_1"]
     x = np.array([1, -2, 0.5, 3.25], np.float32)
     assert_outputs_bits_equal(session(expanded).run({"x": x}), session(model).run({"x": x}))
-    again = dql_pass.expand(dql_pass.expand(model, mode="function"), mode="function")
+    again = dql_pass.expand(dql_pass.expand(model, mode="function")[0], mode="function")[0]
     assert len(again.functions) == 2
 
 
@@ -343,7 +343,7 @@ def test_dql_in_a_function_with_an_older_opset(mode):
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("loc", 1)], functions=[function])
     onnx.checker.check_model(model, full_check=True)
-    expanded = dql_pass.expand(model, mode=mode)
+    expanded = dql_pass.expand(model, mode=mode)[0]
     onnx.checker.check_model(expanded, full_check=True)
     x = np.array([0, 2, -3, -2.5, 1.34], np.float32)
     assert_outputs_bits_equal(session(expanded).run({"x": x}), session(model).run({"x": x}))
@@ -353,14 +353,14 @@ def test_dql_in_a_function_with_an_older_opset(mode):
 def test_ir_version_rises_to_what_the_output_needs(mode, ir_version):
     model = dql_model(11)
     model.ir_version = 3
-    expanded = dql_pass.expand(model, mode=mode)
+    expanded = dql_pass.expand(model, mode=mode)[0]
     assert expanded.ir_version == ir_version
     onnx.checker.check_model(expanded, full_check=True)
 
 
 def test_opsets_beyond_onnx_are_refused_plainly():
     with pytest.raises(dql_pass.InputError, match="opset"):
-        dql_pass.expand(dql_model(dql_pass.op.MAX_OPSET + 1))
+        dql_pass.expand(dql_model(dql_pass.op.MAX_OPSET + 1))[0]
 
 
 def test_many_unnamed_sites_get_distinct_names_in_both_modes():
@@ -368,7 +368,7 @@ def test_many_unnamed_sites_get_distinct_names_in_both_modes():
     for node in model.graph.node:
         node.name = ""
     for mode in dql_pass.MODES:
-        expanded = dql_pass.expand(model, mode=mode)
+        expanded = dql_pass.expand(model, mode=mode)[0]
         # Unnamed stays unnamed (a call in function mode, so that fuse gives it back so); names are unique.
         node_names = [n.name for n in expanded.graph.node if n.op_type not in ("Relu", "Neg") and n.name]
         values = [o for n in expanded.graph.node for o in n.output]
@@ -397,5 +397,5 @@ def test_control_flow_nodes_sharing_a_name_get_distinct_graph_paths(names):
 
 def test_saving_with_a_source_that_is_gone_is_bad_input(tmp_path):
     with pytest.raises(dql_pass.InputError, match="cannot write the output"):
-        dql_pass.save_model(dql_pass.expand(ir.from_proto(dql_model(13))), tmp_path / "o.onnx", source=tmp_path / "gone.onnx")
+        dql_pass.save_model(dql_pass.expand(ir.from_proto(dql_model(13)))[0], tmp_path / "o.onnx", source=tmp_path / "gone.onnx")
     assert list(tmp_path.iterdir()) == []

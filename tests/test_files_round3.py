@@ -79,7 +79,7 @@ def test_lower_onto_the_inputs_data_is_refused(tmp_path, how, spelling):
 
 def _expanded_with_external_constants(folder: Path) -> Path:
     """An expansion whose constants (and all else) sit in e.onnx.data: fuse drops them all."""
-    expanded = dql_pass.expand(dql_model(13))
+    expanded = dql_pass.expand(dql_model(13))[0]
     path = folder / "e.onnx"
     onnx.save(expanded, path, save_as_external_data=True, location="e.onnx.data", size_threshold=0)
     assert onnx.load(path, load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL

@@ -79,7 +79,7 @@ def fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dql_pass.FuseReport]
 @pytest.mark.parametrize("name", SAMPLES)
 def test_fuse_undoes_expand(name, variant, mode, zero_range):
     original = sample(name)
-    expanded = dql_pass.expand(original, variant=variant, mode=mode, zero_range=zero_range)
+    expanded = dql_pass.expand(original, variant=variant, mode=mode, zero_range=zero_range)[0]
     assert not dql_outputs(expanded)
     result, report = fused(expanded)
     assert dql_outputs(result) == dql_outputs(original)
@@ -147,7 +147,7 @@ COMMUTED_FORMS = [v for v in dql_pass.VARIANTS if v not in ("residual", "portabl
 def test_commuted_inputs_fuse():
     original = sample("mlp_dynamic")
     for form in (*COMMUTED_FORMS, "onnx"):
-        decomposed = onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form)
+        decomposed = onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form)[0]
         model = ir.serde.deserialize_model(decomposed)
         swapped = 0
         for node in model.graph:
@@ -172,7 +172,7 @@ def test_a_consumer_inside_the_block_keeps_the_graph_sorted():
         graph.remove(consumer)
         graph.insert_before(site_nodes(graph)["QuantizeLinear'"], consumer)
 
-    edited = edit_graph(dql_pass.expand(original), move_consumer)
+    edited = edit_graph(dql_pass.expand(original)[0], move_consumer)
     onnx.checker.check_model(edited, full_check=True)
     result, _ = fused(edited)
     assert dql_outputs(result) == dql_outputs(original)
@@ -182,7 +182,7 @@ def test_a_consumer_inside_the_block_keeps_the_graph_sorted():
 def test_rules_work_with_the_plain_rewriter():
     """fuse_rules() is an ordinary RewriteRuleSet for onnxscript.rewriter.rewrite."""
     original = sample("control_flow")
-    for decomposed in (dql_pass.expand(original, variant="arithmetic"), onnx_body(original)):
+    for decomposed in (dql_pass.expand(original, variant="arithmetic")[0], onnx_body(original)):
         result = rewriter.rewrite(decomposed, pattern_rewrite_rules=fuse_rules())
         onnx.checker.check_model(result, full_check=True)
         # The rewriter names the unnamed If/Loop/Scan nodes, so graph paths differ: compare the outputs.
@@ -210,7 +210,7 @@ def test_onnx_conformance_expanded_models_fuse():
 
 
 def test_input_proto_is_untouched_and_fusing_again_changes_nothing():
-    expanded = dql_pass.expand(sample("control_flow"), mode="function")
+    expanded = dql_pass.expand(sample("control_flow"), mode="function")[0]
     before = expanded.SerializeToString()
     once, report = fused(expanded)
     assert expanded.SerializeToString() == before
@@ -240,7 +240,7 @@ def _set_attribute(op_type: str, name: str, value: int) -> Callable[[ir.Graph], 
 )
 def test_attributes_beyond_the_body(op_type, name, value, fuses):
     original = sample("opset21_dynamic")  # noop_with_empty_axes exists from opset 18
-    edited = edit_graph(dql_pass.expand(original, variant="quantizelinear"), _set_attribute(op_type, name, value))
+    edited = edit_graph(dql_pass.expand(original, variant="quantizelinear")[0], _set_attribute(op_type, name, value))
     _, report = dql_pass.fuse(edited)  # not checked: with noop_with_empty_axes=1 shapes no longer fit
     assert report.total == (3 if fuses else 2)
     assert bool(report.left_alone) != fuses
@@ -250,7 +250,7 @@ def test_attributes_beyond_the_body(op_type, name, value, fuses):
 
 def test_an_overridable_constant_is_not_a_constant():
     """An initializer that is also a graph input can change at run time: no site that reads it fuses."""
-    model = ir.serde.deserialize_model(dql_pass.expand(sample("mlp_dynamic")))
+    model = ir.serde.deserialize_model(dql_pass.expand(sample("mlp_dynamic"))[0])
     model.graph.inputs.append(model.graph.initializers["dql_pass_q_max"])
     edited = ir.serde.serialize_model(model)
     result, report = fused(edited)
@@ -262,7 +262,7 @@ def test_an_ai_onnx_import_fuses_into_a_valid_model():
     # The opset spelled "ai.onnx": the rewriter's new node imports "", which must not read as opset 1.
     model = dql_model(13)
     model.opset_import[0].domain = "ai.onnx"
-    fused, report = dql_pass.fuse(dql_pass.expand(model))
+    fused, report = dql_pass.fuse(dql_pass.expand(model)[0])
     assert report.total == 1 and [n.op_type for n in fused.graph.node] == ["DynamicQuantizeLinear"]
     assert [(o.domain, o.version) for o in fused.opset_import] == [("", 13)]
     onnx.checker.check_model(fused, full_check=True)
@@ -289,8 +289,8 @@ def test_ort_fuses_dynamic_quantize_matmul_again(name, count):
     original = sample(name)
     before = _optimized_op_types(original).count("DynamicQuantizeMatMul")
     assert before == count
-    assert _optimized_op_types(dql_pass.expand(original)).count("DynamicQuantizeMatMul") == 0
-    for decomposed in (dql_pass.expand(original, variant="arithmetic", mode="function"), onnx_body(original)):
+    assert _optimized_op_types(dql_pass.expand(original)[0]).count("DynamicQuantizeMatMul") == 0
+    for decomposed in (dql_pass.expand(original, variant="arithmetic", mode="function")[0], onnx_body(original)):
         assert _optimized_op_types(fused(decomposed)[0]).count("DynamicQuantizeMatMul") == before
 
 
@@ -413,7 +413,7 @@ NEAR_MISSES = {
 def test_near_misses_are_left_alone_with_a_reason(case):
     form, edit, reason = NEAR_MISSES[case]
     original = sample("mlp_dynamic")
-    edited = edit_graph(onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form), edit)
+    edited = edit_graph(onnx_body(original) if form == "onnx" else dql_pass.expand(original, variant=form)[0], edit)
     onnx.checker.check_model(edited, full_check=True)
     result, report = fused(edited)
     # The two other sites fuse; the edited one stays as it was.
@@ -429,7 +429,7 @@ def test_near_misses_are_left_alone_with_a_reason(case):
 def test_a_local_function_that_is_not_dql_is_not_fused():
     """A call to dql_pass's function name is fused only if the function's body computes DQL."""
     original = sample("mlp_dynamic")
-    expanded = ir.serde.deserialize_model(dql_pass.expand(original, variant="arithmetic", mode="function"))
+    expanded = ir.serde.deserialize_model(dql_pass.expand(original, variant="arithmetic", mode="function")[0])
     (function,) = expanded.functions.values()
     _without_clip_in(function)
     edited = ir.serde.serialize_model(expanded)

@@ -76,7 +76,7 @@ def opset(name: str, variant: str) -> int:
 def _session(name: str, variant: str, rank: int) -> runtimes.Session:
     # Symbolic dimensions: one model per rank serves every shape (compilers build one per shape).
     model = one_node_model([f"d{i}" for i in range(rank)], opset(name, variant))
-    return runtimes.get(name).load(dql_pass.expand(model, variant=variant, runtime=None))
+    return runtimes.get(name).load(dql_pass.expand(model, variant=variant, runtime=None)[0])
 
 
 def _differs(name: str, variant: str, x: np.ndarray) -> str | None:
@@ -129,7 +129,7 @@ def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     """Suites declare each input's shape as it is, 0 included (OpenVINO failed to read [0])."""
     runtime = installed(name)
     x = np.asarray(np.arange(np.prod(shape), dtype=_F).reshape(shape) - _F(1.5))
-    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.target)), variant=runtime.target, runtime=None)
+    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.target)), variant=runtime.target, runtime=None)[0]
     assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
 
 
@@ -152,7 +152,7 @@ def test_an_initializer_listed_among_the_inputs_is_not_fed(name):
 def _runnable_model(name: str) -> onnx.ModelProto:
     """The MLP sample, or the one-node DQL model where the runtime lacks one of the MLP's other ops."""
     model = sample("mlp_dynamic")
-    expanded = dql_pass.expand(model, target=name)
+    expanded = dql_pass.expand(model, target=name)[0]
     if runtimes.lacking(name, {(n.domain, n.op_type) for n in expanded.graph.node}, expanded.opset_import[0].version):
         model = one_node_model(["n"], opset(name, runtimes.get(name).target))
     return model
@@ -162,7 +162,7 @@ def _runnable_model(name: str) -> onnx.ModelProto:
 def test_verify_on_a_runtime_passes_its_target_expansion_and_fails_a_reciprocal(name):
     installed(name)
     model = _runnable_model(name)
-    report = dql_pass.verify(model, dql_pass.expand(model, target=name), runtime=name, samples=1)
+    report = dql_pass.verify(model, dql_pass.expand(model, target=name)[0], runtime=name, samples=1)
     assert report.verdict == "PASS", report.format()
     assert dql_pass.verify(model, reciprocal_rewrite(model), runtime=name, samples=1).verdict == "FAIL"
 
@@ -182,7 +182,7 @@ def _assert_reference_bits(session: runtimes.Session, x: np.ndarray) -> None:
 
 def test_tract_compiles_once_per_input_shape():
     installed("tract")
-    session = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None))
+    session = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0])
     shapes = [3, 5, 0, 3]
     for size in shapes:  # tract fixes every input fact: a second shape needs a second compile
         _assert_reference_bits(session, np.linspace(-2, 7, size, dtype=_F))
@@ -191,7 +191,7 @@ def test_tract_compiles_once_per_input_shape():
 
 def test_tract_refuses_quantizelinear_with_a_computed_scale_without_a_stack_trace():
     installed("tract")
-    session = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), runtime=None))
+    session = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), runtime=None)[0])
     with pytest.raises(runtimes.RuntimeFailure, match="y_scale must be a const") as failure:
         session.run({"x": np.ones(3, _F)})
     assert "Stack backtrace" not in str(failure.value)  # tract appends one when RUST_BACKTRACE is set
@@ -239,7 +239,7 @@ def _loaded(name: str, opset: int = OPSET, shape: tuple = ("n",), variant: str |
     """The one-node model of ``shape`` at ``opset``, expanded with ``variant`` (default: the target), on ``name``."""
     runtime = installed(name)
     model = one_node_model(list(shape), opset)
-    return runtime.load(dql_pass.expand(model, variant=variant or runtime.target, runtime=None))
+    return runtime.load(dql_pass.expand(model, variant=variant or runtime.target, runtime=None)[0])
 
 
 def _counting_compiles(name: str, monkeypatch) -> list:
@@ -265,7 +265,7 @@ def test_compilers_compile_a_model_once_for_every_input_shape(name, monkeypatch)
 
 @pytest.mark.parametrize("name", ["tvm", "iree"])
 def test_compilers_compile_a_model_of_unknown_rank_once_per_rank(name, monkeypatch):
-    model = dql_pass.expand(one_node_model(["n"], OPSET), variant=installed(name).target, runtime=None)
+    model = dql_pass.expand(one_node_model(["n"], OPSET), variant=installed(name).target, runtime=None)[0]
     for value in (*model.graph.input, *model.graph.output):  # as verify's site models come
         value.type.tensor_type.ClearField("shape")
     compiles = _counting_compiles(name, monkeypatch)
@@ -297,7 +297,7 @@ def test_torch_converters_run_empty_and_rank_0_inputs_through_float64(name):
     for x in (np.zeros(0, _F), np.zeros((2, 0), _F), np.array(-1.5, _F)):
         # opset 13: onnx2torch has no converter for ReduceMin-18, Reshape-19 or Cast-19.
         session = installed(name).load(dql_pass.expand(
-            one_node_model([f"d{i}" for i in range(x.ndim)], 13), variant="float64", runtime=None), threads=1)
+            one_node_model([f"d{i}" for i in range(x.ndim)], 13), variant="float64", runtime=None)[0], threads=1)
         _assert_reference_bits(session, x)
     assert torch.get_num_threads() == threads  # threads=1 holds for the run only
 
@@ -315,5 +315,5 @@ def test_iree_outputs_outlive_its_buffers():
     """Views of IREE's output buffers read reused memory once the buffers go: 99% of a million y
     were wrong on the synchronous driver before the adapter copied them."""
     x = np.random.default_rng(11).normal(0, 3, (1024, 1024)).astype(_F)
-    session = installed("iree").load(dql_pass.expand(one_node_model(["a", "b"], OPSET), runtime=None), threads=1)
+    session = installed("iree").load(dql_pass.expand(one_node_model(["a", "b"], OPSET), runtime=None)[0], threads=1)
     _assert_reference_bits(session, x)

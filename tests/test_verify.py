@@ -37,7 +37,7 @@ CONTROL_FLOW = MODELS / "control_flow.onnx"
 
 def zero_point_first_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
     """The arithmetic expansion computing Round(x / scale + zp) instead of Round(x / scale) + zp."""
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     for div in quotients(rewritten, site_pairs(model)):
         (rounding,) = div.outputs[0].consumers()
         (adding,) = rounding.outputs[0].consumers()
@@ -51,7 +51,7 @@ def zero_point_first_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def floored_zero_point_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
     """The arithmetic expansion whose y_zero_point output (only) floors instead of rounding; y is right."""
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     names = {n.outputs[2].name for nodes in dql_pass.find_sites(ir.from_proto(model)).values() for n in nodes}
     for node in list(ir.traversal.RecursiveGraphIterator(rewritten.graph)):
         if node.op_type == "Cast" and node.outputs[0].name in names:
@@ -64,7 +64,7 @@ def floored_zero_point_rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def renamed_output_rewrite(model: onnx.ModelProto, site_output: str) -> onnx.ModelProto:
     """dql_pass's expansion with one DQL output renamed (its consumers follow the new name)."""
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     values = {v.name: v for node in rewritten.graph for v in node.outputs}
     values[site_output].name = f"{site_output}_renamed"
     return ir.to_proto(rewritten)
@@ -145,7 +145,7 @@ def test_rejects_a_renamed_output(mlp):
 
 def test_rejects_a_rewrite_that_lost_an_output_in_a_function():
     model = onnx.load(CONTROL_FLOW)
-    rewritten = ir.from_proto(dql_pass.expand(model, mode="function"))
+    rewritten = ir.from_proto(dql_pass.expand(model, mode="function")[0])
     function = rewritten.functions[("local", "FakeQuant", "")]
     (zero_point,) = [v for node in function for v in node.outputs if v.name == "zero_point"]
     zero_point.name = "zp"
@@ -163,7 +163,7 @@ def test_rejects_a_rewrite_that_lost_an_output_in_a_function():
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_accepts_own_expansions_of_the_sample_models(path, variant, mode):
     model = onnx.load(path)
-    report = verify(model, dql_pass.expand(model, variant=variant, mode=mode))
+    report = verify(model, dql_pass.expand(model, variant=variant, mode=mode)[0])
     assert report.passed and report.exit_code == 0, report.format()
     assert len(report.sites) == sum(len(n) for n in dql_pass.find_sites(ir.from_proto(model)).values())
     assert all(s.cases > 0 for s in report.sites)
@@ -175,7 +175,7 @@ def test_accepts_own_expansions_of_the_sample_models(path, variant, mode):
 def test_accepts_own_expansion_of_a_built_model(variant, mode):
     """Independent of models/: a one-node DQL model of rank 2."""
     model = dql_model(13, rank=2)
-    report = verify(model, dql_pass.expand(model, variant=variant, mode=mode))
+    report = verify(model, dql_pass.expand(model, variant=variant, mode=mode)[0])
     assert report.passed, report.format()
     (row,) = report.sites
     comparable = sum(c.comparable for c in cases())
@@ -188,7 +188,7 @@ def test_unknown_sizes_written_as_minus_one_get_a_default():
     model = dql_model(13, rank=2)
     for value in (model.graph.input[0], model.graph.output[0]):
         value.type.tensor_type.shape.dim[0].dim_value = -1
-    report = verify(model, dql_pass.expand(model))
+    report = verify(model, dql_pass.expand(model)[0])
     assert report.passed, report.format()
 
 
@@ -196,14 +196,14 @@ def test_accepts_the_native_node_and_follows_the_zero_range_policy(mlp):
     assert verify(mlp, mlp).passed
     report = verify(mlp, mlp, zero_range="onnx-reference")
     _assert_rejected(report, "input_QuantizeLinear", "zero range")
-    expanded = dql_pass.expand(mlp, zero_range="onnx-reference")
+    expanded = dql_pass.expand(mlp, zero_range="onnx-reference")[0]
     assert verify(mlp, expanded, zero_range="onnx-reference").passed
     _assert_rejected(verify(mlp, expanded), "input_QuantizeLinear", "zero range")
 
 
 def test_subgraph_sites_are_checked_and_the_report_says_what_the_models_could_not_show():
     model = onnx.load(CONTROL_FLOW)
-    report = verify(model, dql_pass.expand(model))
+    report = verify(model, dql_pass.expand(model)[0])
     inside = [s for s in report.sites if s.graph != "main"]
     assert len(inside) == 6 and all(s.cases > 0 and s.not_reachable is None for s in inside)
     assert all(s.model_level.startswith("not checked in the models") for s in inside)
@@ -212,7 +212,7 @@ def test_subgraph_sites_are_checked_and_the_report_says_what_the_models_could_no
 
 def test_sites_are_found_when_a_rewrite_renames_the_control_flow_nodes():
     model = onnx.load(CONTROL_FLOW)
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     for node in ir.traversal.RecursiveGraphIterator(rewritten.graph):
         if node.op_type in ("If", "Loop", "Scan"):
             node.name = f"renamed_{node.op_type}"
@@ -272,7 +272,7 @@ def _with_onnx_body_in(model: onnx.ModelProto, expanded: onnx.ModelProto, index:
 def test_sites_in_two_unnamed_ifs_are_told_apart(names):
     """Two unnamed If nodes used to give their branches one path: one graph was checked twice, the other never."""
     model = _two_unnamed_ifs(then_dql=True, else_dql=True, names=names)
-    expanded = dql_pass.expand(model)
+    expanded = dql_pass.expand(model)[0]
     report = verify(model, expanded, samples=1)
     assert report.passed, report.format()
     assert len(report.sites) == 4 and all(s.cases > 0 for s in report.sites)
@@ -291,7 +291,7 @@ def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model
     so no else branch ran in the models either.
     """
     model = _two_unnamed_ifs(then_dql=False, else_dql=True, names="shared")
-    expanded = dql_pass.expand(model)
+    expanded = dql_pass.expand(model)[0]
     assert verify(model, expanded).passed
     report = verify(model, _with_onnx_body_in(model, expanded, 0, "else_branch"))
     assert report.verdict == "FAIL" and len(report.sites) == 2
@@ -316,7 +316,7 @@ def test_boolean_inputs_take_both_values_and_masks_stay_ones():
 def test_a_site_that_depends_on_another_value_is_not_reachable_and_not_a_pass():
     model = dql_model(13)
     model.graph.input.append(helper.make_tensor_value_info("other", TensorProto.FLOAT, []))
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     other = rewritten.graph.inputs[1]
     (scale,) = [v for node in rewritten.graph for v in node.outputs if v.name == "y_scale"]
     scale.name = "y_scale_computed"
@@ -389,7 +389,7 @@ def test_bit_comparison_tells_signed_zeros_and_nan_payloads_apart():
 
 
 def test_final_output_difference_is_reported_with_its_size(mlp):
-    rewritten = ir.from_proto(dql_pass.expand(mlp))
+    rewritten = ir.from_proto(dql_pass.expand(mlp)[0])
     bias = rewritten.graph.initializers["B3"]  # the last layer's: every site stays right
     bias.const_value = ir.tensor(bias.const_value.numpy() + np.float32(0.25))
     report = verify(mlp, ir.to_proto(rewritten))
@@ -402,7 +402,7 @@ def test_final_output_difference_is_reported_with_its_size(mlp):
 def test_model_level_checks_each_site_on_its_actual_input():
     """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model and by the large site cases."""
     model = dql_model(13, rank=2)
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     x = rewritten.graph.inputs[0]
     quantize = next(n for n in rewritten.graph if n.op_type == "QuantizeLinear" and n.inputs[0] is x)
     # Scale x by 1.01 when it has over 1000 elements: no catalogue case is that large.
@@ -448,7 +448,7 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
     original = tmp_path / "tiny.onnx"
     onnx.save(model, original, save_as_external_data=True, location="tiny.data", size_threshold=0)
     rewritten = tmp_path / "tiny_expanded.onnx"
-    dql_pass.save_model(dql_pass.expand(original), rewritten)
+    dql_pass.save_model(dql_pass.expand(original)[0], rewritten)
     report = verify(original, rewritten, dims={"sequence": 5})
     assert report.passed, report.format()
     assert report.input_sets == ["sample 0", "sample 1"]  # no float input: no all-zero set
@@ -489,7 +489,7 @@ def test_a_site_whose_readers_read_two_values_checks_both():
     model = dql_model(13)
     model.graph.node.append(helper.make_node("Cast", ["y"], ["y_float"], to=TensorProto.FLOAT))
     model.graph.output.append(helper.make_tensor_value_info("y_float", TensorProto.FLOAT, ["d0"]))
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     values = value_map(rewritten)
     zero_point = ir.node("Cast", [values["y_zero_point"]], attributes={"to": ir.DataType.FLOAT})
     low, high, half = constant_node(np.float32(0)), constant_node(np.float32(255)), constant_node(np.float32(0.5))
@@ -513,7 +513,7 @@ def test_a_site_whose_readers_read_two_values_checks_both():
 def test_graph_outputs_are_compared_by_name_and_position():
     """Reordered or extra graph outputs fail: a caller reads outputs by position, and gets more."""
     model = onnx.load(MODELS / "relu_dql.onnx")
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     outputs = rewritten.graph.outputs
     outputs[0], outputs[1] = outputs[1], outputs[0]
     report = verify(model, ir.to_proto(rewritten), samples=0)
@@ -540,7 +540,7 @@ def _without_batch(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_a_rewrite_that_fixes_the_batch_to_one_fails(mlp):
-    report = verify(mlp, _without_batch(dql_pass.expand(mlp)))
+    report = verify(mlp, _without_batch(dql_pass.expand(mlp)[0]))
     assert report.verdict == "FAIL" and "onnxruntime cannot run REWRITTEN" in report.model_error
     assert report.notes == []
 
@@ -555,7 +555,7 @@ def test_an_original_that_runs_only_at_batch_one_is_run_at_batch_one_and_the_rep
     outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("y", TensorProto.UINT8, [4]), ("y_scale", TensorProto.FLOAT, []), ("y_zero_point", TensorProto.UINT8, []))]
     graph = helper.make_graph(nodes, "batch_one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])], outputs, [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    report = verify(model, dql_pass.expand(model))
+    report = verify(model, dql_pass.expand(model)[0])
     assert report.passed, report.format()
     (note,) = report.notes
     assert note.startswith("ORIGINAL does not run at batch 2 (ORT cannot run ORIGINAL: ") and note.endswith("both models ran at batch 1")
@@ -576,9 +576,9 @@ def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
 def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
     model = _embedding_model(rows=16)
     with pytest.raises(dql_pass.InputError, match="samples=0 leaves no input set"):
-        verify(model, dql_pass.expand(model), samples=0)
+        verify(model, dql_pass.expand(model)[0], samples=0)
     # Every input given: one set, the given one.
-    report = verify(model, dql_pass.expand(model), samples=0, inputs={"input_ids": np.zeros((2, 3), np.int64)})
+    report = verify(model, dql_pass.expand(model)[0], samples=0, inputs={"input_ids": np.zeros((2, 3), np.int64)})
     assert report.passed and report.input_sets == ["given inputs"], report.format()
 
 
@@ -590,7 +590,7 @@ def test_inputs_too_large_to_synthesize_are_bad_input(mlp):
 def _site_size_rewrite(model: onnx.ModelProto, defect: str) -> onnx.ModelProto:
     """The expansion made wrong on large tensors only: ``prefix`` reduces the first 256 elements,
     ``double`` doubles y_scale (and so the quantization) when x has more than 1000 elements."""
-    rewritten = ir.from_proto(dql_pass.expand(model))
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
     graph = rewritten.graph
     x = graph.inputs[0]
     if defect == "prefix":
@@ -692,7 +692,7 @@ def _zeroed_row(model: onnx.ModelProto, row: int) -> onnx.ModelProto:
     ids=["leaky-relu", "clip", "embedding-row"],
 )
 def test_non_dql_changes_that_show_only_on_rare_inputs_fail(original, changed):
-    report = verify(original, dql_pass.expand(changed))
+    report = verify(original, dql_pass.expand(changed)[0])
     assert report.verdict == "FAIL" and not all(o.identical for o in report.outputs), report.format()
 
 
@@ -776,14 +776,14 @@ def test_a_dead_copy_of_the_readers_does_not_stand_in_for_the_live_path():
     """The review's false PASS: the DQL and its DequantizeLinear kept, unused; a Floor(x/s + 0.5)
     expansion feeds a new DequantizeLinear that the Identity reads."""
     model = _reader_chain()
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     round_half_up(rewritten.graph)
     _keep_dead_copy(model, rewritten, rewritten.graph, {"dql", "deq"})
     report = verify(model, ir.to_proto(rewritten), samples=50)
     assert report.verdict == "INCOMPLETE", report.format()
     assert "nothing REWRITTEN outputs depends on it" in _row(report, "dql").not_reachable
     # The same with a right expansion: the live path is not the one found, still not a pass.
-    fine = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    fine = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     _keep_dead_copy(model, fine, fine.graph, {"dql", "deq"})
     assert verify(model, ir.to_proto(fine)).verdict == "INCOMPLETE"
 
@@ -795,7 +795,7 @@ def test_an_uncalled_copy_of_a_function_does_not_stand_in_for_the_called_one():
                               list(body.input), list(body.output))
     model = helper.make_model(graph, functions=[function],
                               opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)])
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     wrong = rewritten.functions.pop(("local", "F", ""))
     round_half_up(wrong.graph)
     wrong.name = "G"
@@ -833,7 +833,7 @@ def test_an_unused_copy_of_an_if_does_not_stand_in_for_the_used_one():
         [helper.make_tensor_value_info(n, t, d) for n, t, d in (("a", TensorProto.UINT8, ["n"]), ("b", TensorProto.FLOAT, []),
                                                                  ("d", TensorProto.UINT8, []))]),
         opset_imports=[helper.make_opsetid("", 13)])
-    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic"))
+    rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
     used = rewritten.graph.node(0)
     used.name = "if_new"
     round_half_up(used.attributes["then_branch"].as_graph())
@@ -905,7 +905,7 @@ def _sequence_input_model() -> onnx.ModelProto:
 
 def test_an_input_that_cannot_be_synthesized_leaves_the_model_level_not_checked():
     model = _sequence_input_model()
-    report = verify(model, dql_pass.expand(model))
+    report = verify(model, dql_pass.expand(model)[0])
     assert report.verdict == "INCOMPLETE" and report.exit_code == 1, report.format()
     assert "cannot synthesize model input 'xs'" in report.model_not_checked and "give it in inputs" in report.model_not_checked
     assert _row(report, "dql").cases > 0 and _row(report, "dql").model_level.startswith("not checked in the models")
@@ -937,7 +937,7 @@ def test_a_site_model_imports_only_the_domains_it_uses():
     site does not call it, and tinygrad refuses a model that imports a domain it does not know."""
     from dql_pass.verification.extract import Scopes, extract, original_sites
 
-    rewritten = dql_pass.expand(ir.load(MODELS / "control_flow.onnx"), variant="float64")
+    rewritten = dql_pass.expand(ir.load(MODELS / "control_flow.onnx"), variant="float64")[0]
     imports = {}
     for site in original_sites(ir.load(MODELS / "control_flow.onnx")):
         graph, read = Scopes(rewritten).read(site)

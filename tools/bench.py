@@ -139,7 +139,7 @@ OP_BASELINE = "native DQL"
 def _op_contenders() -> dict[str, onnx.ModelProto]:
     model = op.one_node_model(["n"], 21)
     contenders = {OP_BASELINE: model}
-    contenders.update({f"dql_pass {v}": dql_pass.expand(model, variant=v) for v in dql_pass.VARIANTS})
+    contenders.update({f"dql_pass {v}": dql_pass.expand(model, variant=v)[0] for v in dql_pass.VARIANTS})
     contenders["ONNX function body"] = models.inline_onnx_function(model)
     return contenders
 
@@ -158,7 +158,7 @@ def other_runtimes_table(config: Config) -> tuple[str, list[str], list[list[str]
         if runtime is ORT or not runtime.installed():
             continue
         forms = {OP_BASELINE: model, f"dql_pass {runtime.target} (target)": dql_pass.expand(model, variant=runtime.target,
-                                                                                            runtime=None)}
+                                                                                            runtime=None)[0]}
         for size in config.runtime_sizes:
             x = rng.standard_normal(size, dtype=np.float32)
             expected = dql_pass.dynamic_quantize_linear(x)
@@ -250,7 +250,7 @@ def bench_ops(config: Config) -> tuple[Section, dict[str, dict[str, list[tuple[i
 def profile_expand(source: Path, target: Path, report: Path, top: int = 25) -> list[str]:
     """cProfile of load + expand + save in process; the ``top`` cumulative entries go to ``report``."""
     profiler = cProfile.Profile()
-    profiler.runcall(lambda: dql_pass.save_model(dql_pass.expand(source), target, source=source))
+    profiler.runcall(lambda: dql_pass.save_model(dql_pass.expand(source)[0], target, source=source))
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
     report.write_text(text.getvalue())
@@ -413,7 +413,7 @@ CONTENDERS = ("original", "expanded", "fused")
 
 def _contenders(model: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
     """The model, its expansion and that expansion fused back, in the order of CONTENDERS."""
-    expanded = dql_pass.expand(model)
+    expanded = dql_pass.expand(model)[0]
     return dict(zip(CONTENDERS, (model, expanded, dql_pass.fuse(expanded)[0])))
 
 

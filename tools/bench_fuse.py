@@ -58,7 +58,7 @@ CONFIGS = {"full": Config(budget=6.0, min_rounds=30, chains=(100, 1000)), "quick
 
 def forms(original: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
     """The five forms of a model, in the order of FORMS."""
-    body, expanded = inline_onnx_function(original), dql_pass.expand(original)
+    body, expanded = inline_onnx_function(original), dql_pass.expand(original)[0]
     models = (original, body, expanded, dql_pass.fuse(body)[0], dql_pass.fuse(expanded)[0])
     return dict(zip(FORMS, models))
 

@@ -76,7 +76,7 @@ def bench_chains(sizes: list[int], runs: int, tree: Path) -> int:
             model = models.chain_model(sites)
             original, rewritten = Path(tmp, f"chain{sites}.onnx"), Path(tmp, f"chain{sites}_expanded.onnx")
             onnx.save(model, original)
-            onnx.save(dql_pass.expand(model), rewritten)
+            onnx.save(dql_pass.expand(model)[0], rewritten)
             pairs[sites] = original, rewritten
         times: dict[int, list[float]] = {sites: [] for sites in sizes}
         peaks: dict[int, list[float]] = {sites: [] for sites in sizes}

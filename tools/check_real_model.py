@@ -169,7 +169,7 @@ def _rows(model: Path, original: ir.Model, checker: _Checker, folder: Path, **ve
         for mode in dql_pass.MODES:
             out = folder / f"{model.stem}.{variant}.{mode}.onnx"
             start = time.perf_counter()
-            expanded = dql_pass.expand(model, variant=variant, mode=mode)
+            expanded = dql_pass.expand(model, variant=variant, mode=mode)[0]
             seconds = time.perf_counter() - start
             dql_pass.save_model(expanded, out, source=model)
             written = onnx.load(out)

@@ -245,7 +245,7 @@ def _line(error: BaseException | str) -> str:
 def _form_model(form: str, rank: int, opset: int) -> onnx.ModelProto:
     """The one-node model of ``rank`` (symbolic dimensions) at ``opset``, or its expansion in ``form``."""
     model = op.one_node_model([f"d{i}" for i in range(rank)], opset)
-    return model if form == NATIVE else dql_pass.expand(model, variant=form, runtime=None)
+    return model if form == NATIVE else dql_pass.expand(model, variant=form, runtime=None)[0]
 
 
 class _Sessions:
@@ -354,7 +354,7 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     original, site_count = _with_site_outputs(original)
     feeds = models.random_feeds(original, np.random.default_rng(0), size=2)
     expected = runtimes.get("onnxruntime").load(original).run(feeds)
-    expanded = dql_pass.expand(original, variant=runtime.target, runtime=None)
+    expanded = dql_pass.expand(original, variant=runtime.target, runtime=None)[0]
     try:
         actual = runtime.load(expanded).run(feeds)
     except Exception as error:  # noqa: BLE001 - a refusal is the row's content
