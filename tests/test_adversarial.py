@@ -724,10 +724,10 @@ def test_gen_tests_over_a_fifo_manifest_does_not_hang(suite):
 
 # Run before _DRIVER: one catalogue case, so that each forked gen-tests writes one folder.
 _ONE_CASE = textwrap.dedent('''
-    from dql_pass import catalogue
+    from dql_pass import inputs
 
-    one_case = [c for c in catalogue.cases() if c.name == "spec_example"]
-    catalogue.cases = lambda **options: one_case
+    one_case = [c for c in inputs.cases() if c.name == "spec_example"]
+    inputs.cases = lambda **options: one_case
 ''')
 
 

@@ -13,8 +13,8 @@ PACKAGE = Path(dql_pass.__file__).parent
 LAYERS = [
     ["errors", "metadata", "variants"],
     ["op"],
-    ["reference", "catalogue", "compare"],
-    ["onnxscript_bodies"],
+    ["reference", "compare"],
+    ["inputs", "onnxscript_bodies"],
     ["decomposition", "walk", "modelfiles"],
     ["runtimes"],
     ["expansion", "fusion"],

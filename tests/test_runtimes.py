@@ -13,7 +13,7 @@ import pytest
 from helpers import reciprocal_rewrite, sample
 
 import dql_pass
-from dql_pass import catalogue, decomposition, runtimes
+from dql_pass import decomposition, inputs, runtimes
 from dql_pass.compare import compare_site
 from dql_pass.op import MIN_OPSET, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
@@ -80,11 +80,11 @@ def _differs(name: str, variant: str, x: np.ndarray) -> str | None:
     return None if diff is None else diff.detail
 
 
-def _unexplained(name: str, inputs: list[np.ndarray]) -> list[str]:
+def _unexplained(name: str, arrays: list[np.ndarray]) -> list[str]:
     """The inputs whose outputs differ from the reference with no known difference of the target to explain it."""
     runtime = runtimes.get(name)
     found = []
-    for i, x in enumerate(inputs):
+    for i, x in enumerate(arrays):
         diff = _differs(name, runtime.target, x)
         if diff is not None and not runtime.differences(x, runtime.target, "onnxruntime"):
             found.append(f"input {i} {list(x.shape)}: {diff}")
@@ -94,7 +94,7 @@ def _unexplained(name: str, inputs: list[np.ndarray]) -> list[str]:
 @pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
 def test_the_target_variant_is_exact_on_the_catalogue(name):
     installed(name)
-    assert _unexplained(name, [c.x for c in catalogue.cases() if c.comparable]) == []
+    assert _unexplained(name, [c.x for c in inputs.cases() if c.comparable]) == []
 
 
 @pytest.mark.parametrize("name", list(runtimes.RUNTIMES))
@@ -109,7 +109,7 @@ def test_every_known_difference_of_the_target_is_seen(name):
     runtime = installed(name)
     stated = [d for d in runtime.known_differences if runtime.target in d.forms and d.policy in (None, "onnxruntime")]
     seen = set()
-    for x in [c.x for c in catalogue.cases() if c.comparable] + independent_inputs():
+    for x in [c.x for c in inputs.cases() if c.comparable] + independent_inputs():
         if _differs(name, runtime.target, x) is not None:
             seen |= set(runtime.differences(x, runtime.target, "onnxruntime"))
     assert [d.reason for d in stated if d.reason not in seen] == []

@@ -10,7 +10,7 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 2. Bit-exactness of the native DQL node, of each expansion variant and of ``--target`` (the
    runtime's :attr:`~dql_pass.runtimes.Runtime.target` variant), against
    :func:`dql_pass.reference.dynamic_quantize_linear` (y, y_scale, y_zero_point, every bit), on
-   the finite, the ±inf and the empty parts of :func:`dql_pass.catalogue.cases` and on inputs
+   the finite, the ±inf and the empty parts of :func:`dql_pass.inputs.cases` and on inputs
    built here, apart from the catalogue (:func:`independent_inputs`); at ai.onnx opset 21 and 13.
 3. Per runtime and form, the inputs that still differ: grouped by the known difference
    (:meth:`~dql_pass.runtimes.Runtime.differences`) that explains them, or flagged UNKNOWN with
@@ -61,7 +61,7 @@ import onnx
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass import catalogue, op, runtimes
+from dql_pass import inputs, op, runtimes
 from dql_pass.compare import bit_difference, compare_site
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
@@ -181,7 +181,7 @@ def independent_inputs(count: int, seed: int = 11) -> list[tuple[str, np.ndarray
 def _parts(independent: int) -> dict[str, list[tuple[str, np.ndarray]]]:
     """The inputs of each part of :data:`PARTS` (NaN inputs are outside the contract)."""
     parts: dict[str, list[tuple[str, np.ndarray]]] = {part: [] for part in PARTS}
-    for case in catalogue.cases():
+    for case in inputs.cases():
         if not case.comparable:
             continue
         part = "empty" if not case.x.size else "±inf" if np.isinf(case.x).any() else "finite"
@@ -285,8 +285,8 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
     sessions = _Sessions(runtime, form, opset)
     # A refusal of an op the runtime declares it lacks is a known difference, not a surprise.
     lacks = _lacks(runtime, _form_model(form, 1, opset))
-    for part, inputs in parts.items():
-        for name, x in inputs:
+    for part, arrays in parts.items():
+        for name, x in arrays:
             expected = dynamic_quantize_linear(x, POLICY)
             actual = sessions.run(x)
             result.counts[part][1] += 1
@@ -304,7 +304,7 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
                 result.known[reason] += 1
             if not reasons:
                 # A refusal is one difference whatever the input; wrong bits are told apart by input class.
-                key = actual if isinstance(actual, str) else ", ".join(sorted(runtimes.input_classes(x, POLICY)))
+                key = actual if isinstance(actual, str) else ", ".join(sorted(inputs.input_classes(x, POLICY)))
                 result.unknown.setdefault(key or "no class", []).append(f"{name}: {_line(detail)}")
     return result
 
@@ -540,7 +540,7 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "against the NumPy reference, zero-range policy `onnxruntime`. *native* is the DynamicQuantizeLinear node "
         "itself; the variants are `dql_pass.expand(model, variant=...)` of it; *--target* is the variant "
         "`dql-pass expand --target NAME` picks for the runtime. The inputs: the finite, ±inf and empty parts of "
-        "`dql_pass.catalogue.cases()`, and inputs built by `tools.runtimes.independent_inputs` apart from the "
+        "`dql_pass.inputs.cases()`, and inputs built by `tools.runtimes.independent_inputs` apart from the "
         f"catalogue (seeded: random values at scales 1e-30 to 1e30, exact ties of x/scale and their neighbours, "
         f"symmetric [-t, t] ranges, subnormal and underflowing scales; shapes {', '.join(map(str, SHAPES))}; "
         f"{config.independent} of them, the first {config.independent_on_compilers} for the forms other than the "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "ShapeCachedSession", "as_file", "as_proto",
-    "compiled_per_rank", "conform", "failures_of", "fed_inputs", "input_classes", "output_types", "with_ranks",
+    "compiled_per_rank", "conform", "failures_of", "fed_inputs", "output_types", "with_ranks",
 ]
 
 import contextlib
@@ -34,7 +34,7 @@ import onnx_ir as ir
 
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import ExternalData, in_memory
-from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.inputs import check_class, input_classes
 
 
 class RuntimeFailure(Exception):
@@ -75,81 +75,12 @@ class KnownDifference:
     """Where a runtime's outputs differ from the contract: a form, a class of inputs, a policy."""
 
     forms: tuple[str, ...]  # "native" (the DQL node) or expansion variants
-    inputs: str  # one of the classes :func:`input_classes` names
+    inputs: str  # one of :data:`dql_pass.inputs.CLASSES`, checked here: a misspelt class would never match
     reason: str
     policy: str | None = None  # the zero-range policy under which it shows; None: any
 
-
-def _subnormal(values: np.ndarray) -> bool:
-    values = np.abs(np.asarray(values, np.float32))
-    return bool(np.any((values > 0) & (values < np.finfo(np.float32).tiny)))
-
-
-def _reciprocal_changes(x: np.ndarray, scale: np.float32) -> bool:
-    """Whether dividing through a float32 reciprocal (``a * (1 / b)``) changes a DQL output of ``x``."""
-    finite = x[np.isfinite(x)]
-    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
-    hi = max(np.float32(0), finite.max(initial=np.float32(0)))
-    if hi - lo == 0 or not np.isfinite(scale) or scale == 0:
-        return False
-    inverse = np.float32(1) / scale
-    if np.float32(hi - lo) * (np.float32(1) / np.float32(255)) != scale:
-        return True
-    saturated = np.float32(255)
-    if np.round(min(np.float32(-lo * inverse), saturated)) != np.round(min(np.float32(-lo / scale), saturated)):
-        return True
-    return bool(np.any(np.round(finite * inverse) != np.round(finite / scale)))
-
-
-def _near_tie(x: np.ndarray, scale: np.float32, zero_point: np.uint8) -> bool:
-    """Whether a quotient a kernel rounds lies on k + 0.5 or within 4 float32 ulps of it: x/scale,
-    the zero point's -lo/scale, or x/scale + zero_point summed in float32 (|q| < 2^22)."""
-    finite = x[np.isfinite(x)]
-    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
-    q = (finite / scale).astype(np.float32)
-    candidates = np.concatenate([q, [np.float32(-lo / scale)], (q + np.float32(zero_point)).astype(np.float32)])
-    candidates = candidates[np.isfinite(candidates) & (np.abs(candidates) < 2**22)]
-    distance = np.abs(candidates - (np.floor(candidates) + np.float32(0.5)))
-    return bool(np.any(distance <= 4 * np.spacing(np.abs(candidates))))
-
-
-def input_classes(x: np.ndarray, policy: str) -> set[str]:
-    """The classes of ``x`` that known differences are stated for:
-
-    - ``empty``, ``all zero`` and ``zero range`` (either);
-    - ``x/scale overflows to +inf``;
-    - ``subnormal``: x, its range or its scale holds a subnormal float32 (runtimes that flush
-      subnormals to zero compute another range, scale or quotient);
-    - ``reciprocal``: dividing through a float32 reciprocal instead changes an output;
-    - ``infinite``: x holds +inf or -inf;
-    - ``tiny scale``: the scale is below 2^-120, where remainders of the scale fall out of the
-      normal range;
-    - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
-      that round ties away from zero, or add the zero point before rounding, differ there).
-    """
-    classes = set()
-    with np.errstate(all="ignore"):
-        if not x.size:
-            classes |= {"empty", "zero range"}
-        elif np.all(x == 0):
-            classes |= {"all zero", "zero range"}
-        if np.isinf(x).any():
-            classes.add("infinite")
-        if not np.isnan(x).any():
-            _, scale, zero_point = dynamic_quantize_linear(x, policy)
-            if np.isposinf(x / scale).any():
-                classes.add("x/scale overflows to +inf")
-            if x.size:
-                value_range = np.float32(max(np.float32(0), x.max()) - min(np.float32(0), x.min()))
-                if _subnormal(x) or _subnormal(value_range) or _subnormal(scale):
-                    classes.add("subnormal")
-            if 0 < scale < 2.0**-120:
-                classes.add("tiny scale")
-            if _reciprocal_changes(x.ravel(), scale):
-                classes.add("reciprocal")
-            if x.size and _near_tie(x.ravel(), scale, zero_point):
-                classes.add("near tie")
-    return classes
+    def __post_init__(self) -> None:
+        check_class(self.inputs)
 
 
 class Session:

@@ -30,7 +30,7 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.catalogue import Case, cases
+from dql_pass.inputs import Case, cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
@@ -178,7 +178,7 @@ def check_sites(
             results, unchecked = runner.run(site_model)
             tally.result.not_checked = tally.result.not_checked or unchecked
             for case, (diff, known) in zip(catalogue, results):
-                tally.add(case.name, case.category, diff, known=known)
+                tally.add(case.name, case.heading, diff, known=known)
     return tallies
 
 

@@ -1,6 +1,11 @@
-"""The catalogue of DynamicQuantizeLinear inputs that the evaluator, the property tests and the
-conformance suites all draw from.
+"""What DynamicQuantizeLinear is checked on: the classes of inputs, the catalogue, and the inputs
+built apart from it.
 
+One vocabulary: :data:`CLASSES` names the classes of inputs, :func:`input_classes` says which ones
+an input belongs to, and what a runtime's known differences, the verify report and run-tests say
+about inputs draws from it (:func:`check_class` refuses a name outside it).
+
+The catalogue that the evaluator, the property tests and the conformance suites all draw from.
 Random inputs almost never hit the cases where implementations go wrong (a zero range, ±inf, an
 underflowing scale, an exact .5 tie), so those are constructed here, deterministically:
 
@@ -16,23 +21,116 @@ underflowing scale, an exact .5 tie), so those are constructed here, determinist
 
 from __future__ import annotations
 
-__all__ = ["Case", "cases"]
+__all__ = ["CLASSES", "Case", "cases", "check_class", "input_classes"]
 
 import dataclasses
 
 import numpy as np
 
+from dql_pass.reference import dynamic_quantize_linear
+
 _F = np.float32
+
+# The classes of inputs, as :func:`input_classes` computes them.
+CLASSES: frozenset[str] = frozenset({
+    "empty", "all zero", "zero range", "x/scale overflows to +inf", "subnormal", "reciprocal", "infinite", "tiny scale",
+    "near tie",
+})
+
+
+def check_class(name: str) -> str:
+    """``name`` when it is one of :data:`CLASSES`; ValueError naming them otherwise."""
+    if name not in CLASSES:
+        raise ValueError(f"unknown input class {name!r}; the classes: {', '.join(sorted(CLASSES))}")
+    return name
+
+
+def _subnormal(values: np.ndarray) -> bool:
+    values = np.abs(np.asarray(values, np.float32))
+    return bool(np.any((values > 0) & (values < np.finfo(np.float32).tiny)))
+
+
+def _reciprocal_changes(x: np.ndarray, scale: np.float32) -> bool:
+    """Whether dividing through a float32 reciprocal (``a * (1 / b)``) changes a DQL output of ``x``."""
+    finite = x[np.isfinite(x)]
+    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
+    hi = max(np.float32(0), finite.max(initial=np.float32(0)))
+    if hi - lo == 0 or not np.isfinite(scale) or scale == 0:
+        return False
+    inverse = np.float32(1) / scale
+    if np.float32(hi - lo) * (np.float32(1) / np.float32(255)) != scale:
+        return True
+    saturated = np.float32(255)
+    if np.round(min(np.float32(-lo * inverse), saturated)) != np.round(min(np.float32(-lo / scale), saturated)):
+        return True
+    return bool(np.any(np.round(finite * inverse) != np.round(finite / scale)))
+
+
+def _near_tie(x: np.ndarray, scale: np.float32, zero_point: np.uint8) -> bool:
+    """Whether a quotient a kernel rounds lies on k + 0.5 or within 4 float32 ulps of it: x/scale,
+    the zero point's -lo/scale, or x/scale + zero_point summed in float32 (|q| < 2^22)."""
+    finite = x[np.isfinite(x)]
+    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
+    q = (finite / scale).astype(np.float32)
+    candidates = np.concatenate([q, [np.float32(-lo / scale)], (q + np.float32(zero_point)).astype(np.float32)])
+    candidates = candidates[np.isfinite(candidates) & (np.abs(candidates) < 2**22)]
+    distance = np.abs(candidates - (np.floor(candidates) + np.float32(0.5)))
+    return bool(np.any(distance <= 4 * np.spacing(np.abs(candidates))))
+
+
+def input_classes(x: np.ndarray, policy: str) -> set[str]:
+    """The classes of ``x`` that known differences are stated for:
+
+    - ``empty``, ``all zero`` and ``zero range`` (either);
+    - ``x/scale overflows to +inf``;
+    - ``subnormal``: x, its range or its scale holds a subnormal float32 (runtimes that flush
+      subnormals to zero compute another range, scale or quotient);
+    - ``reciprocal``: dividing through a float32 reciprocal instead changes an output;
+    - ``infinite``: x holds +inf or -inf;
+    - ``tiny scale``: the scale is below 2^-120, where remainders of the scale fall out of the
+      normal range;
+    - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
+      that round ties away from zero, or add the zero point before rounding, differ there).
+    """
+    classes = set()
+    with np.errstate(all="ignore"):
+        if not x.size:
+            classes |= {"empty", "zero range"}
+        elif np.all(x == 0):
+            classes |= {"all zero", "zero range"}
+        if np.isinf(x).any():
+            classes.add("infinite")
+        if not np.isnan(x).any():
+            _, scale, zero_point = dynamic_quantize_linear(x, policy)
+            if np.isposinf(x / scale).any():
+                classes.add("x/scale overflows to +inf")
+            if x.size:
+                value_range = np.float32(max(np.float32(0), x.max()) - min(np.float32(0), x.min()))
+                if _subnormal(x) or _subnormal(value_range) or _subnormal(scale):
+                    classes.add("subnormal")
+            if 0 < scale < 2.0**-120:
+                classes.add("tiny scale")
+            if _reciprocal_changes(x.ravel(), scale):
+                classes.add("reciprocal")
+            if x.size and _near_tie(x.ravel(), scale, zero_point):
+                classes.add("near tie")
+    return classes
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One input ``x`` with a stable name, a category and a sentence on what it tests."""
+    """One input ``x`` with a stable name, the heading it is listed under and a sentence on what it
+    tests. The heading orders the catalogue for a reader; what the input is, for a check, a report or
+    a known difference, is :meth:`classes`."""
 
     name: str
-    category: str
+    heading: str
     x: np.ndarray
     description: str
+
+    def classes(self, policy: str) -> set[str]:
+        """The classes of :data:`CLASSES` that ``x`` belongs to under zero-range ``policy``."""
+        return input_classes(self.x, policy)
 
     @property
     def zero_range(self) -> bool:
