@@ -28,7 +28,8 @@ import os
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import Compiled, KnownDifference, Runtime, Session, as_proto, compiled_per_rank
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session
+from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
 
 logger = logging.getLogger(__name__)
 

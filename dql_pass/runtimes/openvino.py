@@ -14,9 +14,9 @@ __all__ = ["OpenVino"]
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, fed_inputs, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
+
 
 
 class OpenVino(Runtime):

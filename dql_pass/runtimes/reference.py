@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass.runtimes.base import KnownDifference, Runtime, Session, as_proto, failures_of
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import as_proto
 
 
 class _ReferenceSession(Session):

@@ -17,9 +17,9 @@ import weakref
 
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, output_types
+
 
 
 _REWRITES = ("measured: tinygrad rewrites float algebra before it runs ((v + e) - v becomes e), which undoes the "

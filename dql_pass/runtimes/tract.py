@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Lack, Runtime, Session, ShapeCachedSession, as_file, failures_of, fed_inputs, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
+
 
 
 def _fact(shape: tuple[int, ...], dtype: np.dtype) -> str:

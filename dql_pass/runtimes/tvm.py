@@ -22,7 +22,8 @@ import warnings
 
 import onnx
 
-from dql_pass.runtimes.base import Compiled, KnownDifference, Lack, Runtime, Session, as_proto, compiled_per_rank
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session
+from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
 
 
 class Tvm(Runtime):
