@@ -85,8 +85,8 @@ def _unexplained(name: str, arrays: list[np.ndarray]) -> list[str]:
     runtime = runtimes.get(name)
     found = []
     for i, x in enumerate(arrays):
-        diff = _differs(name, runtime.target, x)
-        if diff is not None and not runtime.differences(x, runtime.target, "onnxruntime"):
+        diff = _differs(name, runtime.variant, x)
+        if diff is not None and not runtime.differences(x, runtime.variant, "onnxruntime"):
             found.append(f"input {i} {list(x.shape)}: {diff}")
     return found
 
@@ -107,11 +107,11 @@ def test_the_target_variant_is_exact_on_inputs_built_apart(name):
 def test_every_known_difference_of_the_target_is_seen(name):
     """A known difference is measured, not hoped for: some input shows it."""
     runtime = installed(name)
-    stated = [d for d in runtime.known_differences if runtime.target in d.forms and d.policy in (None, "onnxruntime")]
+    stated = [d for d in runtime.known_differences if runtime.variant in d.forms and d.policy in (None, "onnxruntime")]
     seen = set()
     for x in [c.x for c in inputs.cases() if c.comparable] + independent_inputs():
-        if _differs(name, runtime.target, x) is not None:
-            seen |= set(runtime.differences(x, runtime.target, "onnxruntime"))
+        if _differs(name, runtime.variant, x) is not None:
+            seen |= set(runtime.differences(x, runtime.variant, "onnxruntime"))
     assert [d.reason for d in stated if d.reason not in seen] == []
 
 
@@ -121,7 +121,7 @@ def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     """Suites declare each input's shape as it is, 0 included (OpenVINO failed to read [0])."""
     runtime = installed(name)
     x = np.asarray(np.arange(np.prod(shape), dtype=_F).reshape(shape) - _F(1.5))
-    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.target)), variant=runtime.target, runtime=None)
+    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.variant)), variant=runtime.variant, runtime=None)
     assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
 
 
@@ -146,7 +146,7 @@ def _runnable_model(name: str) -> onnx.ModelProto:
     model = sample("mlp_dynamic")
     expanded = dql_pass.expand(model, target=name)
     if runtimes.lacking(name, {(n.domain, n.op_type) for n in expanded.graph.node}, expanded.opset_import[0].version):
-        model = one_node_model(["n"], opset(name, runtimes.get(name).target))
+        model = one_node_model(["n"], opset(name, runtimes.get(name).variant))
     return model
 
 
@@ -162,7 +162,7 @@ def test_verify_on_a_runtime_passes_its_target_expansion_and_fails_a_reciprocal(
 
 
 def _target_session(name: str, rank: int = 1) -> runtimes.Session:
-    return _session(name, installed(name).target, rank)
+    return _session(name, installed(name).variant, rank)
 
 
 def _assert_reference_bits(session: runtimes.Session, x: np.ndarray) -> None:
@@ -231,7 +231,7 @@ def _loaded(name: str, opset: int = OPSET, shape: tuple = ("n",), variant: str |
     """The one-node model of ``shape`` at ``opset``, expanded with ``variant`` (default: the target), on ``name``."""
     runtime = installed(name)
     model = one_node_model(list(shape), opset)
-    return runtime.load(dql_pass.expand(model, variant=variant or runtime.target, runtime=None))
+    return runtime.load(dql_pass.expand(model, variant=variant or runtime.variant, runtime=None))
 
 
 def _counting_compiles(name: str, monkeypatch) -> list:
@@ -257,7 +257,7 @@ def test_compilers_compile_a_model_once_for_every_input_shape(name, monkeypatch)
 
 @pytest.mark.parametrize("name", ["tvm", "iree"])
 def test_compilers_compile_a_model_of_unknown_rank_once_per_rank(name, monkeypatch):
-    model = dql_pass.expand(one_node_model(["n"], OPSET), variant=installed(name).target, runtime=None)
+    model = dql_pass.expand(one_node_model(["n"], OPSET), variant=installed(name).variant, runtime=None)
     for value in (*model.graph.input, *model.graph.output):  # as verify's site models come
         value.type.tensor_type.ClearField("shape")
     compiles = _counting_compiles(name, monkeypatch)

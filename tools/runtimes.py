@@ -8,7 +8,7 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 
 1. Its version, or that it is not installed, with the extra that installs it and the import error.
 2. Bit-exactness of the native DQL node, of each expansion variant and of ``--target`` (the
-   runtime's :attr:`~dql_pass.runtimes.Runtime.target` variant), against
+   runtime's :attr:`~dql_pass.runtimes.Runtime.variant` variant), against
    :func:`dql_pass.reference.dynamic_quantize_linear` (y, y_scale, y_zero_point, every bit), on
    the finite, the ±inf and the empty parts of :func:`dql_pass.inputs.cases` and on inputs
    built here, apart from the catalogue (:func:`independent_inputs`); at ai.onnx opset 21 and 13.
@@ -226,7 +226,7 @@ class RuntimeResult:
     name: str
     version: str | None
     extra: str | None
-    target: str
+    variant: str  # the runtime's exact expansion variant
     import_error: str | None = None
     forms: dict[tuple[str, int], FormResult] = dataclasses.field(default_factory=dict)  # (form, opset)
     models: list[ModelResult] = dataclasses.field(default_factory=list)
@@ -354,7 +354,7 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     original, site_count = _with_site_outputs(original)
     feeds = models.random_feeds(original, np.random.default_rng(0), size=2)
     expected = runtimes.get("onnxruntime").load(original).run(feeds)
-    expanded = dql_pass.expand(original, variant=runtime.target, runtime=None)
+    expanded = dql_pass.expand(original, variant=runtime.variant, runtime=None)
     try:
         actual = runtime.load(expanded).run(feeds)
     except Exception as error:  # noqa: BLE001 - a refusal is the row's content
@@ -377,7 +377,7 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
     """Everything RUNTIMES.md says of runtime ``name``."""
     began = time.perf_counter()
     runtime = runtimes.get(name)
-    result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.target)
+    result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant)
     if not runtime.installed():
         try:
             importlib.import_module(runtime.module)
@@ -390,7 +390,7 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
         for form in (NATIVE, *op.VARIANTS):
             # The independent inputs at the newest opset only: the older one checks the catalogue.
             count = 0 if opset != config.opsets[0] else (
-                config.independent if form == runtime.target or name not in COMPILERS else config.independent_on_compilers)
+                config.independent if form == runtime.variant or name not in COMPILERS else config.independent_on_compilers)
             logger.info("%s: %s at opset %d", name, form, opset)
             result.forms[(form, opset)] = _measure_form(runtime, form, opset, {**parts, "independent": parts["independent"][:count]})
     for model_name, model in _sample_models(transformer).items():
@@ -439,7 +439,7 @@ def _in_processes(names: Sequence[str], config: Config, transformer: Path, paral
                 error = f"stopped after {config.timeout:.0f} s"
             if error is not None:
                 runtime = runtimes.get(name)
-                results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.target, error=error)
+                results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant, error=error)
                 del running[name]
         time.sleep(0.2)
     return {name: results[name] for name in names}
@@ -457,7 +457,7 @@ def _cell(passed: int, total: int) -> str:
 
 def _forms(result: RuntimeResult) -> list[tuple[str, str]]:
     """(label, form) of each column: native, each variant, and --target (its variant)."""
-    return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.target})", result.target)]
+    return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.variant})", result.variant)]
 
 
 def _version(result: RuntimeResult) -> str:
@@ -488,7 +488,7 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
     if result.error or not result.forms:
         lines += [f"Not measured: {result.error or _version(result)}.", ""]
         return lines
-    lines += [f"Version {result.version}; target variant `{result.target}`; measured in {result.seconds:.0f} s.", ""]
+    lines += [f"Version {result.version}; target variant `{result.variant}`; measured in {result.seconds:.0f} s.", ""]
     rows = []
     for opset in opsets:
         for label, form in _forms(result):
@@ -514,7 +514,7 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
               else ["Every input is bit-exact in every form.", ""])
     rows = [[m.model, "yes" if m.runs else "**no**", m.sites, m.same_as_ort if m.same_as_ort in ("yes", "-")
              else f"**no**: {m.same_as_ort}", m.detail] for m in result.models]
-    lines += [f"Models expanded with `--target {result.name}` (variant `{result.target}`):", "",
+    lines += [f"Models expanded with `--target {result.name}` (variant `{result.variant}`):", "",
               *harness.table(["model", "loads and runs", "DQL sites with ORT's bits", "outputs with ORT's bits",
                               "what blocks"], rows), ""]
     return lines

@@ -4,7 +4,7 @@ A :class:`Runtime` says whether it is installed and which extra installs it, loa
 :class:`Session` that runs feeds and gives outputs as ONNX types, and declares as data what it
 cannot run (:class:`Lack`) and where its outputs are known to differ from the contract
 (:class:`KnownDifference`), each with the measured reason, and which expansion variant is exact on
-it (:attr:`Runtime.target`). What adapters share to get there (model conversion, dtype conforming,
+it (:attr:`Runtime.variant`). What adapters share to get there (model conversion, dtype conforming,
 compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
 
 An adapter imports its runtime only when a model is loaded on it, so the expand path reads the
@@ -98,7 +98,7 @@ class Runtime:
     module: str  # what import finds when the runtime is installed
     distribution: str  # the PyPI distribution whose version is reported
     extra: str | None = None  # the dql_pass extra that installs it; None: installed with dql_pass
-    target: str = "quantizelinear"  # the expansion variant that is exact on it (`expand --target`)
+    variant: str = "quantizelinear"  # the expansion variant that is exact on it (`expand --target`)
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
 

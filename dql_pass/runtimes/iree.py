@@ -45,7 +45,7 @@ class Iree(Runtime):
     extra = "iree"
     # Not arithmetic, float64 or residual: for inputs of static shape, iree-compile miscompiles
     # their Cast(float32 -> uint8) (measured on 5 to 8 elements: 128 to 254 become 127).
-    target = "quantizelinear"
+    variant = "quantizelinear"
     known_differences = (
         KnownDifference(("native", "quantizelinear", "arithmetic", "float64", "residual"), "subnormal",
                         "measured: IREE's llvm-cpu code flushes subnormal floats to zero, so a subnormal x, "

@@ -24,7 +24,7 @@ class OpenVino(Runtime):
     module = "openvino"
     distribution = "openvino"
     extra = "openvino"
-    target = "residual"  # float32 only, each quotient corrected exactly: the plugin runs float64 as float32
+    variant = "residual"  # float32 only, each quotient corrected exactly: the plugin runs float64 as float32
     known_differences = (
         KnownDifference(("native",), "zero range",
                         "measured: OpenVINO's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "

@@ -34,7 +34,7 @@ class OnnxReference(Runtime):
     name = "reference"
     module = "onnx.reference"
     distribution = "onnx"
-    target = "arithmetic"  # its QuantizeLinear sends +inf to 0
+    variant = "arithmetic"  # its QuantizeLinear sends +inf to 0
     known_differences = (
         KnownDifference(("native",), "empty",
                         "onnx.reference's DynamicQuantizeLinear raises on an empty input (a reduction of no elements)"),

@@ -31,7 +31,7 @@ class Tinygrad(Runtime):
     module = "tinygrad"
     distribution = "tinygrad"
     extra = "tinygrad"
-    target = "float64"
+    variant = "float64"
     known_differences = (
         KnownDifference(("native",), "zero range",
                         "measured: tinygrad's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "

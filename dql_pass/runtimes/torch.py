@@ -59,7 +59,7 @@ class _TorchSession(Session):
 class _Converter(Runtime):
     """A converter to a ``torch.nn.Module``; subclasses name it and implement :meth:`_convert`."""
 
-    target = "float64"
+    variant = "float64"
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         proto = onnx.load(model) if isinstance(model, (str, os.PathLike)) else as_proto(model)[0]

@@ -43,7 +43,7 @@ class Tract(Runtime):
     module = "tract"
     distribution = "tract"
     extra = "tract"
-    target = "float64"
+    variant = "float64"
     lacks = (
         Lack("tract", "QuantizeLinear", 10, "0.23.9",
              "tract refuses QuantizeLinear whose scale is not a constant: 'y_scale must be a const'"),

@@ -31,7 +31,7 @@ class Tvm(Runtime):
     module = "tvm"
     distribution = "apache-tvm"
     extra = "tvm"
-    target = "float64"
+    variant = "float64"
     lacks = tuple(
         Lack("tvm", op_type, since_version, "0.27.0",
              f"OpNotImplemented: The following operators are not supported for frontend ONNX: {op_type}")

@@ -121,7 +121,7 @@ class _SiteRunner:
                 diffs, unchecked = self._run(loaded, self.runtime)
                 for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
-                        known = self.runtime.differences(self.catalogue[i].x, self.runtime.target, self.zero_range)
+                        known = self.runtime.differences(self.catalogue[i].x, self.runtime.variant, self.zero_range)
                         results[i] = (diff, known[0] if known else None)
             self._results[key] = results, unchecked
         return self._results[key]
@@ -330,14 +330,14 @@ def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_o
     """The graph outputs REWRITTEN is held to on ``runtime``: ORIGINAL with its DQL expanded by the
     runtime's target variant, run there; ORIGINAL on ORT (``on_ort``) when the runtime cannot run it."""
     model = original.clone()
-    ExpandDynamicQuantizeLinearPass(variant=runtime.target, runtime=None)(model)
+    ExpandDynamicQuantizeLinearPass(variant=runtime.variant, runtime=None)(model)
     try:
         runs = _run_all(model, {}, sets, runtime)
     except runtimes.RuntimeFailure as error:
         return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
                         f"expanded ({one_line(error)})")
     return runs, (f"graph outputs compared with ORIGINAL run on {runtime.name}, its DQL expanded by the variant exact "
-                  f"there ({runtime.target}): {runtime.name} rounds the other ops its own way")
+                  f"there ({runtime.variant}): {runtime.name} rounds the other ops its own way")
 
 
 def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
@@ -416,7 +416,7 @@ def check_model(
         for label in sets:
             x = (actual_runs if elsewhere and tally.site.input in actual_runs[label] else expected_runs)[label][tally.site.input]
             expected = dynamic_quantize_linear(x, zero_range)
-            known = runtime.differences(np.asarray(x), runtime.target, zero_range) if elsewhere else []
+            known = runtime.differences(np.asarray(x), runtime.variant, zero_range) if elsewhere else []
             for values in tally.read:
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
                 tally.add(label, "model input", diff, known=known[0] if known else None)
