@@ -17,13 +17,22 @@ underflowing scale, an exact .5 tie), so those are constructed here, determinist
 - signs (all positive, all negative, mixed, constant), ranks 0 to 5, empty tensors;
 - magnitudes from 1e-30 to 1e30, subnormal and underflowing scales, ±inf and overflowing ranges;
 - seeded random inputs; on request one large tensor and NaN inputs (outside the contract).
+
+Apart from the catalogue: :func:`large_cases`, its exact ties repeated to sizes where kernels
+change paths, and :func:`independent_inputs`, seeded inputs of every kind at random magnitudes,
+built without looking at the catalogue, for checking a runtime on inputs nobody picked.
 """
 
 from __future__ import annotations
 
-__all__ = ["CLASSES", "Case", "cases", "check_class", "input_classes"]
+__all__ = [
+    "CLASSES", "INDEPENDENT_SHAPES", "Case", "cases", "check_class", "describe", "independent_inputs", "input_classes",
+    "large_cases",
+]
 
 import dataclasses
+import math
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -36,6 +45,11 @@ CLASSES: frozenset[str] = frozenset({
     "empty", "all zero", "zero range", "x/scale overflows to +inf", "subnormal", "reciprocal", "infinite", "tiny scale",
     "near tie",
 })
+
+
+def describe(classes: Iterable[str]) -> str:
+    """A set of classes in one label, for a report: sorted, or ``no class``."""
+    return ", ".join(sorted(classes)) or "no class"
 
 
 def check_class(name: str) -> str:
@@ -282,4 +296,109 @@ def cases(
             Case("nan_only", "nan", _array([np.nan]), "NaN only: outside the contract"),
             Case("nan_mixed", "nan", _array([1.0, np.nan, -2.0]), "NaN among finite values: outside the contract"),
         ]
+    return out
+
+
+def large_cases() -> list[Case]:
+    """Cases beyond the catalogue's few hundred elements, where kernels change paths.
+
+    The catalogue's exact ties of ``tie_exact_fractional_scale``, repeated, with the two ends of
+    their range last: a reduction that reads a prefix, or a scale that changes with the size, gets
+    them wrong.
+    """
+    ties = _exact_ties(-0.7, 1.3)
+    ends, inner = ties[:2], ties[2:]  # the case starts with the ends of its range
+    found = []
+    for shape in ((4, 32, 33), (2, 200, 201)):
+        x = np.resize(inner, math.prod(shape))
+        x[-2:] = ends
+        found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape), f"{x.size} exact ties, the range's ends last"))
+    return found
+
+
+# A few shapes, so that a compiler builds each form a few times only.
+INDEPENDENT_SHAPES: tuple[tuple[int, ...], ...] = ((16,), (4, 8), (2, 3, 5), (1, 97), (257,), (1, 1000, 1))
+
+
+def _span(rng: np.random.Generator, low: float = -30.0, high: float = 30.0) -> tuple[np.float32, np.float32]:
+    """A random range [lo, hi] around 0 at a random magnitude (the range always holds 0)."""
+    magnitude = 10.0 ** rng.uniform(low, high)
+    lo, hi = -rng.uniform(0, 1) * magnitude, rng.uniform(0, 1) * magnitude
+    return _F(lo), _F(max(hi, np.finfo(_F).smallest_subnormal))
+
+
+def _with_ends(x: np.ndarray, lo: np.float32, hi: np.float32, rng: np.random.Generator) -> np.ndarray:
+    """``x`` holding ``lo`` and ``hi`` at random places, so they are its extremes."""
+    flat = x.ravel().astype(_F)
+    at = rng.choice(flat.size, size=min(2, flat.size), replace=False)
+    flat[at[0]] = lo
+    if flat.size > 1:
+        flat[at[1]] = hi
+    return flat.reshape(x.shape)
+
+
+def _any_values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal or uniform values at a random scale, of one sign or both."""
+    magnitude = 10.0 ** rng.uniform(-30, 30)
+    x = rng.standard_normal(shape) if rng.integers(2) else rng.uniform(-1, 1, shape)
+    sign = rng.integers(3)
+    x = np.abs(x) if sign == 1 else -np.abs(x) if sign == 2 else x
+    return (x * magnitude).astype(_F)
+
+
+def _quotients(rng: np.random.Generator, shape: tuple[int, ...], offset: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Values ``offset((k + 0.5) * scale)`` for random k in a random range: ties and their neighbours."""
+    lo, hi = _span(rng)
+    scale = _scale(lo, hi)
+    k = rng.integers(int(np.floor(lo / scale)), int(np.ceil(hi / scale)), size=shape)
+    x = offset(((k + 0.5) * scale).astype(_F))
+    return _with_ends(np.clip(x, lo, hi), lo, hi, rng)
+
+
+def _ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Exact (or nearly exact, where float32 cannot hold the tie) ties of x/scale."""
+    return _quotients(rng, shape, lambda x: x)
+
+
+def _near_ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """One ulp either side of a tie: where dividing through a reciprocal rounds the other way."""
+    return _quotients(rng, shape, lambda x: np.nextafter(x, np.where(rng.integers(2, size=x.shape), np.inf, -np.inf).astype(_F)))
+
+
+def _symmetric(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """[-t, t]: the zero point is exactly 127.5 before rounding."""
+    t = _F(10.0 ** rng.uniform(-30, 30))
+    return _with_ends(rng.uniform(-t, t, shape).astype(_F), -t, t, rng)
+
+
+def _subnormal_range(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """A range below 255 * 2**-126: the scale (and often x) is subnormal or underflows."""
+    lo, hi = _span(rng, -45.5, -35.5)
+    return _with_ends(rng.uniform(lo, hi, shape).astype(_F), lo, hi, rng)
+
+
+def _tiny_scale(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """A normal scale at the bottom of the normal range (2^-126 to 2^-123), where its remainders leave it."""
+    value_range = _F(255 * 2.0**-126 * rng.uniform(1, 8))
+    lo = _F(-value_range * _F(rng.uniform(0, 1)))
+    hi = _F(lo + value_range)
+    return _with_ends((lo + value_range * rng.uniform(0, 1, shape)).astype(_F), lo, hi, rng)
+
+
+_KINDS: tuple[tuple[str, Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]], ...] = (
+    ("random", _any_values), ("ties", _ties), ("near_ties", _near_ties), ("symmetric", _symmetric),
+    ("subnormal", _subnormal_range), ("tiny_scale", _tiny_scale),
+)
+
+
+def independent_inputs(count: int, seed: int = 11) -> list[tuple[str, np.ndarray]]:
+    """``count`` seeded inputs built apart from the catalogue, named by their kind, in :data:`INDEPENDENT_SHAPES`:
+    each kind in turn, and each shape in turn for a kind."""
+    rng = np.random.default_rng(seed)
+    out = []
+    with np.errstate(all="ignore"):
+        for i in range(count):
+            kind, make = _KINDS[i % len(_KINDS)]
+            shape = INDEPENDENT_SHAPES[(i // len(_KINDS)) % len(INDEPENDENT_SHAPES)]
+            out.append((f"{kind}_{i}", make(rng, shape)))
     return out

@@ -50,3 +50,19 @@ def test_zero_range_is_one_class_for_the_catalogue_and_the_known_differences():
 def test_input_classes_names_only_classes_of_the_vocabulary():
     for x in [np.zeros(0, np.float32), np.array([np.inf, 1e-45], np.float32), np.array([0.5, 1.5], np.float32)]:
         assert inputs.input_classes(x, "onnxruntime") <= inputs.CLASSES
+
+
+def test_the_large_cases_repeat_the_catalogues_exact_ties_with_the_ends_last():
+    ties = next(c.x for c in inputs.cases() if c.name == "tie_exact_fractional_scale")
+    for case in inputs.large_cases():
+        flat = case.x.ravel()
+        assert flat.size > 1000 and flat[-2:].tobytes() == ties[:2].tobytes()
+        assert set(flat[:-2].tolist()) == set(ties[2:].tolist()) and "near tie" in case.classes("onnxruntime")
+
+
+def test_the_independent_inputs_are_seeded_and_reach_the_classes_runtimes_differ_on():
+    first, again = inputs.independent_inputs(60, seed=5), inputs.independent_inputs(60, seed=5)
+    assert [(n, x.tobytes()) for n, x in first] == [(n, x.tobytes()) for n, x in again]
+    assert {x.shape for _, x in first} == set(inputs.INDEPENDENT_SHAPES)
+    reached = set().union(*(inputs.input_classes(x, "onnxruntime") for _, x in first))
+    assert {"near tie", "reciprocal", "subnormal", "tiny scale"} <= reached, reached

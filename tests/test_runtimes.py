@@ -29,33 +29,9 @@ def installed(name: str) -> runtimes.Runtime:
     return runtime
 
 
-def independent_inputs(seed: int = 2026) -> list[np.ndarray]:
-    """Inputs built apart from the catalogue: random at many scales and sizes, ties of x/scale,
-    symmetric ranges, a few special values mixed into random data."""
-    rng = np.random.default_rng(seed)
-    found = []
-    for _ in range(120):
-        size = int(rng.choice([1, 2, 3, 7, 64, 255, 1000]))
-        scale = _F(10.0 ** rng.uniform(-30, 30))
-        kind = rng.integers(4)
-        if kind == 0:
-            x = rng.standard_normal(size).astype(_F) * scale
-        elif kind == 1:
-            x = rng.uniform(0, 1, size).astype(_F) * scale
-        elif kind == 2:
-            t = scale
-            x = np.concatenate([[-t, t], rng.uniform(-1, 1, size).astype(_F) * t]).astype(_F)
-        else:  # x/scale lands on k + 0.5 for many k
-            lo, hi = -scale * _F(rng.uniform(0, 1)), scale
-            step = _F(_F(hi - lo) / _F(255))
-            ties = (np.arange(-255, 256) + _F(0.5)).astype(_F) * step
-            x = np.concatenate([[lo, hi], ties[(ties > lo) & (ties < hi)]]).astype(_F)
-        found.append(x.reshape(1, -1, 1) if rng.integers(2) else x)
-    for _ in range(30):  # scales at the bottom of the normal range, where remainders leave it
-        value_range = _F(255 * 2.0**-126 * rng.uniform(1, 8))
-        lo = -value_range * _F(rng.uniform(0, 1))
-        found.append(np.concatenate([[lo, lo + value_range], lo + value_range * rng.uniform(0, 1, 30)]).astype(_F))
-    return found
+def independent_inputs() -> list[np.ndarray]:
+    """The inputs built apart from the catalogue, every kind of them (:func:`dql_pass.inputs.independent_inputs`)."""
+    return [x for _, x in inputs.independent_inputs(150, seed=2026)]
 
 
 def opset(name: str, variant: str) -> int:

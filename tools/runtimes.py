@@ -11,7 +11,7 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
    runtime's :attr:`~dql_pass.runtimes.Runtime.variant` variant), against
    :func:`dql_pass.reference.dynamic_quantize_linear` (y, y_scale, y_zero_point, every bit), on
    the finite, the ±inf and the empty parts of :func:`dql_pass.inputs.cases` and on inputs
-   built here, apart from the catalogue (:func:`independent_inputs`); at ai.onnx opset 21 and 13.
+   built apart from the catalogue (:func:`dql_pass.inputs.independent_inputs`); at ai.onnx opset 21 and 13.
 3. Per runtime and form, the inputs that still differ: grouped by the known difference
    (:meth:`~dql_pass.runtimes.Runtime.differences`) that explains them, or flagged UNKNOWN with
    their input classes and one example.
@@ -35,7 +35,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "RuntimeResult", "independent_inputs", "main",
+__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "RuntimeResult", "main",
            "measure_runtime", "render", "run"]
 
 import argparse
@@ -53,7 +53,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -75,9 +75,6 @@ TARGET = "--target"
 PARTS = ("finite", "±inf", "empty", "independent")
 COMPILERS = ("tinygrad", "tvm", "iree")  # compile per input shape: fewer independent inputs
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
-# A few shapes, so that a compiler builds each form a few times only.
-SHAPES: tuple[tuple[int, ...], ...] = ((16,), (4, 8), (2, 3, 5), (1, 97), (257,))
-F32 = np.float32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,82 +99,6 @@ CONFIGS: dict[str, Config] = {
 # Inputs
 
 
-def _scale(lo: np.float32, hi: np.float32) -> np.float32:
-    return F32(F32(hi - lo) / F32(255))
-
-
-def _span(rng: np.random.Generator, low: float = -30.0, high: float = 30.0) -> tuple[np.float32, np.float32]:
-    """A random range [lo, hi] around 0 at a random magnitude (the range always holds 0)."""
-    magnitude = 10.0 ** rng.uniform(low, high)
-    lo, hi = -rng.uniform(0, 1) * magnitude, rng.uniform(0, 1) * magnitude
-    return F32(lo), F32(max(hi, np.finfo(F32).smallest_subnormal))
-
-
-def _with_ends(x: np.ndarray, lo: np.float32, hi: np.float32, rng: np.random.Generator) -> np.ndarray:
-    """``x`` holding ``lo`` and ``hi`` at random places, so they are its extremes."""
-    flat = x.ravel().astype(F32)
-    at = rng.choice(flat.size, size=min(2, flat.size), replace=False)
-    flat[at[0]] = lo
-    if flat.size > 1:
-        flat[at[1]] = hi
-    return flat.reshape(x.shape)
-
-
-def _random(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Normal or uniform values at a random scale, of one sign or both."""
-    magnitude = 10.0 ** rng.uniform(-30, 30)
-    x = rng.standard_normal(shape) if rng.integers(2) else rng.uniform(-1, 1, shape)
-    sign = rng.integers(3)
-    x = np.abs(x) if sign == 1 else -np.abs(x) if sign == 2 else x
-    return (x * magnitude).astype(F32)
-
-
-def _quotients(rng: np.random.Generator, shape: tuple[int, ...], offset: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Values ``offset((k + 0.5) * scale)`` for random k in a random range: ties and their neighbours."""
-    lo, hi = _span(rng)
-    scale = _scale(lo, hi)
-    k = rng.integers(int(np.floor(lo / scale)), int(np.ceil(hi / scale)), size=shape)
-    x = offset(((k + 0.5) * scale).astype(F32))
-    return _with_ends(np.clip(x, lo, hi), lo, hi, rng)
-
-
-def _ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Exact (or nearly exact, where float32 cannot hold the tie) ties of x/scale."""
-    return _quotients(rng, shape, lambda x: x)
-
-
-def _near_ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """One ulp either side of a tie: where dividing through a reciprocal rounds the other way."""
-    return _quotients(rng, shape, lambda x: np.nextafter(x, np.where(rng.integers(2, size=x.shape), np.inf, -np.inf).astype(F32)))
-
-
-def _symmetric(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """[-t, t]: the zero point is exactly 127.5 before rounding."""
-    t = F32(10.0 ** rng.uniform(-30, 30))
-    return _with_ends(rng.uniform(-t, t, shape).astype(F32), -t, t, rng)
-
-
-def _subnormal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """A range below 255 * 2**-126: the scale (and often x) is subnormal or underflows."""
-    lo, hi = _span(rng, -45.5, -35.5)
-    return _with_ends(rng.uniform(lo, hi, shape).astype(F32), lo, hi, rng)
-
-
-_MAKERS = (_random, _ties, _near_ties, _symmetric, _subnormal)
-
-
-def independent_inputs(count: int, seed: int = 11) -> list[tuple[str, np.ndarray]]:
-    """``count`` seeded inputs built apart from the catalogue, named by their kind, in :data:`SHAPES`."""
-    rng = np.random.default_rng(seed)
-    out = []
-    with np.errstate(all="ignore"):
-        for i in range(count):
-            make = _MAKERS[i % len(_MAKERS)]
-            shape = SHAPES[(i // len(_MAKERS)) % len(SHAPES)]
-            out.append((f"{make.__name__.strip('_')}_{i}", make(rng, shape)))
-    return out
-
-
 def _parts(independent: int) -> dict[str, list[tuple[str, np.ndarray]]]:
     """The inputs of each part of :data:`PARTS` (NaN inputs are outside the contract)."""
     parts: dict[str, list[tuple[str, np.ndarray]]] = {part: [] for part in PARTS}
@@ -186,7 +107,7 @@ def _parts(independent: int) -> dict[str, list[tuple[str, np.ndarray]]]:
             continue
         part = "empty" if not case.x.size else "±inf" if np.isinf(case.x).any() else "finite"
         parts[part].append((case.name, case.x))
-    parts["independent"] = independent_inputs(independent)
+    parts["independent"] = inputs.independent_inputs(independent)
     return parts
 
 
@@ -540,9 +461,9 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "against the NumPy reference, zero-range policy `onnxruntime`. *native* is the DynamicQuantizeLinear node "
         "itself; the variants are `dql_pass.expand(model, variant=...)` of it; *--target* is the variant "
         "`dql-pass expand --target NAME` picks for the runtime. The inputs: the finite, ±inf and empty parts of "
-        "`dql_pass.inputs.cases()`, and inputs built by `tools.runtimes.independent_inputs` apart from the "
+        "`dql_pass.inputs.cases()`, and inputs built by `dql_pass.inputs.independent_inputs` apart from the "
         f"catalogue (seeded: random values at scales 1e-30 to 1e30, exact ties of x/scale and their neighbours, "
-        f"symmetric [-t, t] ranges, subnormal and underflowing scales; shapes {', '.join(map(str, SHAPES))}; "
+        f"symmetric [-t, t] ranges, subnormal and underflowing scales, scales at the bottom of the normal range; shapes {', '.join(map(str, inputs.INDEPENDENT_SHAPES))}; "
         f"{config.independent} of them, the first {config.independent_on_compilers} for the forms other than the "
         f"target on the compilers {', '.join(COMPILERS)}), "
         f"at opset {config.opsets[0]}" + (f"; opset {', '.join(map(str, config.opsets[1:]))} runs the catalogue only, "

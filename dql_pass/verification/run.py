@@ -22,7 +22,6 @@ __all__ = ["ModelCheck", "Tally", "check_model", "check_sites", "not_checked"]
 
 import contextlib
 import dataclasses
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.inputs import Case, cases
+from dql_pass.inputs import Case, cases, large_cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
@@ -79,22 +78,6 @@ class Tally:
 
 
 # -- site level ------------------------------------------------------------------------------------
-
-
-def _large_cases(catalogue: Sequence[Case]) -> list[Case]:
-    """Site cases beyond the catalogue's few hundred elements, where kernels change paths.
-
-    The catalogue's exact ties, repeated, with the two ends of their range last: a reduction that
-    reads a prefix, or a scale that changes with the size, gets them wrong.
-    """
-    ties = next(c.x for c in catalogue if c.name == "tie_exact_fractional_scale")
-    ends, inner = ties[:2], ties[2:]  # the case starts with the ends of its range
-    found = []
-    for shape in ((4, 32, 33), (2, 200, 201)):
-        x = np.resize(inner, math.prod(shape))
-        x[-2:] = ends
-        found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape), f"{x.size} exact ties, the range's ends last"))
-    return found
 
 
 class _SiteRunner:
@@ -159,7 +142,7 @@ def check_sites(
 ) -> list[Tally]:
     """Each site of ORIGINAL, as REWRITTEN (``model``) computes what its readers read, on the catalogue."""
     catalogue = [c for c in cases(seed=seed) if c.comparable]
-    catalogue += _large_cases(catalogue)
+    catalogue += large_cases()
     runner = _SiteRunner(catalogue, zero_range, runtime)
     scopes = Scopes(model)
     tallies = [Tally(site) for site in sites]
