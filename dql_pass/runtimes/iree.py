@@ -28,6 +28,7 @@ import os
 import numpy as np
 import onnx
 
+from dql_pass import variants
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session
 from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
 
@@ -47,7 +48,7 @@ class Iree(Runtime):
     # their Cast(float32 -> uint8) (measured on 5 to 8 elements: 128 to 254 become 127).
     variant = "quantizelinear"
     known_differences = (
-        KnownDifference(("native", "quantizelinear", "arithmetic", "float64", "residual"), "subnormal",
+        KnownDifference(("native", *variants.NAMES), "subnormal",
                         "measured: IREE's llvm-cpu code flushes subnormal floats to zero, so a subnormal x, "
                         "range or scale quantizes as zero (x/0 is inf, 0/0 NaN)"),
         KnownDifference(("native",), "zero range",
