@@ -22,14 +22,14 @@ __all__ = ["ModelCheck", "Tally", "check_model", "check_sites", "not_checked"]
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.inputs import Case, cases, large_cases
+from dql_pass.inputs import Case, cases, describe, large_cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
@@ -62,8 +62,10 @@ class Tally:
         self.worst: SiteDifference | None = None
 
     def add(
-        self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True, known: str | None = None
+        self, case: str, classes: Iterable[str], diff: SiteDifference | None, *, run: bool = True, known: str | None = None
     ) -> None:
+        """One case run: a mismatch counts under each of the case's ``classes`` (the input classes of
+        :mod:`dql_pass.inputs`; ``model input`` at the model level, ``lost output``)."""
         self.result.cases += run
         if diff is None:
             return
@@ -71,10 +73,12 @@ class Tally:
             self.result.known[known] = self.result.known.get(known, 0) + 1
             return
         self.result.mismatches += 1
-        self.result.classes[category] = self.result.classes.get(category, 0) + 1
+        classes = sorted(classes)
+        for name in classes or [describe(classes)]:
+            self.result.classes[name] = self.result.classes.get(name, 0) + 1
         if self.worst is None or diff.severity > self.worst.severity:
             self.worst = diff
-            self.result.worst_case, self.result.worst_class, self.result.detail = case, category, diff.detail
+            self.result.worst_case, self.result.worst_class, self.result.detail = case, describe(classes), diff.detail
 
 
 # -- site level ------------------------------------------------------------------------------------
@@ -144,6 +148,7 @@ def check_sites(
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     catalogue += large_cases()
     runner = _SiteRunner(catalogue, zero_range, runtime)
+    classes = [case.classes(zero_range) for case in catalogue]
     scopes = Scopes(model)
     tallies = [Tally(site) for site in sites]
     for tally in tallies:
@@ -152,7 +157,7 @@ def check_sites(
             # A computation that cannot be extracted may still be checked in the models: read stays.
             extracted = [extract(model, graph, tally.site, values) for values in tally.read]
         except LostOutput as lost:
-            tally.add("-", "lost output", SiteDifference(_WORST, str(lost)), run=False)
+            tally.add("-", ["lost output"], SiteDifference(_WORST, str(lost)), run=False)
             continue
         except NotReachable as reason:
             tally.result.not_reachable = str(reason)
@@ -160,8 +165,8 @@ def check_sites(
         for site_model in extracted:
             results, unchecked = runner.run(site_model)
             tally.result.not_checked = tally.result.not_checked or unchecked
-            for case, (diff, known) in zip(catalogue, results):
-                tally.add(case.name, case.heading, diff, known=known)
+            for case, case_classes, (diff, known) in zip(catalogue, classes, results):
+                tally.add(case.name, case_classes, diff, known=known)
     return tallies
 
 
@@ -402,7 +407,7 @@ def check_model(
             known = runtime.differences(np.asarray(x), runtime.variant, zero_range) if elsewhere else []
             for values in tally.read:
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
-                tally.add(label, "model input", diff, known=known[0] if known else None)
+                tally.add(label, ["model input"], diff, known=known[0] if known else None)
     notes += _qdq_note(original, sets, expected_runs)
     held_to = expected_runs
     if elsewhere:
