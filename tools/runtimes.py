@@ -225,8 +225,8 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
                 result.known[reason] += 1
             if not reasons:
                 # A refusal is one difference whatever the input; wrong bits are told apart by input class.
-                key = actual if isinstance(actual, str) else ", ".join(sorted(inputs.input_classes(x, POLICY)))
-                result.unknown.setdefault(key or "no class", []).append(f"{name}: {_line(detail)}")
+                key = actual if isinstance(actual, str) else inputs.describe(inputs.input_classes(x, POLICY))
+                result.unknown.setdefault(key, []).append(f"{name}: {_line(detail)}")
     return result
 
 
