@@ -65,8 +65,8 @@ def expand(
 
 
 def target_variant(target: str) -> str:
-    """The expansion variant that is exact on the runtime ``target`` (:attr:`Runtime.target`)."""
-    return runtimes.get(target).target
+    """The expansion variant that is exact on the runtime ``target`` (:attr:`Runtime.variant`)."""
+    return runtimes.get(target).variant
 
 
 def _expansion(

@@ -72,7 +72,7 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
 def _runtimes_targeting(variant: str) -> list[str]:
     from dql_pass import runtimes
 
-    return [name for name, runtime in runtimes.RUNTIMES.items() if runtime.target == variant]
+    return [name for name, runtime in runtimes.RUNTIMES.items() if runtime.variant == variant]
 
 
 def _lower(args: argparse.Namespace) -> tuple[int, dict]:
@@ -391,9 +391,9 @@ def _targets() -> list[str]:
     for name, runtime in runtimes.RUNTIMES.items():
         version = runtime.version()
         installed = f"{runtime.distribution} {version}" if version else f"not installed: {runtime.install_hint()}"
-        lines.append(f"{name}: variant {runtime.target} ({installed})")
+        lines.append(f"{name}: variant {runtime.variant} ({installed})")
         lines += [f"  differs on {d.inputs} inputs: {d.reason}" for d in runtime.known_differences
-                  if runtime.target in d.forms]
+                  if runtime.variant in d.forms]
         lines += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
     return lines
 

@@ -219,7 +219,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         runtime, which is then also the ``runtime`` the expansion must load on (None: not checked)."""
         super().__init__()
         if target is not None:
-            exact = runtimes.get(target).target
+            exact = runtimes.get(target).variant
             if variant is not None and variant != exact:
                 raise InputError(f"variant {variant} is not the one target {target} gets ({exact}); give one of them")
             variant, runtime = exact, target

@@ -15,7 +15,7 @@ import onnxscript
 from onnxscript import FLOAT
 from onnxscript import opset11 as op
 
-from dql_pass import reference
+from dql_pass import reference, variants
 
 
 def _tensor(value, dtype=np.float32) -> onnx.TensorProto:
@@ -274,7 +274,6 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         y = op.Cast(op.Mul(op.Clip(y_fp, q_min, q_max), op.Where(x_finite, unit, q_min)), to=onnx.TensorProto.UINT8)
         return y, y_scale, y_zero_point
 
-    return {
-        "quantizelinear": quantizelinear, "arithmetic": arithmetic, "float64": float64, "residual": residual,
-        "portable": portable,
-    }
+    # The body of each variant is the function of its name; variants.NAMES says which there are.
+    defined = {function.name: function for function in (quantizelinear, arithmetic, float64, residual, portable)}
+    return {name: defined[name] for name in variants.NAMES}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import dql_pass
-from dql_pass.catalogue import cases
+from dql_pass.inputs import cases
 from dql_pass import decomposition
 from dql_pass.decomposition import function_proto
 from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS

@@ -267,7 +267,7 @@ def test_quantize_and_dequantize_linear_equal_reference(q_type, per_axis):
 def test_quantize_linear_for_a_float64_target_divides_in_float64(monkeypatch):
     # A runtime whose exact DQL variant is float64 divides through the reciprocal: QuantizeLinear
     # then divides in float64 too, and still equals the reference on ties and specials.
-    monkeypatch.setattr(runtimes.get("reference"), "target", "float64")
+    monkeypatch.setattr(runtimes.get("reference"), "variant", "float64")
     scale = np.array([0.1, 0.3, 7.0], np.float32)
     model = _one_node(helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], axis=-1), {"x": TensorProto.FLOAT}, U8,
                       {"scale": scale, "zp": np.array([0, 128, 255], np.uint8)})
@@ -280,7 +280,7 @@ def test_quantize_linear_for_a_float64_target_divides_in_float64(monkeypatch):
 
 
 def test_quantize_linear_is_left_alone_for_a_target_without_an_exact_division(monkeypatch):
-    monkeypatch.setattr(runtimes.get("reference"), "target", "residual")
+    monkeypatch.setattr(runtimes.get("reference"), "variant", "residual")
     model = _one_node(helper.make_node("QuantizeLinear", ["x", "scale"], ["y"]), {"x": TensorProto.FLOAT}, U8,
                       {"scale": np.array(0.1, np.float32)})
     _, report = dql_pass.lower(model, target="reference")
@@ -384,7 +384,7 @@ def test_report_names_each_proof_and_what_the_target_lacks(monkeypatch):
     _, report = dql_pass.lower(sample("mlp_dynamic"), target="reference")
     proofs = {n.node: n.proof for n in report.lowered}
     assert proofs["MatMul1_quant"] == "single float32 (bound 555,645 <= 2^24, constant weights)"
-    assert proofs["input_QuantizeLinear"] == f"expanded, variant {runtimes.get('reference').target}"
+    assert proofs["input_QuantizeLinear"] == f"expanded, variant {runtimes.get('reference').variant}"
     assert report.lacking == ["Relu-6 does not run on reference (test): no Relu here"]
     assert "still blocks reference: Relu-6" in report.format()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import assert_bits_equal, assert_outputs_bits_equal, onnx_node_tests, run_cached
 
-from dql_pass.catalogue import cases
+from dql_pass.inputs import cases
 from dql_pass.reference import dynamic_quantize_linear
 
 F = np.float32

@@ -13,7 +13,7 @@ import pytest
 from helpers import reciprocal_rewrite, sample
 
 import dql_pass
-from dql_pass import catalogue, decomposition, runtimes
+from dql_pass import decomposition, inputs, runtimes
 from dql_pass.compare import compare_site
 from dql_pass.op import MIN_OPSET, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
@@ -37,33 +37,9 @@ def every_runtime() -> list:
             for name, runtime in runtimes.RUNTIMES.items()]
 
 
-def independent_inputs(seed: int = 2026) -> list[np.ndarray]:
-    """Inputs built apart from the catalogue: random at many scales and sizes, ties of x/scale,
-    symmetric ranges, a few special values mixed into random data."""
-    rng = np.random.default_rng(seed)
-    found = []
-    for _ in range(120):
-        size = int(rng.choice([1, 2, 3, 7, 64, 255, 1000]))
-        scale = _F(10.0 ** rng.uniform(-30, 30))
-        kind = rng.integers(4)
-        if kind == 0:
-            x = rng.standard_normal(size).astype(_F) * scale
-        elif kind == 1:
-            x = rng.uniform(0, 1, size).astype(_F) * scale
-        elif kind == 2:
-            t = scale
-            x = np.concatenate([[-t, t], rng.uniform(-1, 1, size).astype(_F) * t]).astype(_F)
-        else:  # x/scale lands on k + 0.5 for many k
-            lo, hi = -scale * _F(rng.uniform(0, 1)), scale
-            step = _F(_F(hi - lo) / _F(255))
-            ties = (np.arange(-255, 256) + _F(0.5)).astype(_F) * step
-            x = np.concatenate([[lo, hi], ties[(ties > lo) & (ties < hi)]]).astype(_F)
-        found.append(x.reshape(1, -1, 1) if rng.integers(2) else x)
-    for _ in range(30):  # scales at the bottom of the normal range, where remainders leave it
-        value_range = _F(255 * 2.0**-126 * rng.uniform(1, 8))
-        lo = -value_range * _F(rng.uniform(0, 1))
-        found.append(np.concatenate([[lo, lo + value_range], lo + value_range * rng.uniform(0, 1, 30)]).astype(_F))
-    return found
+def independent_inputs() -> list[np.ndarray]:
+    """The inputs built apart from the catalogue, every kind of them (:func:`dql_pass.inputs.independent_inputs`)."""
+    return [x for _, x in inputs.independent_inputs(150, seed=2026)]
 
 
 def opset(name: str, variant: str) -> int:
@@ -88,13 +64,13 @@ def _differs(name: str, variant: str, x: np.ndarray) -> str | None:
     return None if diff is None else diff.detail
 
 
-def _unexplained(name: str, inputs: list[np.ndarray]) -> list[str]:
+def _unexplained(name: str, arrays: list[np.ndarray]) -> list[str]:
     """The inputs whose outputs differ from the reference with no known difference of the target to explain it."""
     runtime = runtimes.get(name)
     found = []
-    for i, x in enumerate(inputs):
-        diff = _differs(name, runtime.target, x)
-        if diff is not None and not runtime.differences(x, runtime.target, "onnxruntime"):
+    for i, x in enumerate(arrays):
+        diff = _differs(name, runtime.variant, x)
+        if diff is not None and not runtime.differences(x, runtime.variant, "onnxruntime"):
             found.append(f"input {i} {list(x.shape)}: {diff}")
     return found
 
@@ -102,7 +78,7 @@ def _unexplained(name: str, inputs: list[np.ndarray]) -> list[str]:
 @pytest.mark.parametrize("name", every_runtime())
 def test_the_target_variant_is_exact_on_the_catalogue(name):
     installed(name)
-    assert _unexplained(name, [c.x for c in catalogue.cases() if c.comparable]) == []
+    assert _unexplained(name, [c.x for c in inputs.cases() if c.comparable]) == []
 
 
 @pytest.mark.parametrize("name", every_runtime())
@@ -115,11 +91,11 @@ def test_the_target_variant_is_exact_on_inputs_built_apart(name):
 def test_every_known_difference_of_the_target_is_seen(name):
     """A known difference is measured, not hoped for: some input shows it."""
     runtime = installed(name)
-    stated = [d for d in runtime.known_differences if runtime.target in d.forms and d.policy in (None, "onnxruntime")]
+    stated = [d for d in runtime.known_differences if runtime.variant in d.forms and d.policy in (None, "onnxruntime")]
     seen = set()
-    for x in [c.x for c in catalogue.cases() if c.comparable] + independent_inputs():
-        if _differs(name, runtime.target, x) is not None:
-            seen |= set(runtime.differences(x, runtime.target, "onnxruntime"))
+    for x in [c.x for c in inputs.cases() if c.comparable] + independent_inputs():
+        if _differs(name, runtime.variant, x) is not None:
+            seen |= set(runtime.differences(x, runtime.variant, "onnxruntime"))
     assert [d.reason for d in stated if d.reason not in seen] == []
 
 
@@ -129,7 +105,7 @@ def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     """Suites declare each input's shape as it is, 0 included (OpenVINO failed to read [0])."""
     runtime = installed(name)
     x = np.asarray(np.arange(np.prod(shape), dtype=_F).reshape(shape) - _F(1.5))
-    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.target)), variant=runtime.target, runtime=None)[0]
+    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.variant)), variant=runtime.variant, runtime=None)[0]
     assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
 
 
@@ -154,7 +130,7 @@ def _runnable_model(name: str) -> onnx.ModelProto:
     model = sample("mlp_dynamic")
     expanded = dql_pass.expand(model, target=name)[0]
     if runtimes.lacking(name, {(n.domain, n.op_type) for n in expanded.graph.node}, expanded.opset_import[0].version):
-        model = one_node_model(["n"], opset(name, runtimes.get(name).target))
+        model = one_node_model(["n"], opset(name, runtimes.get(name).variant))
     return model
 
 
@@ -170,7 +146,7 @@ def test_verify_on_a_runtime_passes_its_target_expansion_and_fails_a_reciprocal(
 
 
 def _target_session(name: str, rank: int = 1) -> runtimes.Session:
-    return _session(name, installed(name).target, rank)
+    return _session(name, installed(name).variant, rank)
 
 
 def _assert_reference_bits(session: runtimes.Session, x: np.ndarray) -> None:
@@ -239,7 +215,7 @@ def _loaded(name: str, opset: int = OPSET, shape: tuple = ("n",), variant: str |
     """The one-node model of ``shape`` at ``opset``, expanded with ``variant`` (default: the target), on ``name``."""
     runtime = installed(name)
     model = one_node_model(list(shape), opset)
-    return runtime.load(dql_pass.expand(model, variant=variant or runtime.target, runtime=None)[0])
+    return runtime.load(dql_pass.expand(model, variant=variant or runtime.variant, runtime=None)[0])
 
 
 def _counting_compiles(name: str, monkeypatch) -> list:
@@ -265,7 +241,7 @@ def test_compilers_compile_a_model_once_for_every_input_shape(name, monkeypatch)
 
 @pytest.mark.parametrize("name", ["tvm", "iree"])
 def test_compilers_compile_a_model_of_unknown_rank_once_per_rank(name, monkeypatch):
-    model = dql_pass.expand(one_node_model(["n"], OPSET), variant=installed(name).target, runtime=None)[0]
+    model = dql_pass.expand(one_node_model(["n"], OPSET), variant=installed(name).variant, runtime=None)[0]
     for value in (*model.graph.input, *model.graph.output):  # as verify's site models come
         value.type.tensor_type.ClearField("shape")
     compiles = _counting_compiles(name, monkeypatch)

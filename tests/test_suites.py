@@ -19,7 +19,7 @@ import pytest
 from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
-from dql_pass import catalogue, runtimes, suites
+from dql_pass import inputs, runtimes, suites
 from dql_pass.suites import generate, layout
 from dql_pass.errors import InputError
 from dql_pass.modelfiles import FolderLock
@@ -75,12 +75,12 @@ def test_the_manifest_describes_every_folder(ort_suite):
     manifest = _manifest(ort_suite)
     folders = {d.name for d in ort_suite.iterdir() if d.is_dir()}
     assert set(manifest) == folders
-    by_name = {c.name: c for c in catalogue.cases(include_nan=True)}
+    by_name = {c.name: c for c in inputs.cases(include_nan=True)}
     for folder, entry in manifest.items():
         assert FOLDER.match(folder), folder
         case = by_name[entry["name"]]
         assert entry["policy"] == "onnxruntime"
-        assert entry["category"] == case.category and entry["description"].startswith(case.description)
+        assert entry["category"] == case.heading and entry["description"].startswith(case.description)
         assert entry["policy_dependent"] == case.zero_range
         assert entry["comparable"] == (entry["category"] != "nan")
     assert any(e["policy_dependent"] for e in manifest.values())

@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass.catalogue import cases
+from dql_pass.inputs import cases, describe, large_cases
 from dql_pass.walk import graph_scopes
 from dql_pass.compare import bit_difference, same_bits
 from dql_pass import verify  # through dql_pass first, so that dql_pass.verification names the function
@@ -75,11 +75,16 @@ def _row(report: dql_pass.VerifyReport, name: str) -> SiteResult:
     return row
 
 
-def _assert_rejected(report: dql_pass.VerifyReport, site: str, input_class: str) -> None:
+def _assert_rejected(report: dql_pass.VerifyReport, site: str, input_class: str | None) -> None:
+    """The site failed, with ``input_class`` (of :data:`dql_pass.inputs.CLASSES`) among its failing
+    input classes when given; its worst case's label is that case's classes."""
     assert not report.passed and report.exit_code == 1 and report.verdict == "FAIL"
     row = _row(report, site)
-    assert row.mismatches > 0 and input_class in row.classes, (row.classes, row.detail)
-    assert site in report.format() and input_class in report.format()
+    assert row.mismatches > 0 and (input_class is None or input_class in row.classes), (row.classes, row.detail)
+    assert site in report.format() and (input_class is None or input_class in report.format())
+    worst = {c.name: c for c in [*cases(), *large_cases()]}.get(row.worst_case)
+    if worst is not None:
+        assert row.worst_class == describe(worst.classes("onnxruntime")), (row.worst_case, row.worst_class)
 
 
 # -- rejections ---------------------------------------------------------------------------------
@@ -88,15 +93,14 @@ def _assert_rejected(report: dql_pass.VerifyReport, site: str, input_class: str)
 def test_rejects_reciprocal_of_the_scale(mlp):
     report = verify(mlp, reciprocal_rewrite(mlp))
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
-        _assert_rejected(report, site, "tie")
-        assert _row(report, site).worst_class == "tie"
+        _assert_rejected(report, site, "reciprocal")
 
 
 def test_rejects_a_wrong_zero_point_alone(mlp):
     # y is computed right; only the y_zero_point output is wrong (floored), on non-integer zero points.
     report = verify(mlp, floored_zero_point_rewrite(mlp))
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
-        _assert_rejected(report, site, "zero point")
+        _assert_rejected(report, site, None)  # a zero point is no class of inputs: the detail tells
     # Downstream sites also see the first site's error through the model; the first sees only its own.
     detail = _row(report, "input_QuantizeLinear").detail
     assert "y_zero_point differs" in detail and "y differs" not in detail, detail
@@ -107,21 +111,20 @@ def test_reciprocal_is_caught_by_constructed_ties_whatever_the_seed(seed):
     """No sampling luck: the failing cases are constructed ties, present for every seed."""
     model = dql_model(13)
     report = verify(model, reciprocal_rewrite(model), seed=seed, samples=0)
-    _assert_rejected(report, "y", "tie")
-    assert any(c.category == "tie" and "reciprocal" in c.name for c in cases(seed=seed))
+    _assert_rejected(report, "y", "reciprocal")
+    assert any(c.heading == "tie" and "reciprocal" in c.classes("onnxruntime") for c in cases(seed=seed))
 
 
 def test_rejects_zero_point_added_before_rounding(mlp):
     report = verify(mlp, zero_point_first_rewrite(mlp))
-    _assert_rejected(report, "input_QuantizeLinear", "zero point")
-    assert "tie" in _row(report, "input_QuantizeLinear").classes
+    _assert_rejected(report, "input_QuantizeLinear", "near tie")
 
 
 def test_rejects_onnx_unguarded_function_body(mlp):
     report = verify(mlp, onnx_body(mlp))
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
         _assert_rejected(report, site, "zero range")
-        assert "inf" in _row(report, site).classes
+        assert "infinite" in _row(report, site).classes
 
 
 def test_rejects_onnx_body_in_subgraphs_and_functions():
@@ -416,7 +419,7 @@ def test_model_level_checks_each_site_on_its_actual_input():
     quantize.replace_input_with(0, chosen.outputs[0])
     report = verify(model, ir.to_proto(rewritten), dims={"d0": 64, "d1": 64}, samples=3)
     (row,) = report.sites
-    assert row.classes == {"model input": len(report.input_sets) - 1, "large": 2}, row.classes  # all-zero x is unchanged
+    assert row.classes == {"model input": len(report.input_sets) - 1, "near tie": 2}, row.classes  # all-zero x is unchanged
 
 
 def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path):
@@ -465,7 +468,7 @@ def test_a_dangling_copy_of_the_dql_does_not_stand_in_for_what_its_readers_read(
     to a decomposition that rounds ties up. What the readers read is what gets checked."""
     report = verify(mlp, dangling_dql_rewrite(mlp), samples=50)
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
-        _assert_rejected(report, site, "tie")
+        _assert_rejected(report, site, "near tie")
     # The same rewiring to a right decomposition passes: a dangling copy is harmless.
     report = verify(mlp, dangling_dql_rewrite(mlp, half_up=False))
     assert report.passed, report.format()
@@ -503,7 +506,7 @@ def test_a_site_whose_readers_read_two_values_checks_both():
     rewritten.graph.insert_before(reader, nodes)
     reader.replace_input_with(0, y_half_up.outputs[0])
     report = verify(model, ir.to_proto(rewritten), samples=0)
-    _assert_rejected(report, "y", "tie")
+    _assert_rejected(report, "y", "near tie")
     (row,) = report.sites
     comparable = sum(c.comparable for c in cases())
     assert row.cases == 2 * (comparable + 2 + len(report.input_sets))  # both values, every case
@@ -624,7 +627,8 @@ def test_large_site_cases_catch_a_rewrite_wrong_only_on_large_tensors(defect):
     assert max(c.x.size for c in cases()) <= 256
     report = verify(model, _site_size_rewrite(model, defect), samples=0, dims={"d0": 1, "d1": 4, "d2": 4})
     (row,) = report.sites
-    assert row.classes == {"large": 2} and report.verdict == "FAIL", (row.classes, row.detail)
+    assert row.classes == {"near tie": 2} and row.worst_case.startswith("large_ties") and report.verdict == "FAIL", (
+        row.classes, row.detail)
     assert all(o.identical for o in report.outputs)  # 16 elements: the model level cannot see it
 
 
@@ -635,10 +639,10 @@ def test_a_size_dependent_defect_fails_at_small_model_shapes():
     model = dql_model(13, rank=2)
     report = verify(model, _site_size_rewrite(model, "double"), samples=0)
     (row,) = report.sites
-    assert report.verdict == "FAIL" and row.classes == {"large": 2}, row.classes
+    assert report.verdict == "FAIL" and row.classes == {"near tie": 2}, row.classes
     assert report.dims == {"d0": 2, "d1": 16}
     report = verify(model, _site_size_rewrite(model, "double"), samples=0, dims={"d1": 1000})
-    assert report.sites[0].classes == {"large": 2, "model input": 4}, report.sites[0].classes
+    assert report.sites[0].classes == {"near tie": 2, "model input": 4}, report.sites[0].classes
     assert not any(o.identical for o in report.outputs if o.name != "y_zero_point")
 
 
@@ -804,7 +808,7 @@ def test_an_uncalled_copy_of_a_function_does_not_stand_in_for_the_called_one():
     rewritten.functions[kept.identifier()] = kept
     rewritten.graph.node(0).op_type = "G"
     # The called function holds the site's names: it is what gets checked, and it fails.
-    _assert_rejected(verify(model, ir.to_proto(rewritten), samples=50), "dql", "tie")
+    _assert_rejected(verify(model, ir.to_proto(rewritten), samples=50), "dql", "near tie")
     # Under other names only the uncalled copy holds them: not checked, not passed.
     for node in wrong.graph:
         for value in node.outputs:
@@ -845,7 +849,7 @@ def test_an_unused_copy_of_an_if_does_not_stand_in_for_the_used_one():
     rewritten.graph.append(kept)
     report = verify(model, ir.to_proto(rewritten), samples=50)
     assert report.verdict == "FAIL", report.format()
-    _assert_rejected(report, "dql", "tie")
+    _assert_rejected(report, "dql", "near tie")
 
 
 # -- outputs of other types, inputs that give nothing to compare or cannot be made -------------------

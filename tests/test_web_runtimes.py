@@ -19,7 +19,7 @@ from helpers import digest
 from onnx import TensorProto, helper
 
 import dql_pass
-from dql_pass import catalogue, runtimes
+from dql_pass import inputs, runtimes
 from dql_pass.compare import compare_site
 from dql_pass.op import one_node_model
 from dql_pass.reference import dynamic_quantize_linear
@@ -46,7 +46,7 @@ def _session(name: str, form: str, rank: int) -> runtimes.Session:
 
 
 def test_the_subset_names_catalogue_cases():
-    assert set(SUBSET) <= {case.name for case in catalogue.cases()}
+    assert set(SUBSET) <= {case.name for case in inputs.cases()}
 
 
 @needs_browser
@@ -54,9 +54,9 @@ def test_the_subset_names_catalogue_cases():
 @pytest.mark.parametrize("form", ["target", "native"])
 def test_a_subset_of_the_catalogue_is_exact_or_a_known_difference(name, form):
     runtime = runtimes.get(name)
-    form = runtime.target if form == "target" else form
+    form = runtime.variant if form == "target" else form
     unexplained = []
-    for case in (c for c in catalogue.cases() if c.name in SUBSET):
+    for case in (c for c in inputs.cases() if c.name in SUBSET):
         try:
             diff = compare_site(_session(name, form, case.x.ndim).run({"x": case.x}), dynamic_quantize_linear(case.x))
         except runtimes.RuntimeFailure as error:

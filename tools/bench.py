@@ -157,7 +157,7 @@ def other_runtimes_table(config: Config) -> tuple[str, list[str], list[list[str]
     for name, runtime in runtimes.RUNTIMES.items():
         if runtime is ORT or not runtime.installed():
             continue
-        forms = {OP_BASELINE: model, f"dql_pass {runtime.target} (target)": dql_pass.expand(model, variant=runtime.target,
+        forms = {OP_BASELINE: model, f"dql_pass {runtime.variant} (target)": dql_pass.expand(model, variant=runtime.variant,
                                                                                             runtime=None)[0]}
         for size in config.runtime_sizes:
             x = rng.standard_normal(size, dtype=np.float32)
@@ -175,7 +175,7 @@ def other_runtimes_table(config: Config) -> tuple[str, list[str], list[list[str]
                 sessions = {}  # compiled 1M-element models are large: one runtime's at a time
             native, target = medians.values()
             rows.append([name, runtime.version() or "-", _floats(size), format_time(native),
-                         f"{format_time(target)} ({runtime.target})", f"{target / native:.2f}x",
+                         f"{format_time(target)} ({runtime.variant})", f"{target / native:.2f}x",
                          " / ".join("yes" if e else "no" for e in exact.values()), str(rounds)])
     return ("Other runtimes: target variant against the native kernel",
             ["runtime", "version", "floats", "native DQL", "target variant", "ratio", "exact (native / target)", "rounds"],

@@ -32,12 +32,11 @@ from onnx import helper
 from onnx.reference.op_run import OpRun
 
 from dql_pass import decomposition
-from dql_pass.catalogue import cases
+from dql_pass.inputs import cases, large_cases
 from dql_pass.compare import compare_site
 from dql_pass.api import expand
 from dql_pass.op import MAX_OPSET, VARIANTS, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
-from dql_pass.verification.run import _large_cases
 
 logger = logging.getLogger(__name__)
 _DOMAIN = "gpu_divider"
@@ -169,7 +168,7 @@ def freed(model: onnx.ModelProto, *, moves: int = 0, fused: bool = False, flush:
 
 @functools.cache
 def _evaluator(variant: str, rank: int, zero_range: str, moves: int, fused: bool, flush: bool):
-    model = expand(one_node_model([f"d{i}" for i in range(rank)], MAX_OPSET), variant=variant, zero_range=zero_range, runtime=None)
+    model = expand(one_node_model([f"d{i}" for i in range(rank)], MAX_OPSET), variant=variant, zero_range=zero_range, runtime=None)[0]
     return onnx.reference.ReferenceEvaluator(freed(model, moves=moves, fused=fused, flush=flush), new_ops=[Div, Fused, Flush])
 
 
@@ -208,7 +207,7 @@ def exact_inputs(
 def default_inputs(random_count: int = 200) -> list[np.ndarray]:
     """The catalogue's comparable inputs with ``random_count`` seeded random ones, and verify's large cases."""
     catalogue = [c for c in cases(random_count=random_count) if c.comparable]
-    return [c.x for c in catalogue + _large_cases(catalogue)]
+    return [c.x for c in catalogue + large_cases()]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,10 +8,10 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 
 1. Its version, or that it is not installed, with the extra that installs it and the import error.
 2. Bit-exactness of the native DQL node, of each expansion variant and of ``--target`` (the
-   runtime's :attr:`~dql_pass.runtimes.Runtime.target` variant), against
+   runtime's :attr:`~dql_pass.runtimes.Runtime.variant` variant), against
    :func:`dql_pass.reference.dynamic_quantize_linear` (y, y_scale, y_zero_point, every bit), on
-   the finite, the ±inf and the empty parts of :func:`dql_pass.catalogue.cases` and on inputs
-   built here, apart from the catalogue (:func:`independent_inputs`); at ai.onnx opset 21 and 13.
+   the finite, the ±inf and the empty parts of :func:`dql_pass.inputs.cases` and on inputs
+   built apart from the catalogue (:func:`dql_pass.inputs.independent_inputs`); at ai.onnx opset 21 and 13.
 3. Per runtime and form, the inputs that still differ: grouped by the known difference
    (:meth:`~dql_pass.runtimes.Runtime.differences`) that explains them, or flagged UNKNOWN with
    their input classes and one example.
@@ -35,7 +35,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "RuntimeResult", "independent_inputs", "main",
+__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "RuntimeResult", "main",
            "measure_runtime", "render", "run"]
 
 import argparse
@@ -53,7 +53,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +61,7 @@ import onnx
 import onnx_ir as ir
 
 import dql_pass
-from dql_pass import catalogue, op, runtimes
+from dql_pass import inputs, op, runtimes
 from dql_pass.compare import bit_difference, compare_site
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
@@ -75,9 +75,6 @@ TARGET = "--target"
 PARTS = ("finite", "±inf", "empty", "independent")
 COMPILERS = ("tinygrad", "tvm", "iree")  # compile per input shape: fewer independent inputs
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
-# A few shapes, so that a compiler builds each form a few times only.
-SHAPES: tuple[tuple[int, ...], ...] = ((16,), (4, 8), (2, 3, 5), (1, 97), (257,))
-F32 = np.float32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,91 +99,15 @@ CONFIGS: dict[str, Config] = {
 # Inputs
 
 
-def _scale(lo: np.float32, hi: np.float32) -> np.float32:
-    return F32(F32(hi - lo) / F32(255))
-
-
-def _span(rng: np.random.Generator, low: float = -30.0, high: float = 30.0) -> tuple[np.float32, np.float32]:
-    """A random range [lo, hi] around 0 at a random magnitude (the range always holds 0)."""
-    magnitude = 10.0 ** rng.uniform(low, high)
-    lo, hi = -rng.uniform(0, 1) * magnitude, rng.uniform(0, 1) * magnitude
-    return F32(lo), F32(max(hi, np.finfo(F32).smallest_subnormal))
-
-
-def _with_ends(x: np.ndarray, lo: np.float32, hi: np.float32, rng: np.random.Generator) -> np.ndarray:
-    """``x`` holding ``lo`` and ``hi`` at random places, so they are its extremes."""
-    flat = x.ravel().astype(F32)
-    at = rng.choice(flat.size, size=min(2, flat.size), replace=False)
-    flat[at[0]] = lo
-    if flat.size > 1:
-        flat[at[1]] = hi
-    return flat.reshape(x.shape)
-
-
-def _random(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Normal or uniform values at a random scale, of one sign or both."""
-    magnitude = 10.0 ** rng.uniform(-30, 30)
-    x = rng.standard_normal(shape) if rng.integers(2) else rng.uniform(-1, 1, shape)
-    sign = rng.integers(3)
-    x = np.abs(x) if sign == 1 else -np.abs(x) if sign == 2 else x
-    return (x * magnitude).astype(F32)
-
-
-def _quotients(rng: np.random.Generator, shape: tuple[int, ...], offset: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Values ``offset((k + 0.5) * scale)`` for random k in a random range: ties and their neighbours."""
-    lo, hi = _span(rng)
-    scale = _scale(lo, hi)
-    k = rng.integers(int(np.floor(lo / scale)), int(np.ceil(hi / scale)), size=shape)
-    x = offset(((k + 0.5) * scale).astype(F32))
-    return _with_ends(np.clip(x, lo, hi), lo, hi, rng)
-
-
-def _ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Exact (or nearly exact, where float32 cannot hold the tie) ties of x/scale."""
-    return _quotients(rng, shape, lambda x: x)
-
-
-def _near_ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """One ulp either side of a tie: where dividing through a reciprocal rounds the other way."""
-    return _quotients(rng, shape, lambda x: np.nextafter(x, np.where(rng.integers(2, size=x.shape), np.inf, -np.inf).astype(F32)))
-
-
-def _symmetric(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """[-t, t]: the zero point is exactly 127.5 before rounding."""
-    t = F32(10.0 ** rng.uniform(-30, 30))
-    return _with_ends(rng.uniform(-t, t, shape).astype(F32), -t, t, rng)
-
-
-def _subnormal(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """A range below 255 * 2**-126: the scale (and often x) is subnormal or underflows."""
-    lo, hi = _span(rng, -45.5, -35.5)
-    return _with_ends(rng.uniform(lo, hi, shape).astype(F32), lo, hi, rng)
-
-
-_MAKERS = (_random, _ties, _near_ties, _symmetric, _subnormal)
-
-
-def independent_inputs(count: int, seed: int = 11) -> list[tuple[str, np.ndarray]]:
-    """``count`` seeded inputs built apart from the catalogue, named by their kind, in :data:`SHAPES`."""
-    rng = np.random.default_rng(seed)
-    out = []
-    with np.errstate(all="ignore"):
-        for i in range(count):
-            make = _MAKERS[i % len(_MAKERS)]
-            shape = SHAPES[(i // len(_MAKERS)) % len(SHAPES)]
-            out.append((f"{make.__name__.strip('_')}_{i}", make(rng, shape)))
-    return out
-
-
 def _parts(independent: int) -> dict[str, list[tuple[str, np.ndarray]]]:
     """The inputs of each part of :data:`PARTS` (NaN inputs are outside the contract)."""
     parts: dict[str, list[tuple[str, np.ndarray]]] = {part: [] for part in PARTS}
-    for case in catalogue.cases():
+    for case in inputs.cases():
         if not case.comparable:
             continue
         part = "empty" if not case.x.size else "±inf" if np.isinf(case.x).any() else "finite"
         parts[part].append((case.name, case.x))
-    parts["independent"] = independent_inputs(independent)
+    parts["independent"] = inputs.independent_inputs(independent)
     return parts
 
 
@@ -226,7 +147,7 @@ class RuntimeResult:
     name: str
     version: str | None
     extra: str | None
-    target: str
+    variant: str  # the runtime's exact expansion variant
     import_error: str | None = None
     forms: dict[tuple[str, int], FormResult] = dataclasses.field(default_factory=dict)  # (form, opset)
     models: list[ModelResult] = dataclasses.field(default_factory=list)
@@ -285,8 +206,8 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
     sessions = _Sessions(runtime, form, opset)
     # A refusal of an op the runtime declares it lacks is a known difference, not a surprise.
     lacks = _lacks(runtime, _form_model(form, 1, opset))
-    for part, inputs in parts.items():
-        for name, x in inputs:
+    for part, arrays in parts.items():
+        for name, x in arrays:
             expected = dynamic_quantize_linear(x, POLICY)
             actual = sessions.run(x)
             result.counts[part][1] += 1
@@ -304,8 +225,8 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
                 result.known[reason] += 1
             if not reasons:
                 # A refusal is one difference whatever the input; wrong bits are told apart by input class.
-                key = actual if isinstance(actual, str) else ", ".join(sorted(runtimes.input_classes(x, POLICY)))
-                result.unknown.setdefault(key or "no class", []).append(f"{name}: {_line(detail)}")
+                key = actual if isinstance(actual, str) else inputs.describe(inputs.input_classes(x, POLICY))
+                result.unknown.setdefault(key, []).append(f"{name}: {_line(detail)}")
     return result
 
 
@@ -354,7 +275,7 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     original, site_count = _with_site_outputs(original)
     feeds = models.random_feeds(original, np.random.default_rng(0), size=2)
     expected = runtimes.get("onnxruntime").load(original).run(feeds)
-    expanded = dql_pass.expand(original, variant=runtime.target, runtime=None)[0]
+    expanded = dql_pass.expand(original, variant=runtime.variant, runtime=None)[0]
     try:
         actual = runtime.load(expanded).run(feeds)
     except Exception as error:  # noqa: BLE001 - a refusal is the row's content
@@ -377,7 +298,7 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
     """Everything RUNTIMES.md says of runtime ``name``."""
     began = time.perf_counter()
     runtime = runtimes.get(name)
-    result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.target)
+    result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant)
     if not runtime.installed():
         try:
             importlib.import_module(runtime.module)
@@ -390,7 +311,7 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
         for form in (NATIVE, *op.VARIANTS):
             # The independent inputs at the newest opset only: the older one checks the catalogue.
             count = 0 if opset != config.opsets[0] else (
-                config.independent if form == runtime.target or name not in COMPILERS else config.independent_on_compilers)
+                config.independent if form == runtime.variant or name not in COMPILERS else config.independent_on_compilers)
             logger.info("%s: %s at opset %d", name, form, opset)
             result.forms[(form, opset)] = _measure_form(runtime, form, opset, {**parts, "independent": parts["independent"][:count]})
     for model_name, model in _sample_models(transformer).items():
@@ -439,7 +360,7 @@ def _in_processes(names: Sequence[str], config: Config, transformer: Path, paral
                 error = f"stopped after {config.timeout:.0f} s"
             if error is not None:
                 runtime = runtimes.get(name)
-                results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.target, error=error)
+                results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant, error=error)
                 del running[name]
         time.sleep(0.2)
     return {name: results[name] for name in names}
@@ -457,7 +378,7 @@ def _cell(passed: int, total: int) -> str:
 
 def _forms(result: RuntimeResult) -> list[tuple[str, str]]:
     """(label, form) of each column: native, each variant, and --target (its variant)."""
-    return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.target})", result.target)]
+    return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.variant})", result.variant)]
 
 
 def _version(result: RuntimeResult) -> str:
@@ -488,7 +409,7 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
     if result.error or not result.forms:
         lines += [f"Not measured: {result.error or _version(result)}.", ""]
         return lines
-    lines += [f"Version {result.version}; target variant `{result.target}`; measured in {result.seconds:.0f} s.", ""]
+    lines += [f"Version {result.version}; target variant `{result.variant}`; measured in {result.seconds:.0f} s.", ""]
     rows = []
     for opset in opsets:
         for label, form in _forms(result):
@@ -514,7 +435,7 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
               else ["Every input is bit-exact in every form.", ""])
     rows = [[m.model, "yes" if m.runs else "**no**", m.sites, m.same_as_ort if m.same_as_ort in ("yes", "-")
              else f"**no**: {m.same_as_ort}", m.detail] for m in result.models]
-    lines += [f"Models expanded with `--target {result.name}` (variant `{result.target}`):", "",
+    lines += [f"Models expanded with `--target {result.name}` (variant `{result.variant}`):", "",
               *harness.table(["model", "loads and runs", "DQL sites with ORT's bits", "outputs with ORT's bits",
                               "what blocks"], rows), ""]
     return lines
@@ -540,9 +461,9 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "against the NumPy reference, zero-range policy `onnxruntime`. *native* is the DynamicQuantizeLinear node "
         "itself; the variants are `dql_pass.expand(model, variant=...)` of it; *--target* is the variant "
         "`dql-pass expand --target NAME` picks for the runtime. The inputs: the finite, ±inf and empty parts of "
-        "`dql_pass.catalogue.cases()`, and inputs built by `tools.runtimes.independent_inputs` apart from the "
+        "`dql_pass.inputs.cases()`, and inputs built by `dql_pass.inputs.independent_inputs` apart from the "
         f"catalogue (seeded: random values at scales 1e-30 to 1e30, exact ties of x/scale and their neighbours, "
-        f"symmetric [-t, t] ranges, subnormal and underflowing scales; shapes {', '.join(map(str, SHAPES))}; "
+        f"symmetric [-t, t] ranges, subnormal and underflowing scales, scales at the bottom of the normal range; shapes {', '.join(map(str, inputs.INDEPENDENT_SHAPES))}; "
         f"{config.independent} of them, the first {config.independent_on_compilers} for the forms other than the "
         f"target on the compilers {', '.join(COMPILERS)}), "
         f"at opset {config.opsets[0]}" + (f"; opset {', '.join(map(str, config.opsets[1:]))} runs the catalogue only, "

@@ -102,7 +102,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
     def __init__(self, target: str | None = None):
         super().__init__()
         self.target = None if target is None else runtimes.get(target).name
-        self.variant = "arithmetic" if target is None else runtimes.get(target).target
+        self.variant = "arithmetic" if target is None else runtimes.get(target).variant
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")

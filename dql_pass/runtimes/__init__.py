@@ -8,7 +8,7 @@ loaded, so listing them, reading their limits and picking a target cost no runti
 from __future__ import annotations
 
 __all__ = [
-    "RUNTIMES", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "input_classes", "lacking",
+    "RUNTIMES", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
 ]
 
 from collections.abc import Iterable
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import onnx
 
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, input_classes
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session
 from dql_pass.runtimes.iree import Iree
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime

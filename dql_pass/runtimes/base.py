@@ -1,10 +1,11 @@
-"""The interface every runtime adapter implements, and what adapters share.
+"""The interface every runtime adapter implements, and the records it declares.
 
 A :class:`Runtime` says whether it is installed and which extra installs it, loads a model into a
 :class:`Session` that runs feeds and gives outputs as ONNX types, and declares as data what it
 cannot run (:class:`Lack`) and where its outputs are known to differ from the contract
 (:class:`KnownDifference`), each with the measured reason, and which expansion variant is exact on
-it (:attr:`Runtime.target`).
+it (:attr:`Runtime.variant`). What adapters share to get there (model conversion, dtype conforming,
+compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
 
 An adapter imports its runtime only when a model is loaded on it, so the expand path reads the
 limits without loading any runtime. A version of a runtime newer than the one a limit was measured on is
@@ -14,27 +15,21 @@ writing one that does not load costs the user a deployment.
 
 from __future__ import annotations
 
-__all__ = [
-    "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "ShapeCachedSession", "as_file", "as_proto",
-    "compiled_per_rank", "conform", "failures_of", "fed_inputs", "input_classes", "output_types", "with_ranks",
-]
+__all__ = ["KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "failures_of"]
 
 import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
 import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
-from dql_pass.modelfiles import ExternalData, in_memory
-from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.inputs import check_class, input_classes
 
 
 class RuntimeFailure(Exception):
@@ -75,81 +70,12 @@ class KnownDifference:
     """Where a runtime's outputs differ from the contract: a form, a class of inputs, a policy."""
 
     forms: tuple[str, ...]  # "native" (the DQL node) or expansion variants
-    inputs: str  # one of the classes :func:`input_classes` names
+    inputs: str  # one of :data:`dql_pass.inputs.CLASSES`, checked here: a misspelt class would never match
     reason: str
     policy: str | None = None  # the zero-range policy under which it shows; None: any
 
-
-def _subnormal(values: np.ndarray) -> bool:
-    values = np.abs(np.asarray(values, np.float32))
-    return bool(np.any((values > 0) & (values < np.finfo(np.float32).tiny)))
-
-
-def _reciprocal_changes(x: np.ndarray, scale: np.float32) -> bool:
-    """Whether dividing through a float32 reciprocal (``a * (1 / b)``) changes a DQL output of ``x``."""
-    finite = x[np.isfinite(x)]
-    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
-    hi = max(np.float32(0), finite.max(initial=np.float32(0)))
-    if hi - lo == 0 or not np.isfinite(scale) or scale == 0:
-        return False
-    inverse = np.float32(1) / scale
-    if np.float32(hi - lo) * (np.float32(1) / np.float32(255)) != scale:
-        return True
-    saturated = np.float32(255)
-    if np.round(min(np.float32(-lo * inverse), saturated)) != np.round(min(np.float32(-lo / scale), saturated)):
-        return True
-    return bool(np.any(np.round(finite * inverse) != np.round(finite / scale)))
-
-
-def _near_tie(x: np.ndarray, scale: np.float32, zero_point: np.uint8) -> bool:
-    """Whether a quotient a kernel rounds lies on k + 0.5 or within 4 float32 ulps of it: x/scale,
-    the zero point's -lo/scale, or x/scale + zero_point summed in float32 (|q| < 2^22)."""
-    finite = x[np.isfinite(x)]
-    lo = min(np.float32(0), finite.min(initial=np.float32(0)))
-    q = (finite / scale).astype(np.float32)
-    candidates = np.concatenate([q, [np.float32(-lo / scale)], (q + np.float32(zero_point)).astype(np.float32)])
-    candidates = candidates[np.isfinite(candidates) & (np.abs(candidates) < 2**22)]
-    distance = np.abs(candidates - (np.floor(candidates) + np.float32(0.5)))
-    return bool(np.any(distance <= 4 * np.spacing(np.abs(candidates))))
-
-
-def input_classes(x: np.ndarray, policy: str) -> set[str]:
-    """The classes of ``x`` that known differences are stated for:
-
-    - ``empty``, ``all zero`` and ``zero range`` (either);
-    - ``x/scale overflows to +inf``;
-    - ``subnormal``: x, its range or its scale holds a subnormal float32 (runtimes that flush
-      subnormals to zero compute another range, scale or quotient);
-    - ``reciprocal``: dividing through a float32 reciprocal instead changes an output;
-    - ``infinite``: x holds +inf or -inf;
-    - ``tiny scale``: the scale is below 2^-120, where remainders of the scale fall out of the
-      normal range;
-    - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
-      that round ties away from zero, or add the zero point before rounding, differ there).
-    """
-    classes = set()
-    with np.errstate(all="ignore"):
-        if not x.size:
-            classes |= {"empty", "zero range"}
-        elif np.all(x == 0):
-            classes |= {"all zero", "zero range"}
-        if np.isinf(x).any():
-            classes.add("infinite")
-        if not np.isnan(x).any():
-            _, scale, zero_point = dynamic_quantize_linear(x, policy)
-            if np.isposinf(x / scale).any():
-                classes.add("x/scale overflows to +inf")
-            if x.size:
-                value_range = np.float32(max(np.float32(0), x.max()) - min(np.float32(0), x.min()))
-                if _subnormal(x) or _subnormal(value_range) or _subnormal(scale):
-                    classes.add("subnormal")
-            if 0 < scale < 2.0**-120:
-                classes.add("tiny scale")
-            if _reciprocal_changes(x.ravel(), scale):
-                classes.add("reciprocal")
-            if x.size and _near_tie(x.ravel(), scale, zero_point):
-                classes.add("near tie")
-    return classes
+    def __post_init__(self) -> None:
+        check_class(self.inputs)
 
 
 class Session:
@@ -172,7 +98,7 @@ class Runtime:
     module: str  # what import finds when the runtime is installed
     distribution: str  # the PyPI distribution whose version is reported
     extra: str | None = None  # the dql_pass extra that installs it; None: installed with dql_pass
-    target: str = "quantizelinear"  # the expansion variant that is exact on it (`expand --target`)
+    variant: str = "quantizelinear"  # the expansion variant that is exact on it (`expand --target`)
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
 
@@ -219,151 +145,3 @@ class Runtime:
             d.reason for d in self.known_differences
             if form in d.forms and d.inputs in classes and d.policy in (None, policy)
         ]
-
-
-_IN_MEMORY_BYTES = 1 << 20
-
-
-@contextlib.contextmanager
-def _small_tensors_in_memory(external: ExternalData) -> Iterator[None]:
-    """Temporarily read external tensor attributes and small external initializers.
-
-    A runtime that gets the model as bytes would not find an attribute's external data, and ORT's
-    shape inference needs the initializers' values (axes, shapes). The caller's model gets its
-    tensors back afterwards.
-    """
-    swapped = [(value, value.const_value) for value in external.values if value.const_value.nbytes <= _IN_MEMORY_BYTES]
-    for value, tensor in swapped:
-        value.const_value = in_memory(tensor)
-    for node, attr in external.attributes:
-        node.attributes[attr.name] = ir.AttrTensor(attr.name, in_memory(attr.value))
-    try:
-        yield
-    finally:
-        for value, tensor in swapped:
-            value.const_value = tensor
-        for node, attr in external.attributes:
-            node.attributes[attr.name] = attr
-
-
-def as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
-    """The model as a proto, and the folder its large external weights are read from."""
-    if isinstance(model, onnx.ModelProto):
-        return model, None
-    external = ExternalData.of(model)
-    folders = {Path(tensor.base_dir).resolve() for tensor in external.tensors}
-    with _small_tensors_in_memory(external):
-        return ir.serde.serialize_model(model), min(folders) if folders else None
-
-
-
-
-@contextlib.contextmanager
-def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: bool = False) -> Iterator[Path]:
-    """A path to ``model``, for runtimes that read files: the path given, or a temporary copy;
-    always a copy with ``private``, for an adapter that edits the file it hands its runtime."""
-    if isinstance(model, (str, os.PathLike)):
-        if not private:
-            yield Path(model)
-            return
-        model = ir.load(model)
-    with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
-        path = Path(folder, "model.onnx")
-        if isinstance(model, onnx.ModelProto):
-            model = ir.serde.deserialize_model(model)
-        # Weights go to a data file beside the copy: a runtime reads them as from any saved model.
-        ir.save(model, path, external_data="model.onnx.data")
-        yield path
-
-
-def conform(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``array`` as ``dtype``, by reinterpreting bits of the same size (a runtime that gives uint8
-    as int8, say); :class:`RuntimeFailure` for any other mismatch, which no cast may hide."""
-    array = np.asarray(array)
-    if array.dtype == dtype:
-        return array
-    if array.dtype.itemsize == np.dtype(dtype).itemsize and array.dtype.kind in "iub" and np.dtype(dtype).kind in "iub":
-        return array.view(dtype)
-    raise RuntimeFailure(f"the runtime gave {array.dtype} where the model declares {np.dtype(dtype)}")
-
-
-Compiled = Callable[[Sequence[np.ndarray]], Sequence[np.ndarray]]
-
-
-class ShapeCachedSession(Session):
-    """A session of a runtime that compiles for fixed input shapes: one compiled model per set of
-    input shapes and types, built on first use by ``compile`` and kept, so that a catalogue of
-    cases compiles each shape once."""
-
-    def __init__(
-        self,
-        inputs: Sequence[str],
-        outputs: Sequence[str],
-        output_types: Sequence[np.dtype],
-        compile: Callable[[tuple[tuple[tuple[int, ...], np.dtype], ...]], Compiled],
-        origin: str | None = None,
-    ) -> None:
-        super().__init__(inputs, outputs)
-        self._output_types = list(output_types)
-        self._compile = compile
-        self._compiled: dict[tuple, Compiled] = {}
-        self._origin = origin
-
-    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
-        arrays = [np.asarray(feeds[name]) for name in self.input_names]
-        signature = tuple((a.shape, a.dtype) for a in arrays)
-        with failures_of(self._origin):
-            if signature not in self._compiled:
-                self._compiled[signature] = self._compile(signature)
-            results = self._compiled[signature](arrays)
-        by_name = {name: conform(r, t) for name, r, t in zip(self.output_names, results, self._output_types)}
-        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
-
-
-def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The graph inputs a caller feeds: models below IR version 4 list their initializers too."""
-    weights = {tensor.name for tensor in model.graph.initializer}
-    return [value for value in model.graph.input if value.name not in weights]
-
-
-def output_types(model: onnx.ModelProto) -> list[np.dtype]:
-    """The numpy types of the graph outputs of ``model``."""
-    return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
-
-
-def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto], Compiled]) -> Session:
-    """A session of a compiler that keeps dimensions symbolic: ``proto`` compiled at load, once for
-    every input shape it admits; an input of unknown rank gets symbolic dimensions of the rank fed,
-    one compile per rank. Any exception out of the compiler is its refusal (TVM's and IREE's C++
-    errors arrive as builtin ValueError and others)."""
-    ranked = all(i.type.tensor_type.HasField("shape") for i in fed_inputs(proto))
-    by_ranks: dict[tuple[int, ...], Compiled] = {}
-
-    def compiled(signature) -> Compiled:
-        ranks = () if ranked else tuple(len(shape) for shape, _ in signature)
-        if ranks not in by_ranks:
-            by_ranks[ranks] = compile(proto if ranked else with_ranks(proto, ranks))
-        return by_ranks[ranks]
-
-    if ranked:
-        with failures_of():
-            compiled(())
-    return ShapeCachedSession(
-        [i.name for i in fed_inputs(proto)], [o.name for o in proto.graph.output], output_types(proto), compiled,
-    )
-
-
-def with_ranks(proto: onnx.ModelProto, ranks: tuple[int, ...]) -> onnx.ModelProto:
-    """A copy of ``proto`` whose inputs have symbolic dimensions of ``ranks``, and whose other shapes
-    are left to inference (what they say was for no rank in particular)."""
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(proto)
-    del fixed.graph.value_info[:]
-    for value in fixed.graph.output:
-        value.type.tensor_type.ClearField("shape")
-    for value, rank in zip(fed_inputs(fixed), ranks):
-        shape = value.type.tensor_type.shape
-        shape.SetInParent()  # rank 0 too is a known rank
-        for axis in range(rank):
-            shape.dim.add().dim_param = f"{value.name}_{axis}"
-    return fixed

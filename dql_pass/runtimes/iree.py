@@ -28,7 +28,9 @@ import os
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import Compiled, KnownDifference, Runtime, Session, as_proto, compiled_per_rank
+from dql_pass import variants
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session
+from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +46,9 @@ class Iree(Runtime):
     extra = "iree"
     # Not arithmetic, float64 or residual: for inputs of static shape, iree-compile miscompiles
     # their Cast(float32 -> uint8) (measured on 5 to 8 elements: 128 to 254 become 127).
-    target = "quantizelinear"
+    variant = "quantizelinear"
     known_differences = (
-        KnownDifference(("native", "quantizelinear", "arithmetic", "float64", "residual"), "subnormal",
+        KnownDifference(("native", *variants.NAMES), "subnormal",
                         "measured: IREE's llvm-cpu code flushes subnormal floats to zero, so a subnormal x, "
                         "range or scale quantizes as zero (x/0 is inf, 0/0 NaN)"),
         KnownDifference(("native",), "zero range",

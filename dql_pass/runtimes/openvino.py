@@ -14,9 +14,9 @@ __all__ = ["OpenVino"]
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, fed_inputs, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
+
 
 
 class OpenVino(Runtime):
@@ -24,7 +24,7 @@ class OpenVino(Runtime):
     module = "openvino"
     distribution = "openvino"
     extra = "openvino"
-    target = "residual"  # float32 only, each quotient corrected exactly: the plugin runs float64 as float32
+    variant = "residual"  # float32 only, each quotient corrected exactly: the plugin runs float64 as float32
     known_differences = (
         KnownDifference(("native",), "zero range",
                         "measured: OpenVINO's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, as_proto, failures_of
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
+from dql_pass.runtimes.sessions import as_proto
 
 
 class _OrtSession(Session):

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass.runtimes.base import KnownDifference, Runtime, Session, as_proto, failures_of
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import as_proto
 
 
 class _ReferenceSession(Session):
@@ -33,7 +34,7 @@ class OnnxReference(Runtime):
     name = "reference"
     module = "onnx.reference"
     distribution = "onnx"
-    target = "arithmetic"  # its QuantizeLinear sends +inf to 0
+    variant = "arithmetic"  # its QuantizeLinear sends +inf to 0
     known_differences = (
         KnownDifference(("native",), "empty",
                         "onnx.reference's DynamicQuantizeLinear raises on an empty input (a reduction of no elements)"),

@@ -17,9 +17,9 @@ import weakref
 
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Runtime, Session, ShapeCachedSession, as_file, failures_of, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, output_types
+
 
 
 _REWRITES = ("measured: tinygrad rewrites float algebra before it runs ((v + e) - v becomes e), which undoes the "
@@ -31,7 +31,7 @@ class Tinygrad(Runtime):
     module = "tinygrad"
     distribution = "tinygrad"
     extra = "tinygrad"
-    target = "float64"
+    variant = "float64"
     known_differences = (
         KnownDifference(("native",), "zero range",
                         "measured: tinygrad's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Lack, Runtime, Session, as_proto, conform, failures_of, fed_inputs, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import as_proto, conform, fed_inputs, output_types
+
 
 _EMPTY_REDUCTION = ("measured: PyTorch's min/max raise on an empty tensor (\"Expected reduction dim to be specified "
                     "for input.numel() == 0\", \"amin(): Expected reduction dim 0 to have non-zero size\"): the "
@@ -59,7 +59,7 @@ class _TorchSession(Session):
 class _Converter(Runtime):
     """A converter to a ``torch.nn.Module``; subclasses name it and implement :meth:`_convert`."""
 
-    target = "float64"
+    variant = "float64"
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         proto = onnx.load(model) if isinstance(model, (str, os.PathLike)) else as_proto(model)[0]

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import (
-    KnownDifference, Lack, Runtime, Session, ShapeCachedSession, as_file, failures_of, fed_inputs, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
+
 
 
 def _fact(shape: tuple[int, ...], dtype: np.dtype) -> str:
@@ -43,7 +43,7 @@ class Tract(Runtime):
     module = "tract"
     distribution = "tract"
     extra = "tract"
-    target = "float64"
+    variant = "float64"
     lacks = (
         Lack("tract", "QuantizeLinear", 10, "0.23.9",
              "tract refuses QuantizeLinear whose scale is not a constant: 'y_scale must be a const'"),

@@ -22,7 +22,8 @@ import warnings
 
 import onnx
 
-from dql_pass.runtimes.base import Compiled, KnownDifference, Lack, Runtime, Session, as_proto, compiled_per_rank
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session
+from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
 
 
 class Tvm(Runtime):
@@ -30,7 +31,7 @@ class Tvm(Runtime):
     module = "tvm"
     distribution = "apache-tvm"
     extra = "tvm"
-    target = "float64"
+    variant = "float64"
     lacks = tuple(
         Lack("tvm", op_type, since_version, "0.27.0",
              f"OpNotImplemented: The following operators are not supported for frontend ONNX: {op_type}")

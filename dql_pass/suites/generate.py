@@ -1,6 +1,6 @@
 """Write a conformance suite: one test folder per (input, form, opset), put in place in one step.
 
-- The inputs come from :mod:`dql_pass.catalogue`; the forms are the one-node DynamicQuantizeLinear
+- The inputs come from :func:`dql_pass.inputs.cases`; the forms are the one-node DynamicQuantizeLinear
   model (``native``) and the models :class:`~dql_pass.expansion.ExpandDynamicQuantizeLinearPass`
   makes of it, one per variant; expected outputs come from :mod:`dql_pass.reference` under the
   chosen zero-range policy; the layout is :mod:`dql_pass.suites.layout`'s.
@@ -47,7 +47,7 @@ import onnx
 import onnx_ir as ir
 from onnx import numpy_helper
 
-from dql_pass import catalogue, reference, runtimes
+from dql_pass import inputs, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.modelfiles import FolderLock, check_not_system, default_file_mode, signals_deferred, sweep
@@ -128,16 +128,16 @@ def _lacks(model: onnx.ModelProto, runtime: str, opset: int) -> str | None:
 
 
 def _write_cases(
-    stage: Path, inputs: Sequence[catalogue.Case], opsets: Sequence[int], forms: Sequence[str], zero_range: str,
+    stage: Path, cases: Sequence[inputs.Case], opsets: Sequence[int], forms: Sequence[str], zero_range: str,
 ) -> tuple[list[SuiteEntry], list[LeftOut]]:
     """Write one test folder per (input, form, opset) in ``stage``: the entries written, and those left out."""
     runtime = _POLICY_RUNTIME[zero_range]
     entries: list[SuiteEntry] = []
     left_out: list[LeftOut] = []
-    for case in inputs:
+    for case in cases:
         expected = reference.dynamic_quantize_linear(case.x, zero_range)
         # The large input costs 5 MB per folder: one opset is enough to exercise vectorized kernels.
-        case_opsets = opsets[-1:] if case.category == "large" else opsets
+        case_opsets = opsets[-1:] if case.heading == "large" else opsets
         for opset in case_opsets:
             native_name = folder_name(case.name, "native", opset)
             native = one_node_model(case.x.shape, opset, name=native_name, description=case.description)
@@ -165,7 +165,7 @@ def _write_cases(
                         known[other] = other_reason
                 _write_case(stage / folder, model, case.x, expected)
                 entries.append(SuiteEntry(
-                    name=case.name, folder=folder, category=case.category, opset=opset, variant=form,
+                    name=case.name, folder=folder, category=case.heading, opset=opset, variant=form,
                     policy=zero_range, description=description, shape=tuple(case.x.shape),
                     policy_dependent=case.zero_range, comparable=case.comparable, known_differences=known,
                 ))
@@ -329,13 +329,13 @@ def generate_suite(
     opsets = sorted(set(opsets))
     _check_options(opsets, forms, zero_range)
     forms = [f for f in FORMS if f in forms]
-    inputs = catalogue.cases(include_large=include_large, include_nan=include_unspecified)
+    cases = inputs.cases(include_large=include_large, include_nan=include_unspecified)
     if names is not None:
         names = set(names)
-        unknown = sorted(names - {c.name for c in inputs})
+        unknown = sorted(names - {c.name for c in cases})
         if unknown:
             raise InputError(f"no catalogue case is named {unknown[0]!r}")
-        inputs = [c for c in inputs if c.name in names]
+        cases = [c for c in cases if c.name in names]
 
     outdir = Path(os.path.abspath(outdir))  # "suite/" and "." get a name; symlinks are not followed
     if not outdir.name:
@@ -346,7 +346,7 @@ def generate_suite(
     _check_replaceable(outdir, force)
     try:
         with _staged(outdir) as stage:
-            entries, left_out = _write_cases(stage, inputs, opsets, forms, zero_range)
+            entries, left_out = _write_cases(stage, cases, opsets, forms, zero_range)
             manifest = {
                 "format": FORMAT,
                 "generator": f"dql_pass {version()}",
@@ -362,4 +362,4 @@ def generate_suite(
             _install(stage, outdir, force)
     except OSError as error:
         raise InputError(f"{outdir}: cannot write the suite: {error.strerror or error}") from None
-    return GeneratedSuite(outdir, entries, len(inputs), size, time.perf_counter() - start, left_out)
+    return GeneratedSuite(outdir, entries, len(cases), size, time.perf_counter() - start, left_out)

@@ -79,7 +79,7 @@ class SuiteEntry:
 
     name: str
     folder: str
-    category: str
+    category: str  # the heading the case is listed under in the catalogue
     opset: int
     variant: str
     policy: str

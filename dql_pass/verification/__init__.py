@@ -5,7 +5,7 @@
 - site level (:mod:`dql_pass.verification.extract`, :mod:`dql_pass.verification.run`): every
   DynamicQuantizeLinear of ORIGINAL (main graph, If/Loop/Scan bodies at any depth, model-local
   functions) is checked on its own, by what its live readers read in REWRITTEN, extracted and run
-  on the catalogue (:func:`dql_pass.catalogue.cases`) and two large cases against the reference;
+  on the catalogue (:func:`dql_pass.inputs.cases`) and two large cases against the reference;
   a site that cannot be extracted is "not reachable" and the verdict INCOMPLETE, never PASS;
 - kept nodes (:func:`dql_pass.verification.extract.kept_differences`): every node REWRITTEN keeps reads
   ORIGINAL's constants bit for bit and carries its attributes, or the verdict is FAIL, whatever the

@@ -33,6 +33,8 @@ class SiteResult:
     worst_case: str | None = None
     worst_class: str | None = None
     detail: str | None = None
+    # Mismatches by input class (dql_pass.inputs.CLASSES, or "no class"; a case counts under each of its
+    # classes), "model input" (the model level) or "lost output".
     classes: dict[str, int] = dataclasses.field(default_factory=dict)
     known: dict[str, int] = dataclasses.field(default_factory=dict)  # the runtime's stated differences, by reason
     model_level: str = ""

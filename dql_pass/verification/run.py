@@ -22,15 +22,14 @@ __all__ = ["ModelCheck", "Tally", "check_model", "check_sites", "not_checked"]
 
 import contextlib
 import dataclasses
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.catalogue import Case, cases
+from dql_pass.inputs import Case, cases, describe, large_cases
 from dql_pass.compare import SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
@@ -64,8 +63,10 @@ class Tally:
         self.worst: SiteDifference | None = None
 
     def add(
-        self, case: str, category: str, diff: SiteDifference | None, *, run: bool = True, known: str | None = None
+        self, case: str, classes: Iterable[str], diff: SiteDifference | None, *, run: bool = True, known: str | None = None
     ) -> None:
+        """One case run: a mismatch counts under each of the case's ``classes`` (the input classes of
+        :mod:`dql_pass.inputs`; ``model input`` at the model level, ``lost output``)."""
         self.result.cases += run
         if diff is None:
             return
@@ -73,29 +74,15 @@ class Tally:
             self.result.known[known] = self.result.known.get(known, 0) + 1
             return
         self.result.mismatches += 1
-        self.result.classes[category] = self.result.classes.get(category, 0) + 1
+        classes = sorted(classes)
+        for name in classes or [describe(classes)]:
+            self.result.classes[name] = self.result.classes.get(name, 0) + 1
         if self.worst is None or diff.severity > self.worst.severity:
             self.worst = diff
-            self.result.worst_case, self.result.worst_class, self.result.detail = case, category, diff.detail
+            self.result.worst_case, self.result.worst_class, self.result.detail = case, describe(classes), diff.detail
 
 
 # -- site level ------------------------------------------------------------------------------------
-
-
-def _large_cases(catalogue: Sequence[Case]) -> list[Case]:
-    """Site cases beyond the catalogue's few hundred elements, where kernels change paths.
-
-    The catalogue's exact ties, repeated, with the two ends of their range last: a reduction that
-    reads a prefix, or a scale that changes with the size, gets them wrong.
-    """
-    ties = next(c.x for c in catalogue if c.name == "tie_exact_fractional_scale")
-    ends, inner = ties[:2], ties[2:]  # the case starts with the ends of its range
-    found = []
-    for shape in ((4, 32, 33), (2, 200, 201)):
-        x = np.resize(inner, math.prod(shape))
-        x[-2:] = ends
-        found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape), f"{x.size} exact ties, the range's ends last"))
-    return found
 
 
 class _SiteRunner:
@@ -122,7 +109,7 @@ class _SiteRunner:
                 diffs, unchecked = self._run(loaded, self.runtime)
                 for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
-                        known = self.runtime.differences(self.catalogue[i].x, self.runtime.target, self.zero_range)
+                        known = self.runtime.differences(self.catalogue[i].x, self.runtime.variant, self.zero_range)
                         results[i] = (diff, known[0] if known else None)
             self._results[key] = results, unchecked
         return self._results[key]
@@ -160,8 +147,9 @@ def check_sites(
 ) -> list[Tally]:
     """Each site of ORIGINAL, as REWRITTEN (``model``) computes what its readers read, on the catalogue."""
     catalogue = [c for c in cases(seed=seed) if c.comparable]
-    catalogue += _large_cases(catalogue)
+    catalogue += large_cases()
     runner = _SiteRunner(catalogue, zero_range, runtime)
+    classes = [case.classes(zero_range) for case in catalogue]
     scopes = Scopes(model)
     tallies = [Tally(site) for site in sites]
     for done, tally in enumerate(tallies):
@@ -171,7 +159,7 @@ def check_sites(
             # A computation that cannot be extracted may still be checked in the models: read stays.
             extracted = [extract(model, graph, tally.site, values) for values in tally.read]
         except LostOutput as lost:
-            tally.add("-", "lost output", SiteDifference(_WORST, str(lost)), run=False)
+            tally.add("-", ["lost output"], SiteDifference(_WORST, str(lost)), run=False)
             continue
         except NotReachable as reason:
             tally.result.not_reachable = str(reason)
@@ -179,8 +167,8 @@ def check_sites(
         for site_model in extracted:
             results, unchecked = runner.run(site_model)
             tally.result.not_checked = tally.result.not_checked or unchecked
-            for case, (diff, known) in zip(catalogue, results):
-                tally.add(case.name, case.category, diff, known=known)
+            for case, case_classes, (diff, known) in zip(catalogue, classes, results):
+                tally.add(case.name, case_classes, diff, known=known)
     return tallies
 
 
@@ -334,7 +322,7 @@ def _run_original(
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
     """ORIGINAL with its DQL expanded by the runtime's target variant, run there; RuntimeFailure if it cannot."""
     model = original.clone()
-    ExpandDynamicQuantizeLinearPass(variant=runtime.target, runtime=None)(model)
+    ExpandDynamicQuantizeLinearPass(variant=runtime.variant, runtime=None)(model)
     return _run_all(model, {}, sets, runtime)
 
 
@@ -347,7 +335,7 @@ def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_o
         return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
                         f"expanded ({one_line(error)})")
     return runs, (f"graph outputs compared with ORIGINAL run on {runtime.name}, its DQL expanded by the variant exact "
-                  f"there ({runtime.target}): {runtime.name} rounds the other ops its own way")
+                  f"there ({runtime.variant}): {runtime.name} rounds the other ops its own way")
 
 
 def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
@@ -433,10 +421,10 @@ def check_model(
         for label in sets:
             x = (actual_runs if elsewhere and tally.site.input in actual_runs[label] else expected_runs)[label][tally.site.input]
             expected = dynamic_quantize_linear(x, zero_range)
-            known = runtime.differences(np.asarray(x), runtime.target, zero_range) if elsewhere else []
+            known = runtime.differences(np.asarray(x), runtime.variant, zero_range) if elsewhere else []
             for values in tally.read:
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
-                tally.add(label, "model input", diff, known=known[0] if known else None)
+                tally.add(label, ["model input"], diff, known=known[0] if known else None)
     notes += _qdq_note(original, sets, expected_runs)
     held_to, from_ort = expected_runs, []
     if elsewhere:

@@ -33,9 +33,8 @@ import onnx
 import onnx.inliner
 
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import (
-    KnownDifference, Runtime, RuntimeFailure, Session, as_file, fed_inputs, output_types,
-)
+from dql_pass.runtimes.base import KnownDifference, Runtime, RuntimeFailure, Session
+from dql_pass.runtimes.sessions import as_file, fed_inputs, output_types
 from dql_pass.runtimes.web.browser import Browser, BrowserFailure, Server, chromium
 
 ORT_WEB = "1.30.0"  # the onnxruntime-web version measured; setup installs exactly this one
@@ -264,7 +263,7 @@ class WebGpu(WebRuntime):
     # as WGSL allows real GPUs. Of the others residual was the most exact (52 of 56 catalogue
     # inputs; quantizelinear and arithmetic lose the empty inputs too, float64 does not load), but
     # its Round and Sign run on the wasm CPU and SwiftShader's exact Div hides what a GPU's would do.
-    target = "portable"
+    variant = "portable"
     # Ops the WebGPU provider has no kernel for (op: the input types), measured with placement():
     # they run on the wasm CPU provider, with copies both ways.
     no_kernel = {
@@ -292,4 +291,4 @@ class Wasm(WebRuntime):
     name = "wasm"
     provider = "wasm"
     bundle = "ort.wasm.bundle.min.mjs"  # the build of `import 'onnxruntime-web/wasm'`
-    target = "quantizelinear"  # every form is exact here, as on ORT's CPU provider; this one is the smallest
+    variant = "quantizelinear"  # every form is exact here, as on ORT's CPU provider; this one is the smallest

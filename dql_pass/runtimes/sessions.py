@@ -1,0 +1,169 @@
+"""What runtime adapters share to load a model and run it: the model as a proto or a file, outputs
+conformed to the declared types, and sessions of compilers (one build per input shape, or per rank
+where dimensions stay symbolic).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Compiled", "ShapeCachedSession", "as_file", "as_proto", "compiled_per_rank", "conform", "fed_inputs",
+    "output_types", "with_ranks",
+]
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from dql_pass.modelfiles import ExternalData, in_memory
+from dql_pass.runtimes.base import RuntimeFailure, Session, failures_of
+
+_IN_MEMORY_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def _small_tensors_in_memory(external: ExternalData) -> Iterator[None]:
+    """Temporarily read external tensor attributes and small external initializers.
+
+    A runtime that gets the model as bytes would not find an attribute's external data, and ORT's
+    shape inference needs the initializers' values (axes, shapes). The caller's model gets its
+    tensors back afterwards.
+    """
+    swapped = [(value, value.const_value) for value in external.values if value.const_value.nbytes <= _IN_MEMORY_BYTES]
+    for value, tensor in swapped:
+        value.const_value = in_memory(tensor)
+    for node, attr in external.attributes:
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, in_memory(attr.value))
+    try:
+        yield
+    finally:
+        for value, tensor in swapped:
+            value.const_value = tensor
+        for node, attr in external.attributes:
+            node.attributes[attr.name] = attr
+
+
+def as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
+    """The model as a proto, and the folder its large external weights are read from."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    external = ExternalData.of(model)
+    folders = {Path(tensor.base_dir).resolve() for tensor in external.tensors}
+    with _small_tensors_in_memory(external):
+        return ir.serde.serialize_model(model), min(folders) if folders else None
+
+
+@contextlib.contextmanager
+def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: bool = False) -> Iterator[Path]:
+    """A path to ``model``, for runtimes that read files: the path given, or a temporary copy;
+    always a copy with ``private``, for an adapter that edits the file it hands its runtime."""
+    if isinstance(model, (str, os.PathLike)):
+        if not private:
+            yield Path(model)
+            return
+        model = ir.load(model)
+    with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
+        path = Path(folder, "model.onnx")
+        if isinstance(model, onnx.ModelProto):
+            model = ir.serde.deserialize_model(model)
+        # Weights go to a data file beside the copy: a runtime reads them as from any saved model.
+        ir.save(model, path, external_data="model.onnx.data")
+        yield path
+
+
+def conform(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as ``dtype``, by reinterpreting bits of the same size (a runtime that gives uint8
+    as int8, say); :class:`RuntimeFailure` for any other mismatch, which no cast may hide."""
+    array = np.asarray(array)
+    if array.dtype == dtype:
+        return array
+    if array.dtype.itemsize == np.dtype(dtype).itemsize and array.dtype.kind in "iub" and np.dtype(dtype).kind in "iub":
+        return array.view(dtype)
+    raise RuntimeFailure(f"the runtime gave {array.dtype} where the model declares {np.dtype(dtype)}")
+
+
+Compiled = Callable[[Sequence[np.ndarray]], Sequence[np.ndarray]]
+
+
+class ShapeCachedSession(Session):
+    """A session of a runtime that compiles for fixed input shapes: one compiled model per set of
+    input shapes and types, built on first use by ``compile`` and kept, so that a catalogue of
+    cases compiles each shape once."""
+
+    def __init__(
+        self,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        output_types: Sequence[np.dtype],
+        compile: Callable[[tuple[tuple[tuple[int, ...], np.dtype], ...]], Compiled],
+        origin: str | None = None,
+    ) -> None:
+        super().__init__(inputs, outputs)
+        self._output_types = list(output_types)
+        self._compile = compile
+        self._compiled: dict[tuple, Compiled] = {}
+        self._origin = origin
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
+        arrays = [np.asarray(feeds[name]) for name in self.input_names]
+        signature = tuple((a.shape, a.dtype) for a in arrays)
+        with failures_of(self._origin):
+            if signature not in self._compiled:
+                self._compiled[signature] = self._compile(signature)
+            results = self._compiled[signature](arrays)
+        by_name = {name: conform(r, t) for name, r, t in zip(self.output_names, results, self._output_types)}
+        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
+
+
+def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a caller feeds: models below IR version 4 list their initializers too."""
+    weights = {tensor.name for tensor in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in weights]
+
+
+def output_types(model: onnx.ModelProto) -> list[np.dtype]:
+    """The numpy types of the graph outputs of ``model``."""
+    return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
+
+
+def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto], Compiled]) -> Session:
+    """A session of a compiler that keeps dimensions symbolic: ``proto`` compiled at load, once for
+    every input shape it admits; an input of unknown rank gets symbolic dimensions of the rank fed,
+    one compile per rank. Any exception out of the compiler is its refusal (TVM's and IREE's C++
+    errors arrive as builtin ValueError and others)."""
+    ranked = all(i.type.tensor_type.HasField("shape") for i in fed_inputs(proto))
+    by_ranks: dict[tuple[int, ...], Compiled] = {}
+
+    def compiled(signature) -> Compiled:
+        ranks = () if ranked else tuple(len(shape) for shape, _ in signature)
+        if ranks not in by_ranks:
+            by_ranks[ranks] = compile(proto if ranked else with_ranks(proto, ranks))
+        return by_ranks[ranks]
+
+    if ranked:
+        with failures_of():
+            compiled(())
+    return ShapeCachedSession(
+        [i.name for i in fed_inputs(proto)], [o.name for o in proto.graph.output], output_types(proto), compiled,
+    )
+
+
+def with_ranks(proto: onnx.ModelProto, ranks: tuple[int, ...]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose inputs have symbolic dimensions of ``ranks``, and whose other shapes
+    are left to inference (what they say was for no rank in particular)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    del fixed.graph.value_info[:]
+    for value in fixed.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    for value, rank in zip(fed_inputs(fixed), ranks):
+        shape = value.type.tensor_type.shape
+        shape.SetInParent()  # rank 0 too is a known rank
+        for axis in range(rank):
+            shape.dim.add().dim_param = f"{value.name}_{axis}"
+    return fixed
