@@ -101,7 +101,7 @@ if TYPE_CHECKING:
     from dql_pass.suites import generate_suite, run_suite
     from dql_pass.variants import MODES, ZERO_RANGE_POLICIES
     from dql_pass.verification import VerifyReport, verify
-    from dql_pass.walk import find_sites
+    from dql_pass.graph.walk import find_sites
 
 
 def __getattr__(name: str):

@@ -41,7 +41,7 @@ import onnx_ir as ir
 from dql_pass import decomposition, runtimes
 from dql_pass.errors import InputError
 from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS, ai_onnx_opset, check_choice
-from dql_pass.walk import Root, check_ir_model, free_name, graph_scopes, sites_by_graph, subgraphs
+from dql_pass.graph.walk import Root, check_ir_model, free_name, graph_scopes, sites_by_graph, subgraphs
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ LAYERS = [
     ["op"],
     ["reference", "catalogue", "compare"],
     ["onnxscript_bodies"],
-    ["decomposition", "walk", "modelfiles"],
+    ["decomposition", "graph", "modelfiles"],
     ["runtimes"],
     ["expansion", "fusion"],
     ["lowering"],

@@ -48,7 +48,7 @@ from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass.fusion.diagnosis import LeftAlone, left_alone
 from dql_pass.fusion.rules import behaviour_notes, fuse_rules
-from dql_pass.walk import called_functions, check_ir_model, find_sites, free_name, graph_scopes
+from dql_pass.graph.walk import called_functions, check_ir_model, find_sites, free_name, graph_scopes
 
 logger = logging.getLogger(__name__)
 

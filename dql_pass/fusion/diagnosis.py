@@ -27,7 +27,7 @@ from onnxscript.rewriter.pattern import MatchingTracer, MatchResult, MatchStatus
 
 from dql_pass import decomposition
 from dql_pass.op import NAME, VARIANTS
-from dql_pass.walk import graph_scopes
+from dql_pass.graph.walk import graph_scopes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dql_pass import runtimes
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
 from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
-from dql_pass.walk import check_ir_model, find_sites, graph_scopes, ops_used
+from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, ops_used
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,74 @@
+"""The graph helpers and the one slice, reader match and tally that DQL sites and lowered sites share."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+import dql_pass
+from dql_pass import runtimes
+from dql_pass.graph.walk import ops_used
+from dql_pass.verification.extract import Scopes
+from dql_pass.verification.lowered import _replacement, check_lowered, lowered_sites
+from helpers import sample
+
+ORT = runtimes.get("onnxruntime")
+
+
+def _with_quantize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with a QuantizeLinear of its input ``x`` in the main graph, output ``q``."""
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(0.5, np.float32), "q_scale"),
+                                    numpy_helper.from_array(np.array(3, np.uint8), "q_zero_point")])
+    model.graph.node.append(helper.make_node("QuantizeLinear", ["x", "q_scale", "q_zero_point"], ["q"], name="quantize"))
+    model.graph.output.append(helper.make_tensor_value_info("q", TensorProto.UINT8, None))
+    return model
+
+
+def test_a_lowered_site_model_imports_only_the_domains_it_uses():
+    # control_flow imports `local` for its FakeQuant function; the QuantizeLinear's replacement
+    # uses none of it, and tinygrad refuses a model for an import it cannot parse.
+    original = ir.from_proto(_with_quantize(sample("control_flow")))
+    assert "local" in original.opset_imports
+    rewritten, _ = dql_pass.lower(ir.from_proto(_with_quantize(sample("control_flow"))))
+    (site,) = lowered_sites(original)
+    model = _replacement(rewritten, Scopes(rewritten), site)
+    assert model is not None
+    used = {domain for domain, _ in ops_used(model)}
+    assert set(model.opset_imports) == {""} | used
+    assert "local" not in model.opset_imports
+
+
+def _reader_in_another_domain() -> tuple[ir.Model, ir.Model]:
+    """ORIGINAL: q = QuantizeLinear(x), read by Identity; REWRITTEN: q lowered, and in the
+    Identity's place a ``custom`` Identity of the same output name that reads a wrong value."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])
+    out = helper.make_tensor_value_info("out", TensorProto.UINT8, [8])
+    original = helper.make_model(helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "scale", "zero_point"], ["q"], name="quantize"),
+         helper.make_node("Identity", ["q"], ["out"], name="read")],
+        "g", [x], [out],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+         numpy_helper.from_array(np.array(3, np.uint8), "zero_point")],
+    ), opset_imports=[helper.make_opsetid("", 21)])
+    rewritten, _ = dql_pass.lower(ir.from_proto(original))
+    graph = rewritten.graph
+    (reader,) = [node for node in graph if node.op_type == "Identity" and node.outputs[0].name == "out"]
+    wrong = ir.node("Cast", [graph.inputs[0]], attributes={"to": ir.DataType.UINT8})
+    custom = ir.Node("custom", "Identity", [wrong.outputs[0]], name="read")
+    graph.insert_before(reader, [wrong, custom])
+    graph.outputs[0] = custom.outputs[0]
+    graph.remove(reader, safe=True)
+    custom.outputs[0].name = "out"
+    rewritten.opset_imports["custom"] = 1
+    return ir.from_proto(original), rewritten
+
+
+def test_a_reader_in_another_domain_is_not_matched():
+    original, rewritten = _reader_in_another_domain()
+    (row,) = check_lowered(original, rewritten, 0, ORT)
+    # The custom Identity is not ORIGINAL's reader: what is checked is the value named q, the
+    # lowering, which is exact; matched on op_type alone, the Cast it reads failed.
+    assert row.not_reachable is None
+    assert row.cases > 0 and row.mismatches == 0, row.detail
