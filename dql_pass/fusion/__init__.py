@@ -48,7 +48,9 @@ from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass.fusion.diagnosis import LeftAlone, left_alone
 from dql_pass.fusion.rules import behaviour_notes, fuse_rules
-from dql_pass.graph.walk import called_functions, check_ir_model, find_sites, free_name, graph_scopes
+from dql_pass.graph.constants import drop_unused
+from dql_pass.graph.names import UniqueNames
+from dql_pass.graph.walk import called_functions, check_ir_model, find_sites, graph_scopes
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +109,7 @@ class _Inventory:
 
     def remove_orphans(self, model: ir.Model) -> list[str]:
         """Remove what was in use before and is not now; the labels of the dropped functions."""
-        for value in self.constants:
-            if value.uses() or value.is_graph_output():
-                continue
-            producer = value.producer()
-            if producer is not None and producer.graph is not None:
-                producer.graph.remove(producer, safe=True)
-            elif value.is_initializer() and value.graph is not None:
-                value.graph.initializers.pop(value.name)
+        drop_unused(self.constants)
         dropped = sorted(self.functions - called_functions(model, model.graph))
         for identifier in dropped:
             del model.functions[identifier]
@@ -137,12 +132,10 @@ def _unique_names(model: ir.Model, fused: list[ir.Node]) -> None:
     Unnamed ones stay unnamed: ORT takes any number of those.
     """
     new = set(fused)
-    used = {node.name for graph in graph_scopes(model) for node in graph if node not in new and node.name}
-    counts: collections.Counter[str] = collections.Counter()
+    names = UniqueNames({node.name for graph in graph_scopes(model) for node in graph if node not in new and node.name})
     for node in fused:
         if node.name:
-            node.name = free_name(node.name, used, counts)
-            used.add(node.name)
+            node.name = names.unique(node.name)
 
 
 def _fused_by_graph(model: ir.Model, fused: list[ir.Node]) -> dict[str, dict[str, int]]:

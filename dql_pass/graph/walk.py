@@ -9,7 +9,7 @@ graph has its own path.
 from __future__ import annotations
 
 __all__ = [
-    "Root", "called_functions", "check_ir_model", "described", "find_sites", "free_name", "graph_scopes", "label",
+    "Root", "called_functions", "check_ir_model", "described", "find_sites", "graph_scopes", "label",
     "live", "op_key", "ops_used", "sites_by_graph", "subgraphs",
 ]
 
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
+from dql_pass.graph.names import free_name
 from dql_pass.op import is_dql
 
 Root = ir.Graph | ir.Function
@@ -31,16 +32,6 @@ def check_ir_model(model: object, function: str) -> None:
             f"the pass takes an onnx_ir Model, not {type(model).__name__}; use dql_pass.{function}(), which takes a "
             "ModelProto or a path too, or ir.from_proto(model)"
         )
-
-
-def free_name(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:
-    """``preferred``, or the first ``preferred_N`` not in ``used``; ``counts`` remembers N, so
-    asking for the same name again does not rescan."""
-    name = preferred
-    while name in used:
-        counts[preferred] += 1
-        name = f"{preferred}_{counts[preferred]}"
-    return name
 
 
 def _first_output(node: ir.Node) -> str:

@@ -30,11 +30,13 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import runtimes
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
+from dql_pass.graph.constants import drop_unused
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
-from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames
+from dql_pass.graph.names import SharedConstants, UniqueNames
+from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, ops_used
 from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
-from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, ops_used
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +86,6 @@ class LowerResult(ir.passes.PassResult):
                 f"left_alone={len(self.report.left_alone)})")
 
 
-def _drop_unused(values: list[ir.Value | None]) -> None:
-    """Drop the constants among ``values`` that nothing reads any more."""
-    for value in dict.fromkeys(v for v in values if v is not None):
-        if value.uses() or value.is_graph_output() or value.is_graph_input():
-            continue
-        producer = value.producer()
-        if value.is_initializer():
-            value.graph.initializers.pop(value.name)
-        elif producer is not None and producer.op_type == "Constant" and len(producer.outputs) == 1:
-            producer.graph.remove(producer, safe=True)
-
-
 class LowerQuantizationPass(ir.passes.InPlacePass):
     """Rewrite the quantization ops of ``quantize_dynamic`` into float32 primitives (see the module docstring)."""
 
@@ -127,7 +117,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                     continue
                 inputs = list(node.inputs)
                 ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
-                _drop_unused(inputs)  # now, so that each weight is freed before the next is converted
+                drop_unused(inputs)  # now, so that each weight is freed before the next is converted
                 proof = lowering.proof.describe() if lowering.proof else "elementwise, exact as ORT computes it"
                 report.lowered.append(LoweredNode(label, where, node.op_type, proof))
         sites = find_sites(model)

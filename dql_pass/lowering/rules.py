@@ -34,7 +34,7 @@ Rules, one per op (ai.onnx domain; each keeps its output name):
 
 from __future__ import annotations
 
-__all__ = ["DIVISIONS", "LOWERED", "Builder", "LeftAlone", "Lowering", "constant", "element_type", "lower_node"]
+__all__ = ["DIVISIONS", "LOWERED", "Builder", "LeftAlone", "Lowering", "element_type", "lower_node"]
 
 import dataclasses
 import math
@@ -44,6 +44,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import variants
+from dql_pass.graph.constants import constant
 from dql_pass.lowering.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.op import is_dql
 
@@ -91,14 +92,6 @@ class Builder:
         attributes = [*attributes, *ir.convenience.convert_attributes(attrs)]
         self.nodes.append(ir.Node("", op_type, inputs, attributes=attributes, outputs=[output], name=name))
         return output
-
-
-def constant(value: ir.Value | None) -> np.ndarray | None:
-    """The value's array when it is a constant no feed can override, else None."""
-    if value is None or value.is_graph_input():
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
 
 
 def element_type(value: ir.Value) -> ir.DataType | None:

@@ -39,10 +39,10 @@ import onnx_ir as ir
 from dql_pass import runtimes
 from dql_pass.compare import bit_difference
 from dql_pass.errors import InputError
+from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import Root, described, graph_scopes, live, op_key, sites_by_graph
 from dql_pass.lowering import LOWERED
-from dql_pass.lowering.rules import constant
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
 
 
