@@ -21,7 +21,7 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["LeftAloneNode", "LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode"]
+__all__ = ["LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode", "UnloweredNode"]
 
 import dataclasses
 import logging
@@ -34,8 +34,8 @@ from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.graph.constants import drop_unused
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
 from dql_pass.graph.names import SharedConstants, UniqueNames
-from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, ops_used
-from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
+from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, label, ops_used
+from dql_pass.lowering.rules import LOWERED, Builder, CannotLower, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class LoweredNode:
 
 
 @dataclasses.dataclass(frozen=True)
-class LeftAloneNode:
+class UnloweredNode:
     graph: str
     node: str
     op_type: str
@@ -67,7 +67,7 @@ class LowerReport:
     target: str | None
     variant: str
     lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
-    left_alone: list[LeftAloneNode] = dataclasses.field(default_factory=list)
+    left_alone: list[UnloweredNode] = dataclasses.field(default_factory=list)
     lacking: list[str] = dataclasses.field(default_factory=list)
 
     def format(self) -> str:
@@ -99,31 +99,31 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         report = LowerReport(self.target, self.variant)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}
-        for graph, (label, root) in graph_scopes(model).items():
+        for graph, (path, root) in graph_scopes(model).items():
             opset = ai_onnx_opset(root.opset_imports) or 0
             for node in list(graph):
                 if node.domain not in DOMAINS or node.op_type not in LOWERED:
                     continue
-                where = node.name or f"{node.op_type}({node.outputs[0].name if node.outputs else ''})"
+                where = label(node)
                 if opset < _MIN_OPSET:
-                    report.left_alone.append(LeftAloneNode(label, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
                     continue
                 store = stores.setdefault(id(root), SharedConstants(root, names))
                 constant = lambda role, array, store=store: store.get(role, ir.tensor(np.asarray(array, order="C")))  # noqa: E731
                 try:
                     lowering = lower_node(node, Builder(names.prefix(where), constant, self.variant))
-                except LeftAlone as reason:
-                    report.left_alone.append(LeftAloneNode(label, where, node.op_type, str(reason)))
+                except CannotLower as reason:
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, str(reason)))
                     continue
                 inputs = list(node.inputs)
                 ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
                 drop_unused(inputs)  # now, so that each weight is freed before the next is converted
                 proof = lowering.proof.describe() if lowering.proof else "elementwise, exact as ORT computes it"
-                report.lowered.append(LoweredNode(label, where, node.op_type, proof))
+                report.lowered.append(LoweredNode(path, where, node.op_type, proof))
         sites = find_sites(model)
-        for label, nodes in sites.items():
+        for path, nodes in sites.items():
             proof = f"expanded, variant {self.variant}"
-            report.lowered += [LoweredNode(label, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
+            report.lowered += [LoweredNode(path, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
         if sites:
             ExpandDynamicQuantizeLinearPass(variant=self.variant, runtime=self.target)(model)
         if report.lowered:
