@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -72,3 +75,40 @@ def test_a_reader_in_another_domain_is_not_matched():
     # lowering, which is exact; matched on op_type alone, the Cast it reads failed.
     assert row.not_reachable is None
     assert row.cases > 0 and row.mismatches == 0, row.detail
+
+
+# -- one home each ---------------------------------------------------------------------------------
+
+PACKAGE = Path(dql_pass.__file__).parent
+# Each graph helper, and the module that is its one home.
+HOMES = {
+    "backward_slice": "graph/slice.py", "site_model": "graph/slice.py", "NotReachable": "graph/slice.py",
+    "free_name": "graph/names.py", "UniqueNames": "graph/names.py", "SharedConstants": "graph/names.py",
+    "constant": "graph/constants.py", "drop_unused": "graph/constants.py",
+    "ops_used": "graph/walk.py", "live": "graph/walk.py", "label": "graph/walk.py", "fed_inputs": "graph/walk.py",
+    "graph_scopes": "graph/walk.py", "Tally": "verification/report.py",
+}
+
+
+def _definitions() -> dict[str, list[str]]:
+    """Module-level function and class names of dql_pass -> the files defining them (runtimes/
+    keeps its own ModelProto fed_inputs for now)."""
+    found: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(path.relative_to(PACKAGE).as_posix())
+    return found
+
+
+def test_every_graph_helper_has_one_home():
+    definitions = _definitions()
+    homes = {name: [p for p in definitions.get(name, []) if not p.startswith("runtimes/")] for name in HOMES}
+    assert homes == {name: [home] for name, home in HOMES.items()}
+
+
+def test_only_the_slice_builds_a_site_graph():
+    # A second slicing would build its own GraphView of the nodes it walked back through.
+    builders = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                      if "GraphView(" in path.read_text())
+    assert builders == ["graph/slice.py"]

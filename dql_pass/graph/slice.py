@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 
 import onnx_ir as ir
 
-from dql_pass.graph.walk import called_functions, subgraphs
+from dql_pass.graph.walk import called_functions, ops_used
 
 
 class NotReachable(Exception):
@@ -74,16 +74,6 @@ def backward_slice(
     return found, order, constants
 
 
-def _nodes_within(nodes: Sequence[ir.Node], functions: Sequence[ir.Function]) -> list[ir.Node]:
-    """``nodes``, the nodes of their subgraphs at any depth, and the nodes of ``functions``."""
-    found, stack = [], [*nodes, *(node for function in functions for node in function)]
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        stack += [inner for _, sub in subgraphs(node) for inner in sub]
-    return found
-
-
 def site_model(model: ir.Model, graph: ir.Graph, outputs: Sequence[ir.Value], inputs: Sequence[str]) -> ir.Model:
     """A model whose inputs are the values named ``inputs`` (in order; one the outputs ignore is
     still an input) and whose outputs are ``outputs``, values of ``graph`` in ``model``, with the
@@ -97,6 +87,9 @@ def site_model(model: ir.Model, graph: ir.Graph, outputs: Sequence[ir.Value], in
     opsets = {**graph.opset_imports, **model.opset_imports}
     for function in functions:
         opsets = {**function.opset_imports, **opsets}
-    used = {"", "ai.onnx"} | {node.domain for node in _nodes_within(nodes, functions)}
-    view.opset_imports = {domain: version for domain, version in opsets.items() if domain in used}
-    return ir.Model(view.clone(), ir_version=model.ir_version, functions=functions)
+    view.opset_imports = opsets
+    sliced = ir.Model(view.clone(), ir_version=model.ir_version, functions=functions)
+    used = {"", "ai.onnx"} | {domain for domain, _ in ops_used(sliced)}
+    for domain in set(sliced.opset_imports) - used:
+        del sliced.opset_imports[domain]
+    return sliced

@@ -9,7 +9,7 @@ graph has its own path.
 from __future__ import annotations
 
 __all__ = [
-    "Root", "called_functions", "check_ir_model", "described", "find_sites", "graph_scopes", "label",
+    "Root", "called_functions", "check_ir_model", "described", "fed_inputs", "find_sites", "graph_scopes", "label",
     "live", "op_key", "ops_used", "sites_by_graph", "subgraphs",
 ]
 
@@ -79,6 +79,11 @@ def graph_scopes(model: ir.Model) -> dict[ir.Graph, tuple[str, Root]]:
                 labels.add(path)
                 scopes[graph] = (path, root)
     return scopes
+
+
+def fed_inputs(graph: ir.Graph) -> list[ir.Value]:
+    """The graph inputs a caller feeds: models below IR version 4 list their initializers too."""
+    return [value for value in graph.inputs if not value.is_initializer()]
 
 
 def sites_by_graph(scopes: dict[ir.Graph, tuple[str, Root]]) -> dict[str, list[ir.Node]]:

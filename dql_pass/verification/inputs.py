@@ -31,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
+from dql_pass.graph.walk import fed_inputs
 
 # Batch 2 catches a batch fixed to 1; 128 is a realistic sequence length, and gives DQL sites
 # thousands of elements.
@@ -131,15 +132,11 @@ def _synthesize(
     return np.ascontiguousarray(data).astype(dtype.numpy())
 
 
-def _model_inputs(model: ir.Model) -> list[ir.Value]:
-    return [v for v in model.graph.inputs if not v.is_initializer()]
-
-
 def _given_dims(model: ir.Model, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
     """The sizes that the given arrays fix for the symbolic dimensions of their inputs, so that the
     synthesized inputs agree with them."""
     found: dict[str, int] = {}
-    for value in _model_inputs(model):
+    for value in fed_inputs(model.graph):
         array = inputs.get(value.name)
         if array is None or value.shape is None or value.shape.rank() != np.ndim(array):
             continue
@@ -154,7 +151,7 @@ def batch_is_default(model: ir.Model, inputs: Mapping[str, np.ndarray], dims: Ma
     sizes = {**_given_dims(model, inputs), **dims}
     return any(
         isinstance(d, ir.SymbolicDim) and _is_batch(d.value) and d.value not in sizes
-        for v in _model_inputs(model) if v.name not in inputs and v.shape is not None for d in v.shape
+        for v in fed_inputs(model.graph) if v.name not in inputs and v.shape is not None for d in v.shape
     )
 
 
@@ -177,7 +174,7 @@ def input_sets(
     batch: int = BATCH_SIZE,
 ) -> dict[str, dict[str, np.ndarray]]:
     """The input sets by label, each a feed for every graph input of ``model``."""
-    graph_inputs = _model_inputs(model)
+    graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
     sizes = {**_given_dims(model, inputs), **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
