@@ -14,7 +14,7 @@ import dql_pass
 from dql_pass import runtimes
 from dql_pass.graph.walk import ops_used
 from dql_pass.verification.extract import Scopes
-from dql_pass.verification.lowered import _replacement, check_lowered, lowered_sites
+from dql_pass.verification.lowered import _check, _expected, _quantization_cases, _replacement, check_lowered, lowered_sites
 from helpers import sample
 
 ORT = runtimes.get("onnxruntime")
@@ -75,6 +75,38 @@ def test_a_reader_in_another_domain_is_not_matched():
     # lowering, which is exact; matched on op_type alone, the Cast it reads failed.
     assert row.not_reachable is None
     assert row.cases > 0 and row.mismatches == 0, row.detail
+
+
+class _Wrong:
+    """A runtime that gives the reference with case ``i``'s first ``i`` elements off by one, and
+    case 2 in int8: case 1 differs first, case 2 differs worst (a wrong type)."""
+
+    name = "wrong"
+
+    def __init__(self, expected: list[np.ndarray]):
+        self.expected = iter(expected)
+        self.calls = 0
+
+    def load(self, model: ir.Model, **_: object) -> _Wrong:
+        return self
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        actual = next(self.expected).copy()
+        actual.reshape(-1)[: self.calls] += 1
+        self.calls += 1
+        return [actual.astype(np.int8) if self.calls == 3 else actual]
+
+
+def test_a_lowered_row_keeps_its_most_severe_mismatch():
+    original, rewritten = _reader_in_another_domain()
+    (site,) = lowered_sites(original)
+    model = _replacement(rewritten, Scopes(rewritten), site)
+    cases = list(_quantization_cases(site, np.random.default_rng(0)))
+    runtime = _Wrong([_expected(site, arrays) for _, _, arrays in cases])
+    result = _check(site, model, runtime, np.random.default_rng(0))
+    assert result.cases == len(cases) and result.mismatches == len(cases) - 1
+    assert result.worst_case == cases[2][0], result.detail  # kept first, it was cases[1]
+    assert "dtype int8" in result.detail
 
 
 # -- one home each ---------------------------------------------------------------------------------

@@ -5,10 +5,12 @@ Rules:
 - a lowered site is a MatMulInteger, ConvInteger, QuantizeLinear or DequantizeLinear node of
   ORIGINAL (ai.onnx; main graph, subgraphs, functions) whose output no node of the same type
   makes in REWRITTEN: a rewrite replaced it, by dql_pass or any other tool;
-- its replacement is REWRITTEN's computation of the value named like that output, walked back to
-  the values named like the node's inputs that are not constant in ORIGINAL (as
-  :mod:`dql_pass.verification.extract` walks a DQL site); one that needs any other value is not
-  reachable, and the verdict INCOMPLETE, never PASS; a REWRITTEN without that value has lost it;
+- its replacement is REWRITTEN's computation of the value its readers read (a reader of the same
+  domain, type and output names as ORIGINAL's, else the value named like that output), sliced
+  back to the values named like the node's inputs that are not constant in ORIGINAL by the one
+  slice DQL sites go through (:mod:`dql_pass.graph.slice`, which imports only the domains the
+  replacement uses); one that needs any other value is not reachable, and the verdict INCOMPLETE,
+  never PASS; a REWRITTEN without that value has lost it;
 - the replacement runs on the runtime against the exact NumPy reference
   (:mod:`dql_pass.reference`) with ORIGINAL's constants (weights, scales, zero points, and any
   operand stored in ORIGINAL: the replacement reads that one, so it is checked on its stored value
@@ -24,6 +26,8 @@ Rules:
   otherwise, packed into as many cases as the shape takes (any size, one element too); specials,
   random, zero. DequantizeLinear: every value of the type on every channel (a sample of 16-bit
   ones), the type's ends, random, zero;
+- of the cases that differ, the row keeps the most severe (a failure, then a wrong type or shape,
+  then the most wrong elements), as a DQL site's row does;
 - what no operands are made for (blocked quantization, 4-bit and float8 types, a product with a
   batched B past 2^24) is not checked, with the reason: INCOMPLETE;
 - the replacement's inputs declare the operands' shapes (a runtime may need their rank); one that
