@@ -14,9 +14,10 @@ Rules:
 - a site output whose name REWRITTEN lacks at the same path (or in the one graph that has them all,
   when a rewrite renamed a control-flow node) is a lost output, a mismatch; a reader REWRITTEN
   lacks makes the site not reachable;
-- the computation of the values read is walked back to the value named like the DQL's input,
-  taking in constants of outer scopes, subgraphs of the nodes on the way and the model-local
-  functions they call; one that needs any other value cannot run alone: not reachable;
+- the computation of the values read is sliced back to the value named like the DQL's input by
+  :mod:`dql_pass.graph.slice`, the one slice lowered ops go through too, taking in constants of
+  outer scopes, subgraphs of the nodes on the way and the model-local functions they call; one
+  that needs any other value cannot run alone: not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 - a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
   no name; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
@@ -27,7 +28,7 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
-    "LostOutput", "NotReachable", "Scopes", "Site", "extract", "kept_differences", "original_sites", "reader", "values_by_name",
+    "LostOutput", "Scopes", "Site", "extract", "kept_differences", "original_sites", "reader", "values_by_name",
 ]
 
 import dataclasses
