@@ -76,7 +76,7 @@ _LAZY = {
     "dynamic_quantize_linear": "reference",
     "expand": "api",
     "expand_file": "api",
-    "find_sites": "walk",
+    "find_sites": "graph.walk",
     "function_proto": "decomposition",
     "fuse": "api",
     "fuse_file": "api",
@@ -103,7 +103,7 @@ if TYPE_CHECKING:
     from dql_pass.suites import generate_suite, run_suite
     from dql_pass.variants import MODES, ZERO_RANGE_POLICIES
     from dql_pass.verification import VerifyReport, verify
-    from dql_pass.walk import find_sites
+    from dql_pass.graph.walk import find_sites
 
 
 def __getattr__(name: str):

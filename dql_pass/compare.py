@@ -6,7 +6,7 @@ difference; dtype and shape must match first.
 
 from __future__ import annotations
 
-__all__ = ["BitDifference", "SiteDifference", "bit_difference", "compare_site", "same_bits"]
+__all__ = ["WORST", "BitDifference", "SiteDifference", "bit_difference", "compare_site", "same_bits"]
 
 import dataclasses
 from collections.abc import Sequence
@@ -14,6 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from dql_pass.op import OUTPUTS
+
+
+WORST = (9, 0)  # the severity of a site that cannot run at all
 
 
 @dataclasses.dataclass(frozen=True)

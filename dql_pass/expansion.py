@@ -26,16 +26,13 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = [
-    "ExpandDynamicQuantizeLinearPass", "ExpandReport", "ExpandResult", "SharedConstants", "UniqueNames", "check_sites",
-]
+__all__ = ["ExpandDynamicQuantizeLinearPass", "ExpandReport", "ExpandResult", "check_sites"]
 
 import collections
 import contextlib
 import dataclasses
 import functools
 import gc
-import hashlib
 import logging
 from collections.abc import Callable, Iterator
 
@@ -43,8 +40,9 @@ import onnx_ir as ir
 
 from dql_pass import decomposition, runtimes
 from dql_pass.errors import InputError
+from dql_pass.graph.names import SharedConstants, UniqueNames, free_name
+from dql_pass.graph.walk import Root, check_ir_model, graph_scopes, sites_by_graph
 from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS, ai_onnx_opset, check_choice
-from dql_pass.walk import Root, check_ir_model, free_name, graph_scopes, sites_by_graph, subgraphs
 
 logger = logging.getLogger(__name__)
 
@@ -73,47 +71,6 @@ class ExpandResult(ir.passes.PassResult):
         return f"ExpandResult(modified={self.modified}, sites={self.report.sites if self.report else {}})"
 
 
-class UniqueNames:
-    """Hands out names that no value or node of the model uses, in any scope.
-
-    A site gets one fresh prefix ``p``; its names are ``p/role``. Such a name can only clash with
-    an existing name whose part before the last ``/`` is ``p``, so the prefix is chosen outside
-    that set and one check per site covers all of its names.
-    """
-
-    def __init__(self, taken: set[str]):
-        self._taken = taken
-        self._prefixes = {name.rsplit("/", 1)[0] for name in taken if "/" in name}
-        self._name_counts: collections.Counter[str] = collections.Counter()
-        self._prefix_counts: collections.Counter[str] = collections.Counter()
-
-    @classmethod
-    def of_model(cls, model: ir.Model) -> UniqueNames:
-        taken: set[str] = set()
-        for root in (model.graph, *model.functions.values()):
-            graph = root if isinstance(root, ir.Graph) else root.graph
-            taken.update(v.name for v in graph.inputs)
-            taken.update(root.initializers if isinstance(root, ir.Graph) else ())
-            for node in ir.traversal.RecursiveGraphIterator(root):
-                taken.add(node.name)
-                taken.update(v.name for v in node.outputs)
-                for _, sub in subgraphs(node):
-                    taken.update(v.name for v in sub.inputs)
-                    taken.update(sub.initializers)
-        taken.discard(None)
-        return cls(taken)
-
-    def unique(self, preferred: str) -> str:
-        name = free_name(preferred, self._taken, self._name_counts)
-        self._taken.add(name)
-        return name
-
-    def prefix(self, preferred: str) -> str:
-        prefix = free_name(preferred, self._prefixes, self._prefix_counts)
-        self._prefixes.add(prefix)
-        return prefix + "/"
-
-
 class _Template:
     """The function body, split into its constants and the nodes stamped at each site."""
 
@@ -134,6 +91,10 @@ class _Template:
             self.node_roles.append(f"{node.op_type}_{seen[node.op_type]}" if seen[node.op_type] else node.op_type)
             seen[node.op_type] += 1
 
+    def shared(self, store: SharedConstants) -> dict[ir.Value, ir.Value]:
+        """The template's constants, each mapped to the value ``store`` shares for it."""
+        return {value: store.get(value.name, tensor) for value, tensor in self.constants.items()}
+
     def stamp(self, mapping: dict[ir.Value, ir.Value], prefix: str) -> list[ir.Node]:
         """New nodes computing the body; ``mapping`` holds the input and constants, and gains the rest."""
         stamped = []
@@ -151,43 +112,6 @@ class _Template:
             )
             mapping.update(zip(node.outputs, outputs))
         return stamped
-
-
-class SharedConstants:
-    """Constants shared by the sites of one root: main-graph initializers, or a function's Constant nodes."""
-
-    def __init__(self, root: Root, names: UniqueNames):
-        self._root = root
-        self._names = names
-        self._values: dict[tuple[ir.DataType, tuple[int, ...], bytes], ir.Value] = {}
-
-    def mapping(self, template: _Template) -> dict[ir.Value, ir.Value]:
-        return {value: self.get(value.name, tensor) for value, tensor in template.constants.items()}
-
-    def get(self, role: str, tensor: ir.TensorProtocol) -> ir.Value:
-        """The shared value holding ``tensor``, made on first use and named after ``role``."""
-        # The shape is part of the key: 0.0 and [0.0] have the same bytes. A digest, not the bytes:
-        # the keys would otherwise hold a second copy of every lowered weight.
-        key = (tensor.dtype, tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).digest())
-        if key not in self._values:
-            value = ir.Value(
-                name=self._names.unique(f"dql_pass_{role}"),
-                type=ir.TensorType(tensor.dtype),
-                shape=ir.Shape(tensor.shape),
-                const_value=ir.tensor(tensor.numpy()),
-            )
-            if isinstance(self._root, ir.Graph):
-                self._root.register_initializer(value)
-            else:
-                attribute = ir.AttrTensor("value", value.const_value)
-                constant = ir.Node("", "Constant", [], attributes=[attribute], outputs=[value], name=value.name)
-                body = self._root.graph
-                if len(body):
-                    body.insert_before(body[0], constant)
-                else:
-                    body.append(constant)
-            self._values[key] = value
-        return self._values[key]
 
 
 @contextlib.contextmanager
@@ -277,7 +201,7 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         if isinstance(root, ir.Function):
             _align_opset(root, label, template.opset_imports[""])
         if self.mode == "inline":
-            constants = SharedConstants(root, names).mapping(template)
+            constants = template.shared(SharedConstants(root, names))
             return functools.partial(self._inline, template=template, constants=constants, names=names)
         function = self._local_function(model, template)
         if isinstance(root, ir.Function):
@@ -340,7 +264,7 @@ def _build_function(template: _Template, name: str) -> ir.Function:
     x = ir.Value(name=template.input.name, type=ir.TensorType(ir.DataType.FLOAT))
     graph = ir.Graph([x], [], nodes=[], opset_imports=dict(template.opset_imports), name=name)
     function = ir.Function(decomposition.FUNCTION_DOMAIN, name, graph=graph, attributes=[])
-    mapping = {template.input: x, **SharedConstants(function, UniqueNames({x.name})).mapping(template)}
+    mapping = {template.input: x, **template.shared(SharedConstants(function, UniqueNames({x.name})))}
     graph.extend(template.stamp(mapping, ""))
     graph.outputs.extend(mapping[value] for value in template.outputs)
     return function

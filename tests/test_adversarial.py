@@ -674,6 +674,8 @@ def test_hostile_files_fail_their_own_test_only(suite, backend):
     got = {}
     for line in lines:
         status, _, rest = line.partition(" ")
+        if status not in ("PASS", "FAIL", "XFAIL", "SKIP"):
+            continue  # the table of counts per form
         folder, _, detail = rest.partition(": ")
         got[folder] = f"{status}: {detail}" if detail else status
     expected = {f"test_hostile_{name}": want[backend] if isinstance(want, dict) else want for name, (_, want) in HOSTILE.items()}

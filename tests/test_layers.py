@@ -21,7 +21,7 @@ LAYERS = [
     ["op"],
     ["reference", "compare"],
     ["inputs", "onnxscript_bodies"],
-    ["decomposition", "walk", "modelfiles"],
+    ["decomposition", "graph", "modelfiles"],
     ["runtimes"],
     ["expansion", "fusion"],
     ["lowering"],
@@ -116,22 +116,3 @@ def test_only_inputs_py_holds_the_input_class_vocabulary():
         found += [f"{path}:{node.lineno}: def {node.name}" for node in ast.walk(tree)
                   if isinstance(node, ast.FunctionDef) and node.name in ("input_classes", "_reciprocal_changes", "_near_tie")]
     assert not found, found
-
-
-def _builds_a_site_model(function: ast.FunctionDef) -> bool:
-    """Whether ``function`` cuts a graph out of a model and makes a model of it: it calls ir.Graph or
-    ir.GraphView, and ir.Model."""
-    called = {node.func.attr for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and isinstance(node.func.value, ast.Name) and node.func.value.id == "ir"}
-    return bool(called & {"Graph", "GraphView"}) and "Model" in called
-
-
-# Site slicing (a backward slice of a model into a site model) is being unified into one function of
-# dql_pass/verification/ in parallel with this check (issue 18, item 1). Until that lands three
-# functions slice: extract.extract, extract._folded and lowered._replacement. The mark is strict:
-# once one function slices, this test passes, the run fails on the XPASS, and the mark goes.
-@pytest.mark.xfail(strict=True, reason="site slicing is unified in another branch (issue 18 item 1); remove the mark then")
-def test_one_function_slices_a_site_model():
-    slicers = [f"{path}: {node.name}" for path, tree in _sources(PACKAGE / "verification") for node in ast.walk(tree)
-               if isinstance(node, ast.FunctionDef) and _builds_a_site_model(node)]
-    assert len(slicers) <= 1, slicers

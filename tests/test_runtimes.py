@@ -9,12 +9,14 @@ import os
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from helpers import reciprocal_rewrite, sample
 
 import dql_pass
 from dql_pass import decomposition, inputs, runtimes
 from dql_pass.compare import compare_site
+from dql_pass.graph.walk import ops_used
 from dql_pass.op import MIN_OPSET, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes.web import WebRuntime
@@ -129,7 +131,7 @@ def _runnable_model(name: str) -> onnx.ModelProto:
     """The MLP sample, or the one-node DQL model where the runtime lacks one of the MLP's other ops."""
     model = sample("mlp_dynamic")
     expanded = dql_pass.expand(model, target=name)[0]
-    if runtimes.lacking(name, {(n.domain, n.op_type) for n in expanded.graph.node}, expanded.opset_import[0].version):
+    if runtimes.lacking(name, ops_used(ir.from_proto(expanded)), expanded.opset_import[0].version):
         model = one_node_model(["n"], opset(name, runtimes.get(name).variant))
     return model
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass.inputs import cases, describe, large_cases
-from dql_pass.walk import graph_scopes
+from dql_pass.graph.walk import graph_scopes
 from dql_pass.compare import bit_difference, same_bits
 from dql_pass import verify  # through dql_pass first, so that dql_pass.verification names the function
 from dql_pass.verification import SiteResult

@@ -63,6 +63,7 @@ import onnx_ir as ir
 import dql_pass
 from dql_pass import inputs, op, runtimes
 from dql_pass.compare import bit_difference, compare_site
+from dql_pass.graph.walk import ops_used
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
 from tools import harness, models
@@ -231,7 +232,7 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
 
 
 def _op_types(model: onnx.ModelProto) -> set[tuple[str, str]]:
-    return {(n.domain, n.op_type) for n in ir.traversal.RecursiveGraphIterator(ir.serde.deserialize_model(model).graph)}
+    return ops_used(ir.serde.deserialize_model(model))
 
 
 def _lacks(runtime: Runtime, model: onnx.ModelProto) -> str:

@@ -2,6 +2,7 @@
 
 The package:
 
+- :mod:`~dql_pass.fusion.passes`: the pass and its report;
 - :mod:`~dql_pass.fusion.rules`: the onnxscript rewriter rules; :func:`fuse_rules` composes them;
 - :mod:`~dql_pass.fusion.diagnosis`: why a ReduceMin/ReduceMax pair was left alone;
 - :mod:`~dql_pass.fusion._onnxscript_compat`: the only code that touches onnxscript's internals;
@@ -28,155 +29,14 @@ __all__ = [
     "FuseDynamicQuantizeLinearPass",
     "FuseReport",
     "FuseResult",
-    "LeftAlone",
+    "UnfusedBlock",
     "UnsupportedOnnxscript",
     "fuse_rules",
 ]
 
-import collections
-import dataclasses
-import logging
-from collections.abc import Iterator
-
-import onnx_ir as ir
-from onnx_ir.passes.common import TopologicalSortPass
-
 # First: the version check runs before anything else of onnxscript's rewriter is imported.
-from dql_pass.fusion._onnxscript_compat import UnsupportedOnnxscript, rewrite
+from dql_pass.fusion._onnxscript_compat import UnsupportedOnnxscript
 
-from onnxscript.rewriter import RULE_NAME_TAG
-
-from dql_pass.fusion.diagnosis import LeftAlone, left_alone
-from dql_pass.fusion.rules import behaviour_notes, fuse_rules
-from dql_pass.walk import called_functions, check_ir_model, find_sites, free_name, graph_scopes
-
-logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class FuseReport:
-    """What a fusion did: counts per graph path and rule, behaviour notes, blocks left alone."""
-
-    fused: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    notes: dict[str, str] = dataclasses.field(default_factory=dict)
-    left_alone: list[LeftAlone] = dataclasses.field(default_factory=list)
-    dropped_functions: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return sum(sum(by_rule.values()) for by_rule in self.fused.values())
-
-
-@dataclasses.dataclass
-class FuseResult(ir.passes.PassResult):
-    """A PassResult that also carries the :class:`FuseReport`."""
-
-    report: FuseReport = dataclasses.field(default_factory=FuseReport)
-
-    def __repr__(self) -> str:  # not the model
-        return f"FuseResult(modified={self.modified}, fused={self.report.total})"
-
-
-def _containers(model: ir.Model) -> list[ir.Graph | ir.Function]:
-    return [model.graph, *model.functions.values()]
-
-
-def _domains(container: ir.Graph | ir.Function) -> set[str]:
-    return {node.domain for node in ir.traversal.RecursiveGraphIterator(container)}
-
-
-def _constants_in_use(model: ir.Model) -> Iterator[ir.Value]:
-    for graph in graph_scopes(model):
-        yield from (v for v in graph.initializers.values() if v.uses())
-        yield from (n.outputs[0] for n in graph if n.op_type == "Constant" and n.domain == "" and n.outputs[0].uses())
-
-
-@dataclasses.dataclass
-class _Inventory:
-    """What the model used before the fusion, to remove exactly what the fusion orphaned."""
-
-    constants: list[ir.Value]
-    functions: set[ir.OperatorIdentifier]
-    domains: dict[ir.Graph | ir.Function, set[str]]
-
-    @classmethod
-    def of(cls, model: ir.Model) -> _Inventory:
-        domains = {c: _domains(c) for c in _containers(model)}
-        domains[model.graph] = set().union(*domains.values())  # the model imports what its functions use
-        return cls(list(_constants_in_use(model)), called_functions(model, model.graph), domains)
-
-    def remove_orphans(self, model: ir.Model) -> list[str]:
-        """Remove what was in use before and is not now; the labels of the dropped functions."""
-        for value in self.constants:
-            if value.uses() or value.is_graph_output():
-                continue
-            producer = value.producer()
-            if producer is not None and producer.graph is not None:
-                producer.graph.remove(producer, safe=True)
-            elif value.is_initializer() and value.graph is not None:
-                value.graph.initializers.pop(value.name)
-        dropped = sorted(self.functions - called_functions(model, model.graph))
-        for identifier in dropped:
-            del model.functions[identifier]
-        for container, before in self.domains.items():
-            if container is model.graph:
-                now = set().union(*(_domains(c) for c in _containers(model)))
-                imports = model.opset_imports
-            elif container.identifier() in model.functions:
-                now, imports = _domains(container), container.opset_imports
-            else:
-                continue
-            for domain in before - now:
-                imports.pop(domain, None)
-        return [f"{domain}::{name}" for domain, name, _ in dropped]
-
-
-def _unique_names(model: ir.Model, fused: list[ir.Node]) -> None:
-    """Rename fused nodes whose name another node of the model holds: ORT refuses the model otherwise.
-
-    Unnamed ones stay unnamed: ORT takes any number of those.
-    """
-    new = set(fused)
-    used = {node.name for graph in graph_scopes(model) for node in graph if node not in new and node.name}
-    counts: collections.Counter[str] = collections.Counter()
-    for node in fused:
-        if node.name:
-            node.name = free_name(node.name, used, counts)
-            used.add(node.name)
-
-
-def _fused_by_graph(model: ir.Model, fused: list[ir.Node]) -> dict[str, dict[str, int]]:
-    """Graph path -> rule -> how many DQL nodes it fused there (the rule's tag is taken off the node)."""
-    new = set(fused)
-    counts = {}
-    for label, nodes in find_sites(model).items():
-        by_rule = collections.Counter(node.metadata_props.pop(RULE_NAME_TAG, "?") for node in nodes if node in new)
-        if by_rule:
-            counts[label] = dict(by_rule)
-            logger.info("fused %d DynamicQuantizeLinear in %s", sum(by_rule.values()), label)
-    return counts
-
-
-class FuseDynamicQuantizeLinearPass(ir.passes.InPlacePass):
-    """Fuse every decomposed DynamicQuantizeLinear back into one node (see the package docstring)."""
-
-    def call(self, model: ir.Model) -> FuseResult:
-        check_ir_model(model, "fuse")
-        for container in _containers(model):
-            imports = container.opset_imports
-            if "ai.onnx" in imports and "" not in imports:
-                # The same opset under its other name: the rewriter's new nodes import "".
-                imports[""] = imports.pop("ai.onnx")
-        inventory = _Inventory.of(model)
-        rule_set = fuse_rules()
-        fused = rewrite(rule_set, model)
-        report = FuseReport()
-        if fused:
-            _unique_names(model, fused)
-            report.dropped_functions = inventory.remove_orphans(model)
-            TopologicalSortPass()(model)
-            report.fused = _fused_by_graph(model, fused)
-            used = {rule for by_rule in report.fused.values() for rule in by_rule}
-            report.notes = {rule: note for rule, note in behaviour_notes().items() if rule in used}
-        report.left_alone = left_alone(model, rule_set)
-        return FuseResult(model, modified=bool(fused), report=report)
+from dql_pass.fusion.diagnosis import UnfusedBlock
+from dql_pass.fusion.passes import FuseDynamicQuantizeLinearPass, FuseReport, FuseResult
+from dql_pass.fusion.rules import fuse_rules

@@ -42,7 +42,7 @@ import onnx_ir as ir
 import onnxscript
 
 from dql_pass.errors import MissingDependency
-from dql_pass.walk import graph_scopes
+from dql_pass.graph.walk import graph_scopes
 
 
 class UnsupportedOnnxscript(MissingDependency):

@@ -14,7 +14,7 @@ without rewriting, and keeps the attempt that came closest (:func:`closest_miss`
 
 from __future__ import annotations
 
-__all__ = ["LeftAlone", "Miss", "closest_miss", "left_alone", "reach"]
+__all__ = ["Miss", "UnfusedBlock", "closest_miss", "left_alone", "reach"]
 
 import collections
 import dataclasses
@@ -27,7 +27,7 @@ from onnxscript.rewriter.pattern import MatchingTracer, MatchResult, MatchStatus
 
 from dql_pass import decomposition
 from dql_pass.op import NAME, VARIANTS
-from dql_pass.walk import graph_scopes
+from dql_pass.graph.walk import graph_scopes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Miss:
 
 
 @dataclasses.dataclass(frozen=True)
-class LeftAlone:
+class UnfusedBlock:
     """A ReduceMin and ReduceMax of the same x that no rule fused."""
 
     graph: str
@@ -147,7 +147,7 @@ def _reachable(graph: ir.Graph, start: list[ir.Node]) -> list[ir.Node]:
     return list(seen)
 
 
-def left_alone(model: ir.Model, rules: Iterable[RewriteRule]) -> list[LeftAlone]:
+def left_alone(model: ir.Model, rules: Iterable[RewriteRule]) -> list[UnfusedBlock]:
     """ReduceMin and ReduceMax pairs on the same x that are still there, with the closest miss."""
     rules = list(rules)
     found = []
@@ -162,7 +162,7 @@ def left_alone(model: ir.Model, rules: Iterable[RewriteRule]) -> list[LeftAlone]
                 continue
             miss = closest_miss(rules, model, container, _reachable(graph, list(pair.values())))
             if miss is None:
-                found.append(LeftAlone(label, x.name or "", "nothing downstream has the shape of a DQL body"))
+                found.append(UnfusedBlock(label, x.name or "", "nothing downstream has the shape of a DQL body"))
             else:
-                found.append(LeftAlone(label, x.name or "", miss.reason, miss.rule, miss.matched_nodes))
+                found.append(UnfusedBlock(label, x.name or "", miss.reason, miss.rule, miss.matched_nodes))
     return found

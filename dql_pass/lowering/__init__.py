@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-__all__ = ["LOWERED", "LeftAloneNode", "LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode"]
+__all__ = ["LOWERED", "LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode", "UnloweredNode"]
 
-from dql_pass.lowering.quantization import LeftAloneNode, LowerQuantizationPass, LowerReport, LowerResult, LoweredNode
+from dql_pass.lowering.quantization import LowerQuantizationPass, LowerReport, LowerResult, LoweredNode, UnloweredNode
 from dql_pass.lowering.rules import LOWERED

@@ -21,7 +21,7 @@ Rules the pass applies:
 
 from __future__ import annotations
 
-__all__ = ["LeftAloneNode", "LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode"]
+__all__ = ["LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode", "UnloweredNode"]
 
 import dataclasses
 import logging
@@ -30,11 +30,14 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import runtimes
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
+from dql_pass.graph.constants import drop_unused
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
-from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, SharedConstants, UniqueNames, check_sites
-from dql_pass.lowering.rules import LOWERED, Builder, LeftAlone, lower_node
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
+from dql_pass.graph.names import SharedConstants, UniqueNames
+from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, label, ops_used
+from dql_pass.lowering.rules import LOWERED, Builder, CannotLower, lower_node
 from dql_pass.op import DOMAINS, ai_onnx_opset
-from dql_pass.walk import check_ir_model, find_sites, graph_scopes, ops_used
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class LoweredNode:
 
 
 @dataclasses.dataclass(frozen=True)
-class LeftAloneNode:
+class UnloweredNode:
     graph: str
     node: str
     op_type: str
@@ -65,7 +68,7 @@ class LowerReport:
     target: str | None
     variant: str
     lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
-    left_alone: list[LeftAloneNode] = dataclasses.field(default_factory=list)
+    left_alone: list[UnloweredNode] = dataclasses.field(default_factory=list)
     lacking: list[str] = dataclasses.field(default_factory=list)
 
     def format(self) -> str:
@@ -84,18 +87,6 @@ class LowerResult(ir.passes.PassResult):
                 f"left_alone={len(self.report.left_alone)})")
 
 
-def _drop_unused(values: list[ir.Value | None]) -> None:
-    """Drop the constants among ``values`` that nothing reads any more."""
-    for value in dict.fromkeys(v for v in values if v is not None):
-        if value.uses() or value.is_graph_output() or value.is_graph_input():
-            continue
-        producer = value.producer()
-        if value.is_initializer():
-            value.graph.initializers.pop(value.name)
-        elif producer is not None and producer.op_type == "Constant" and len(producer.outputs) == 1:
-            producer.graph.remove(producer, safe=True)
-
-
 class LowerQuantizationPass(ir.passes.InPlacePass):
     """Rewrite the quantization ops of ``quantize_dynamic`` into float32 primitives (see the module docstring)."""
 
@@ -110,31 +101,31 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         report = LowerReport(self.target, self.variant)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}
-        for graph, (label, root) in graph_scopes(model).items():
+        for graph, (path, root) in graph_scopes(model).items():
             opset = ai_onnx_opset(root.opset_imports) or 0
             for node in list(graph):
                 if node.domain not in DOMAINS or node.op_type not in LOWERED:
                     continue
-                where = node.name or f"{node.op_type}({node.outputs[0].name if node.outputs else ''})"
+                where = label(node)
                 if opset < _MIN_OPSET:
-                    report.left_alone.append(LeftAloneNode(label, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
                     continue
                 store = stores.setdefault(id(root), SharedConstants(root, names))
                 constant = lambda role, array, store=store: store.get(role, ir.tensor(np.asarray(array, order="C")))  # noqa: E731
                 try:
                     lowering = lower_node(node, Builder(names.prefix(where), constant, self.variant))
-                except LeftAlone as reason:
-                    report.left_alone.append(LeftAloneNode(label, where, node.op_type, str(reason)))
+                except CannotLower as reason:
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, str(reason)))
                     continue
                 inputs = list(node.inputs)
                 ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
-                _drop_unused(inputs)  # now, so that each weight is freed before the next is converted
+                drop_unused(inputs)  # now, so that each weight is freed before the next is converted
                 proof = lowering.proof.describe() if lowering.proof else "elementwise, exact as ORT computes it"
-                report.lowered.append(LoweredNode(label, where, node.op_type, proof))
+                report.lowered.append(LoweredNode(path, where, node.op_type, proof))
         sites = find_sites(model)
-        for label, nodes in sites.items():
+        for path, nodes in sites.items():
             proof = f"expanded, variant {self.variant}"
-            report.lowered += [LoweredNode(label, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
+            report.lowered += [LoweredNode(path, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
         if sites:
             ExpandDynamicQuantizeLinearPass(variant=self.variant, runtime=self.target)(model)
         if report.lowered:

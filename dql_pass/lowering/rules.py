@@ -29,12 +29,12 @@ Rules, one per op (ai.onnx domain; each keeps its output name):
   other than the lowering's, leaves the node alone.
 - Per-axis scales and zero points become constants shaped to broadcast along ``axis``, which needs
   X's rank unless the axis counts from the end; every constant keeps its rank, so outputs do.
-- Whatever a rule cannot prove exact raises :class:`LeftAlone` with the reason.
+- Whatever a rule cannot prove exact raises :class:`CannotLower` with the reason.
 """
 
 from __future__ import annotations
 
-__all__ = ["DIVISIONS", "LOWERED", "Builder", "LeftAlone", "Lowering", "constant", "element_type", "lower_node"]
+__all__ = ["DIVISIONS", "LOWERED", "Builder", "CannotLower", "Lowering", "element_type", "lower_node"]
 
 import dataclasses
 import math
@@ -44,6 +44,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import variants
+from dql_pass.graph.constants import constant
 from dql_pass.lowering.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.op import is_dql
 
@@ -58,7 +59,7 @@ DIVISIONS: dict[str, ir.DataType] = {
 }
 
 
-class LeftAlone(Exception):
+class CannotLower(Exception):
     """The node cannot be lowered exactly; the message says why."""
 
 
@@ -93,14 +94,6 @@ class Builder:
         return output
 
 
-def constant(value: ir.Value | None) -> np.ndarray | None:
-    """The value's array when it is a constant no feed can override, else None."""
-    if value is None or value.is_graph_input():
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
-
-
 def element_type(value: ir.Value) -> ir.DataType | None:
     """The element type of ``value``, also where the model declares none but its producer fixes it."""
     if value.dtype is not None:
@@ -122,7 +115,7 @@ def _operand(value: ir.Value, zero_point: ir.Value | None, role: str) -> tuple[i
     """An integer operand's type, its zero point's array (None: absent or not constant) and its span."""
     dtype = element_type(value) or (element_type(zero_point) if zero_point is not None else None)
     if dtype not in _PRODUCT_TYPES:
-        raise LeftAlone(f"{role} is {'of unknown type' if dtype is None else dtype.name.lower()}; uint8 and int8 are lowered")
+        raise CannotLower(f"{role} is {'of unknown type' if dtype is None else dtype.name.lower()}; uint8 and int8 are lowered")
     points = constant(zero_point)
     return dtype, points, span(_PRODUCT_TYPES[dtype], points, zero_point is None or points is not None)
 
@@ -192,17 +185,17 @@ def _matmul_worst(node: ir.Node, axis: int) -> tuple[int, int]:
     if depth is None:
         depth = _static_dim(node.inputs[0], -1)
     if depth is None:
-        raise LeftAlone("B is not constant and K is unknown, so no bound can be computed")
+        raise CannotLower("B is not constant and K is unknown, so no bound can be computed")
     return depth, 1
 
 
 def _conv_worst(node: ir.Node, axis: int) -> tuple[int, int]:
     shape = node.inputs[1].shape
     if shape is None or not all(isinstance(d, int) for d in shape):
-        raise LeftAlone("W is not constant and its shape is unknown, so no bound can be computed")
+        raise CannotLower("W is not constant and its shape is unknown, so no bound can be computed")
     w_zp = node.inputs[3] if len(node.inputs) > 3 else None
     if w_zp is not None and constant(w_zp) is None and (w_zp.shape is None or math.prod(w_zp.shape) != 1):
-        raise LeftAlone("W is not constant and its zero point may be per channel")
+        raise CannotLower("W is not constant and its zero point may be per channel")
     return shape[axis], math.prod(shape[2:])
 
 
@@ -231,19 +224,19 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     w_dtype, w_points, w_span = _operand(w, w_zp, kind.names[1])
     _output_is(node, INT32)
     if a_points is not None and a_points.size > 1:
-        raise LeftAlone(f"{kind.names[0]} has more than one zero point (per row)")
+        raise CannotLower(f"{kind.names[0]} has more than one zero point (per row)")
     weights = constant(w)
     rank = weights.ndim if weights is not None else None if w.shape is None else len(w.shape)
     # Cast(zero point) broadcasts along the last axis: right for a per-column one, wrong for any other.
     last = rank is not None and kind.zero_point_axis(rank) == -1
     for name, zero_point, points, along_last in ((kind.names[0], a_zp, a_points, False), (kind.names[1], w_zp, w_points, last)):
         if zero_point is not None and points is None and _several(zero_point) and not (along_last and len(zero_point.shape) == 1):
-            raise LeftAlone(f"{name}'s zero point comes at run time and may hold more than one value")
+            raise CannotLower(f"{name}'s zero point comes at run time and may hold more than one value")
     along = None
     if w_points is not None and w_points.size > 1:
         axis = None if rank is None else kind.zero_point_axis(rank)
         if axis is None:
-            raise LeftAlone(f"{kind.names[1]}'s zero point has {w_points.size} values and {kind.names[1]} has "
+            raise CannotLower(f"{kind.names[1]}'s zero point has {w_points.size} values and {kind.names[1]} has "
                             f"{'no known rank' if rank is None else f'rank {rank}'}")
         along = _along((w_points,), axis, w if weights is None else weights, "zero point")
     axes = kind.axes(2 if rank is None else rank)
@@ -259,13 +252,13 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
         depth, window = kind.worst(node, axes[1])
         proof = _planned(lambda: plan_uniform(depth, a_span * w_span * window, f"worst case of {w_dtype.name.lower()} weights"))
         if len(proof.chunks) > 1 and rank is None:
-            raise LeftAlone(f"the bound {proof.bound:,} exceeds 2^24 and {kind.names[1]}'s rank, along which it is cut, is unknown")
+            raise CannotLower(f"the bound {proof.bound:,} exceeds 2^24 and {kind.names[1]}'s rank, along which it is cut, is unknown")
         shifted_w = _shifted(b, w, w_zp, w_points, along)
         part = lambda start, stop: (  # noqa: E731
             shifted_w if len(proof.chunks) == 1 else _slice(b, shifted_w, start, stop, axes[1]))
     group = node.attributes["group"].as_int() if "group" in node.attributes else 1
     if len(proof.chunks) > 1 and group != 1:
-        raise LeftAlone(f"the bound {proof.bound:,} exceeds 2^24 and a grouped convolution (group {group}) is not cut")
+        raise CannotLower(f"the bound {proof.bound:,} exceeds 2^24 and a grouped convolution (group {group}) is not cut")
     activation = _shifted(b, a, a_zp, a_points, None)
     product = lambda x, y: b.op(kind.op, [x, y], FLOAT, attributes=node.attributes.values())  # noqa: E731
     return _reduce(b, proof, product, activation, part, axes), proof
@@ -275,7 +268,7 @@ def _planned(planner: Callable[[], Proof]) -> Proof:
     try:
         return planner()
     except Unplanned as reason:
-        raise LeftAlone(str(reason)) from None
+        raise CannotLower(str(reason)) from None
 
 
 def _chunk(ndim: int, axis: int, start: int, stop: int) -> tuple[slice, ...]:
@@ -300,17 +293,17 @@ def _along(params: Sequence[np.ndarray | None], axis: int, value: ir.Value | np.
     if not sizes:
         return None
     if any(p.ndim > 1 for p in params if p is not None):
-        raise LeftAlone(f"its {role} has more than one dimension")
+        raise CannotLower(f"its {role} has more than one dimension")
     shape = value.shape
     if shape is None:
         if axis >= 0:
-            raise LeftAlone(f"per-axis {role} on axis {axis} of an input of unknown rank")
+            raise CannotLower(f"per-axis {role} on axis {axis} of an input of unknown rank")
         return [-1] + [1] * (-axis - 1)  # counted from the end: no rank needed
     if not -len(shape) <= axis < len(shape):
-        raise LeftAlone(f"axis {axis} is outside an input of rank {len(shape)}")
+        raise CannotLower(f"axis {axis} is outside an input of rank {len(shape)}")
     dim = shape[axis]
     if len(sizes) > 1 or (isinstance(dim, int) and dim not in sizes):
-        raise LeftAlone(f"its {role} has {' and '.join(map(str, sorted(sizes)))} values along axis {axis}, of size {dim}")
+        raise CannotLower(f"its {role} has {' and '.join(map(str, sorted(sizes)))} values along axis {axis}, of size {dim}")
     return [-1] + [1] * (len(shape) - axis % len(shape) - 1)
 
 
@@ -329,19 +322,19 @@ def _int_attribute(node: ir.Node, name: str, default: int = 0) -> int:
 def _quantization_params(node: ir.Node) -> tuple[np.ndarray, np.ndarray | None]:
     unknown = sorted(set(node.attributes) - _ATTRIBUTES[node.op_type])
     if unknown:
-        raise LeftAlone(f"its attribute {', '.join(unknown)} is not one lower knows")
+        raise CannotLower(f"its attribute {', '.join(unknown)} is not one lower knows")
     if _int_attribute(node, "block_size"):
-        raise LeftAlone("blocked quantization (block_size) is not lowered")
+        raise CannotLower("blocked quantization (block_size) is not lowered")
     scale = constant(node.inputs[1])
     if scale is None or scale.dtype != np.float32:
-        raise LeftAlone("its scale is not a float32 constant")
+        raise CannotLower("its scale is not a float32 constant")
     precision = _int_attribute(node, "precision")
     if precision not in (0, FLOAT):  # 0: the scale's type, float32 here
-        raise LeftAlone(f"it divides in {ir.DataType(precision).name.lower()} (precision), which the lowering does not")
+        raise CannotLower(f"it divides in {ir.DataType(precision).name.lower()} (precision), which the lowering does not")
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
     points = constant(zero_point)
     if zero_point is not None and points is None:
-        raise LeftAlone("its zero point is not a constant")
+        raise CannotLower("its zero point is not a constant")
     return scale, points
 
 
@@ -349,7 +342,7 @@ def _output_is(node: ir.Node, dtype: ir.DataType) -> None:
     """The lowering gives ``dtype``: a node whose output is declared otherwise is left alone."""
     declared = node.outputs[0].dtype
     if declared is not None and declared != dtype:
-        raise LeftAlone(f"its output is declared {declared.name.lower()}, the lowering gives {dtype.name.lower()}")
+        raise CannotLower(f"its output is declared {declared.name.lower()}, the lowering gives {dtype.name.lower()}")
 
 
 def _shaped(array: np.ndarray, shape: list[int] | None) -> np.ndarray:
@@ -363,19 +356,19 @@ def _param(b: Builder, role: str, array: np.ndarray, shape: list[int] | None, dt
 def _quantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     x = node.inputs[0]
     if element_type(x) != FLOAT:
-        raise LeftAlone("X is not float32")
+        raise CannotLower("X is not float32")
     scale, points = _quantization_params(node)
     requested = _int_attribute(node, "output_dtype")
     dtype = ir.DataType(requested or ir.DataType.UINT8) if points is None else ir.DataType.from_numpy(points.dtype)
     if requested and requested != dtype:
-        raise LeftAlone(f"its output_dtype {ir.DataType(requested).name.lower()} is not its zero point's type")
+        raise CannotLower(f"its output_dtype {ir.DataType(requested).name.lower()} is not its zero point's type")
     if dtype not in _QUANTIZED_TYPES:
-        raise LeftAlone(f"its output is {dtype.name.lower()}; 8- and 16-bit integers are lowered")
+        raise CannotLower(f"its output is {dtype.name.lower()}; 8- and 16-bit integers are lowered")
     _output_is(node, dtype)
     shape = _along((scale, points), _int_attribute(node, "axis", 1), x, "scale or zero point")
     division = DIVISIONS.get(b.variant)
     if division is None:
-        raise LeftAlone(f"the target's exact variant {b.variant} does not divide in float32 or float64")
+        raise CannotLower(f"the target's exact variant {b.variant} does not divide in float32 or float64")
     if division == DOUBLE:
         wide = b.op("Div", [b.op("Cast", [x], DOUBLE, to=DOUBLE), _param(b, "scale", scale, shape, np.float64)], DOUBLE)
         quotient = b.op("Cast", [wide], FLOAT, to=FLOAT)
@@ -396,11 +389,11 @@ def _dequantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     x = node.inputs[0]
     dtype = element_type(x) or (element_type(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None)
     if dtype not in _QUANTIZED_TYPES:
-        raise LeftAlone(f"X is {'of unknown type' if dtype is None else dtype.name.lower()}; 8- and 16-bit integers are lowered")
+        raise CannotLower(f"X is {'of unknown type' if dtype is None else dtype.name.lower()}; 8- and 16-bit integers are lowered")
     scale, points = _quantization_params(node)
     requested = _int_attribute(node, "output_dtype")
     if requested not in (0, FLOAT):  # 0: the scale's type, float32 here
-        raise LeftAlone(f"its output is {ir.DataType(requested).name.lower()} (output_dtype); float32 is lowered")
+        raise CannotLower(f"its output is {ir.DataType(requested).name.lower()} (output_dtype); float32 is lowered")
     _output_is(node, FLOAT)
     shape = _along((scale, points), _int_attribute(node, "axis", 1), x, "scale or zero point")
     if points is not None and points.any():
@@ -423,8 +416,8 @@ LOWERED: tuple[str, ...] = tuple(_RULES)
 
 
 def lower_node(node: ir.Node, builder: Builder) -> Lowering:
-    """The lowering of ``node``, one of :data:`LOWERED`; :class:`LeftAlone` when it cannot be exact."""
+    """The lowering of ``node``, one of :data:`LOWERED`; :class:`CannotLower` when it cannot be exact."""
     if len(node.outputs) != 1 or not node.inputs or any(v is None for v in node.inputs[:2]):
-        raise LeftAlone("it lacks an input or has other outputs than one")
+        raise CannotLower("it lacks an input or has other outputs than one")
     output, proof = _RULES[node.op_type](node, builder)
     return Lowering(builder.nodes, output, proof)

@@ -14,9 +14,10 @@ Rules:
 - a site output whose name REWRITTEN lacks at the same path (or in the one graph that has them all,
   when a rewrite renamed a control-flow node) is a lost output, a mismatch; a reader REWRITTEN
   lacks makes the site not reachable;
-- the computation of the values read is walked back to the value named like the DQL's input,
-  taking in constants of outer scopes, subgraphs of the nodes on the way and the model-local
-  functions they call; one that needs any other value cannot run alone: not reachable;
+- the computation of the values read is sliced back to the value named like the DQL's input by
+  :mod:`dql_pass.graph.slice`, the one slice lowered ops go through too, taking in constants of
+  outer scopes, subgraphs of the nodes on the way and the model-local functions they call; one
+  that needs any other value cannot run alone: not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 - a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
   no name; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
@@ -27,11 +28,11 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
-    "LostOutput", "NotReachable", "Scopes", "Site", "extract", "kept_differences", "original_sites", "values_by_name", "walk",
+    "LostOutput", "Scopes", "Site", "extract", "kept_differences", "original_sites", "reader", "values_by_name",
 ]
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -39,10 +40,11 @@ import onnx_ir as ir
 from dql_pass import runtimes
 from dql_pass.compare import bit_difference
 from dql_pass.errors import InputError
+from dql_pass.graph.constants import constant
+from dql_pass.graph.slice import NotReachable, site_model
+from dql_pass.graph.walk import Root, described, graph_scopes, live, op_key, sites_by_graph
 from dql_pass.lowering import LOWERED
-from dql_pass.lowering.rules import constant
 from dql_pass.op import OUTPUT_TYPES, OUTPUTS
-from dql_pass.walk import Root, called_functions, graph_scopes, sites_by_graph, subgraphs
 
 
 _LOWERED = {("", op_type) for op_type in LOWERED}
@@ -74,10 +76,6 @@ class Site:
     live: bool
 
 
-class NotReachable(Exception):
-    """The site's computation needs more than its input and constants, or what reads it is unknown."""
-
-
 class LostOutput(Exception):
     """REWRITTEN has no value under one of the site's output names."""
 
@@ -87,93 +85,6 @@ def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
     values.update(graph.initializers)
     values.update((v.name, v) for node in graph for v in node.outputs if v.name)
     return values
-
-
-def _op(node: ir.Node) -> tuple[str, str]:
-    return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
-
-
-def _live(model: ir.Model) -> tuple[set[ir.Node], set[ir.Graph]]:
-    """The nodes and graphs that the main graph's outputs depend on, through subgraphs and calls of
-    model-local functions."""
-    nodes: set[ir.Node] = set()
-    graphs: set[ir.Graph] = {model.graph}
-    seen: set[ir.Value] = set()
-    called: set[ir.OperatorIdentifier] = set()
-    todo = list(model.graph.outputs)
-    while todo:
-        value = todo.pop()
-        if value in seen:
-            continue
-        seen.add(value)
-        node = value.producer()
-        if node is None or node in nodes:
-            continue
-        nodes.add(node)
-        # Inputs include the outer values that subgraph nodes read: they are the same objects.
-        todo.extend(v for v in node.inputs if v is not None)
-        for _, graph in subgraphs(node):
-            graphs.add(graph)
-            todo.extend(graph.outputs)
-        identifier = node.op_identifier()
-        if identifier in model.functions and identifier not in called:
-            called.add(identifier)
-            graphs.add(model.functions[identifier].graph)
-            todo.extend(model.functions[identifier].outputs)
-    return nodes, graphs
-
-
-def _refuse_references(node: ir.Node) -> bool:
-    """Raise :class:`NotReachable` if ``node`` takes an attribute from its function: it cannot run outside it."""
-    ref = next((attr for attr in node.attributes.values() if attr.is_ref()), None)
-    if ref is not None:
-        raise NotReachable(f"node {node.name or node.op_type!r} takes attribute {ref.name!r} from its function")
-    return True
-
-
-def _captured(node: ir.Node) -> list[ir.Value]:
-    """Values of enclosing scopes that the subgraphs of ``node`` read."""
-    inner: set[ir.Graph] = set()
-    # The check runs on every node before its subgraphs are entered; node itself comes first.
-    walk = ir.traversal.RecursiveGraphIterator(
-        ir.GraphView([], [], nodes=[node]), recursive=_refuse_references, enter_graph=inner.add
-    )
-    nodes = list(walk)[1:]
-    return [v for n in nodes for v in n.inputs if v is not None and v.graph not in inner]
-
-
-def walk(
-    outputs: Sequence[ir.Value], input_names: Collection[str]
-) -> tuple[dict[str, ir.Value], list[ir.Node], list[ir.Value]]:
-    """The values named ``input_names`` that ``outputs`` are computed from, the nodes computing them
-    in topological order, and the constants they read."""
-    found, order, constants, foreign = {}, [], [], []
-    seen_values: set[ir.Value] = set()
-    seen_nodes: set[ir.Node] = set()
-    stack: list[ir.Value | tuple[ir.Node]] = list(reversed(outputs))
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):  # every input of this node is placed: emit it
-            order.append(item[0])
-            continue
-        if item in seen_values:
-            continue
-        seen_values.add(item)
-        producer = item.producer()
-        if item.name in input_names:
-            found[item.name] = item
-        elif producer is None and item.const_value is not None:
-            constants.append(item)
-        elif producer is None:
-            foreign.append(item.name)
-        elif producer not in seen_nodes:
-            seen_nodes.add(producer)
-            stack.append((producer,))
-            stack.extend(v for v in reversed([*producer.inputs, *_captured(producer)]) if v is not None)
-    if foreign:
-        inputs = ", ".join(map(repr, sorted(input_names)))
-        raise NotReachable(f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its inputs {inputs}")
-    return found, order, constants
 
 
 def _canonical(graph: ir.Graph) -> None:
@@ -207,7 +118,7 @@ def _uses(
     found = [_Use(label, i, value.graph in graphs) for i, output in enumerate(value.graph.outputs) if output is value] \
         if value.is_graph_output() else []
     found += [
-        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, _op(use.node), tuple(v.name for v in use.node.outputs))
+        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node), tuple(v.name for v in use.node.outputs))
         for use in value.uses()
     ]
     return tuple(found)
@@ -216,16 +127,26 @@ def _uses(
 def original_sites(model: ir.Model) -> list[Site]:
     """Every DQL of ``model``, the ORIGINAL, with where its outputs are read."""
     scopes = graph_scopes(model)
-    live = _live(model)
+    alive = live(model)
     sites = []
     for label, nodes in sites_by_graph(scopes).items():
         for node in nodes:
             if not node.inputs or node.inputs[0] is None or len(node.outputs) != 3:
                 raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} lacks its input or an output")
             outputs = tuple(v.name for v in node.outputs)
-            uses = tuple(_uses(v, label, scopes, live) for v in node.outputs)
-            sites.append(Site(node.name or outputs[0], label, node.inputs[0].name, outputs, uses, node in live[0]))
+            uses = tuple(_uses(v, label, scopes, alive) for v in node.outputs)
+            sites.append(Site(node.name or outputs[0], label, node.inputs[0].name, outputs, uses, node in alive[0]))
     return sites
+
+
+def reader(values: Mapping[str, ir.Value], op: tuple[str, str], outputs: Sequence[str]) -> ir.Node | None:
+    """The node of REWRITTEN (whose graph's ``values`` these are) that stands for ORIGINAL's reader
+    ``op`` (domain, type) making ``outputs``: the producer of the first named one, of the same
+    domain, type and output names; None when there is none."""
+    names = [name for name in outputs if name]
+    node = values[names[0]].producer() if names and names[0] in values else None
+    same = node is not None and op_key(node) == op and tuple(v.name for v in node.outputs) == tuple(outputs)
+    return node if same else None
 
 
 class Scopes:
@@ -237,7 +158,7 @@ class Scopes:
         # graph_scopes gives every graph its own path, so no graph is lost here.
         self.by_path = {label: graph for graph, (label, _) in scopes.items()}
         self.labels = {graph: label for label, graph in self.by_path.items()}
-        self.live_nodes, self.live_graphs = _live(model)
+        self.live_nodes, self.live_graphs = live(model)
 
     def counterpart(self, path: str, names: Sequence[str], live: bool) -> ir.Graph | None:
         """The graph at ``path`` if it holds values called ``names``, else the one graph that does;
@@ -303,51 +224,30 @@ class Scopes:
             return holder.outputs[use.index]
         names = [name for name in use.node_outputs if name]
         graph = self.counterpart(use.graph, names, use.live) if names else None
-        reader = f"{use.op[1]} node making {', '.join(map(repr, names))} in {use.graph}"
+        wanted = f"{use.op[1]} node making {', '.join(map(repr, names))} in {use.graph}"
         if graph is None and use.live and names:
             self._dead(use.graph, names)
-        node = self.values[graph][names[0]].producer() if graph is not None else None
-        if graph is not None and use.op in _LOWERED and (node is None or _op(node) != use.op):
-            return self.values[holder][name]
-        if node is None or _op(node) != use.op or tuple(v.name for v in node.outputs) != use.node_outputs:
-            raise NotReachable(f"REWRITTEN has no {reader}, which reads it in ORIGINAL: what reads it is unknown")
+        node = reader(self.values[graph], use.op, use.node_outputs) if graph is not None else None
+        if node is None and graph is not None and use.op in _LOWERED:
+            producer = self.values[graph][names[0]].producer()
+            if producer is None or op_key(producer) != use.op:
+                return self.values[holder][name]
+        if node is None:
+            raise NotReachable(f"REWRITTEN has no {wanted}, which reads it in ORIGINAL: what reads it is unknown")
         if use.live and node not in self.live_nodes:
-            raise NotReachable(f"REWRITTEN keeps the {reader}, but nothing REWRITTEN outputs depends on it: "
+            raise NotReachable(f"REWRITTEN keeps the {wanted}, but nothing REWRITTEN outputs depends on it: "
                                "what is read in its place is unknown")
         if use.index >= len(node.inputs) or node.inputs[use.index] is None:
-            raise LostOutput(f"the {reader} reads nothing at input {use.index} in REWRITTEN")
+            raise LostOutput(f"the {wanted} reads nothing at input {use.index} in REWRITTEN")
         return node.inputs[use.index]
-
-
-def _nodes_within(nodes: Sequence[ir.Node], functions: Sequence[ir.Function]) -> list[ir.Node]:
-    """``nodes``, the nodes of their subgraphs at any depth, and the nodes of ``functions``."""
-    found, stack = [], [*nodes, *(node for function in functions for node in function)]
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        stack += [inner for _, sub in subgraphs(node) for inner in sub]
-    return found
 
 
 def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value]) -> ir.Model:
     """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing ``outputs``, the
     values read for the site in ``graph`` of ``model``."""
-    found, nodes, constants = walk(outputs, {site.input})
-    x = found.get(site.input)
-    if len(set(outputs)) != len(outputs) or (x is not None and x in outputs):
-        raise NotReachable("two of its outputs, or an output and its input, are the same value")
-    x = x if x is not None else ir.Value(name=site.input)  # outputs that ignore x still get compared
-    view = ir.GraphView([x], outputs, nodes=nodes, initializers=constants)
-    functions = [model.functions[key].clone() for key in sorted(called_functions(model, view))]
-    opsets = {**graph.opset_imports, **model.opset_imports}
-    for function in functions:
-        opsets = {**function.opset_imports, **opsets}
-    # Only the domains the site uses: a runtime may refuse a model for an import it cannot parse.
-    used = {"", "ai.onnx"} | {node.domain for node in _nodes_within(nodes, functions)}
-    view.opset_imports = {domain: version for domain, version in opsets.items() if domain in used}
-    body = view.clone()
-    _canonical(body)
-    return ir.Model(body, ir_version=model.ir_version, functions=functions)
+    extracted = site_model(model, graph, outputs, [site.input])  # outputs that ignore x still get compared
+    _canonical(extracted.graph)
+    return extracted
 
 
 # -- kept nodes ------------------------------------------------------------------------------------
@@ -359,7 +259,7 @@ def _kept_nodes(model: ir.Model) -> dict[tuple[str, tuple], ir.Node]:
     found: dict[tuple[str, tuple], ir.Node | None] = {}
     for graph, (label, _) in graph_scopes(model).items():
         for node in graph:
-            key = (label, (*_op(node), node.name or tuple(v.name for v in node.outputs)))
+            key = (label, (*op_key(node), node.name or tuple(v.name for v in node.outputs)))
             found[key] = None if key in found else node
     return {key: node for key, node in found.items() if node is not None}
 
@@ -392,16 +292,12 @@ def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.n
     """The value's array when ``model`` computes it from constants only, run on ``runtime``; None
     when it depends on what is fed (the sites and the model level compare that) or does not run."""
     try:
-        _, nodes, constants = walk([value], ())
+        folded = site_model(model, value.graph, [value], [])
     except NotReachable:
         return None
-    view = ir.GraphView([], [value], nodes=nodes, initializers=constants)
-    functions = [model.functions[key].clone() for key in sorted(called_functions(model, view))]
-    view.opset_imports = {**value.graph.opset_imports, **model.opset_imports}
-    body = view.clone()
-    body.outputs[0].name = "constant"
+    folded.graph.outputs[0].name = "constant"
     try:
-        session = runtime.load(ir.Model(body, ir_version=model.ir_version, functions=functions), threads=1, optimize="basic")
+        session = runtime.load(folded, threads=1, optimize="basic")
         return np.asarray(session.run({})[0])
     except runtimes.RuntimeFailure:  # the model level runs REWRITTEN whole and reports what fails there
         return None
@@ -424,14 +320,14 @@ def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.
     """For every node REWRITTEN keeps (see the module docstring), each constant input or attribute
     that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
     REWRITTEN computes from constants run on ``runtime``."""
-    live = _live(rewritten)[0]
+    alive = live(rewritten)[0]
     kept = _kept_nodes(rewritten)
     found = []
     for key, node in _kept_nodes(original).items():
         twin = kept.get(key)
-        if twin is None or twin not in live:  # a copy nothing uses does not stand in for the node
+        if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
             continue
-        label = f"{node.op_type} {node.name or node.outputs[0].name!r} in {key[0]}"
+        label = f"{described(node)} in {key[0]}"
         count = max(len(node.inputs), len(twin.inputs))
         for i, (a, b) in enumerate(zip([*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count])):
             expected, actual = constant(a), constant(b)

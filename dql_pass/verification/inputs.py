@@ -34,6 +34,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
+from dql_pass.graph.walk import fed_inputs
 
 # Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
 # short (the MiniLM at 128 x 128 took 111 s to verify, at 2 x 128 3.9 s) and still gives a DQL site
@@ -136,15 +137,11 @@ def _synthesize(
     return np.ascontiguousarray(data).astype(dtype.numpy())
 
 
-def _model_inputs(model: ir.Model) -> list[ir.Value]:
-    return [v for v in model.graph.inputs if not v.is_initializer()]
-
-
 def _given_dims(model: ir.Model, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
     """The sizes that the given arrays fix for the symbolic dimensions of their inputs, so that the
     synthesized inputs agree with them."""
     found: dict[str, int] = {}
-    for value in _model_inputs(model):
+    for value in fed_inputs(model.graph):
         array = inputs.get(value.name)
         if array is None or value.shape is None or value.shape.rank() != np.ndim(array):
             continue
@@ -159,7 +156,7 @@ def batch_is_default(model: ir.Model, inputs: Mapping[str, np.ndarray], dims: Ma
     sizes = {**_given_dims(model, inputs), **dims}
     return any(
         not isinstance(d, int) and _batch_like(d, axis, len(v.shape)) and d.value not in sizes
-        for v in _model_inputs(model) if v.name not in inputs and v.shape is not None for axis, d in enumerate(v.shape)
+        for v in fed_inputs(model.graph) if v.name not in inputs and v.shape is not None for axis, d in enumerate(v.shape)
     )
 
 
@@ -167,7 +164,7 @@ def chosen_dims(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> dict[str, i
     """The size each symbolic dimension of the model's inputs took in ``feeds``, by its name (an
     unnamed one as ``input[axis]``)."""
     chosen = {}
-    for value in _model_inputs(model):
+    for value in fed_inputs(model.graph):
         if value.shape is None or value.name not in feeds or np.ndim(feeds[value.name]) != value.shape.rank():
             continue
         for axis, (dim, size) in enumerate(zip(value.shape, np.shape(feeds[value.name]))):
@@ -195,7 +192,7 @@ def input_sets(
     batch: int = BATCH_SIZE,
 ) -> dict[str, dict[str, np.ndarray]]:
     """The input sets by label, each a feed for every graph input of ``model``."""
-    graph_inputs = _model_inputs(model)
+    graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
     sizes = {**_given_dims(model, inputs), **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]

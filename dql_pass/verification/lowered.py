@@ -5,10 +5,12 @@ Rules:
 - a lowered site is a MatMulInteger, ConvInteger, QuantizeLinear or DequantizeLinear node of
   ORIGINAL (ai.onnx; main graph, subgraphs, functions) whose output no node of the same type
   makes in REWRITTEN: a rewrite replaced it, by dql_pass or any other tool;
-- its replacement is REWRITTEN's computation of the value named like that output, walked back to
-  the values named like the node's inputs that are not constant in ORIGINAL (as
-  :mod:`dql_pass.verification.extract` walks a DQL site); one that needs any other value is not
-  reachable, and the verdict INCOMPLETE, never PASS; a REWRITTEN without that value has lost it;
+- its replacement is REWRITTEN's computation of the value its readers read (a reader of the same
+  domain, type and output names as ORIGINAL's, else the value named like that output), sliced
+  back to the values named like the node's inputs that are not constant in ORIGINAL by the one
+  slice DQL sites go through (:mod:`dql_pass.graph.slice`, which imports only the domains the
+  replacement uses); one that needs any other value is not reachable, and the verdict INCOMPLETE,
+  never PASS; a REWRITTEN without that value has lost it;
 - the replacement runs on the runtime against the exact NumPy reference
   (:mod:`dql_pass.reference`) with ORIGINAL's constants (weights, scales, zero points, and any
   operand stored in ORIGINAL: the replacement reads that one, so it is checked on its stored value
@@ -24,6 +26,8 @@ Rules:
   otherwise, packed into as many cases as the shape takes (any size, one element too); specials,
   random, zero. DequantizeLinear: every value of the type on every channel (a sample of 16-bit
   ones), the type's ends, random, zero;
+- of the cases that differ, the row keeps the most severe (a failure, then a wrong type or shape,
+  then the most wrong elements), as a DQL site's row does;
 - what no operands are made for (blocked quantization, 4-bit and float8 types, a product with a
   batched B past 2^24) is not checked, with the reason: INCOMPLETE;
 - the replacement's inputs declare the operands' shapes (a runtime may need their rank); one that
@@ -47,16 +51,18 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import reference, runtimes
-from dql_pass.compare import bit_difference
+from dql_pass.compare import WORST, SiteDifference, bit_difference
+from dql_pass.graph.constants import constant
+from dql_pass.graph.slice import NotReachable, site_model
+from dql_pass.graph.walk import described, graph_scopes, live, op_key
 from dql_pass.lowering import LOWERED
 from dql_pass.lowering.proof import LIMIT
-from dql_pass.lowering.rules import constant, element_type
+from dql_pass.lowering.rules import element_type
 from dql_pass.modelfiles import one_line
 from dql_pass.op import DOMAINS
-from dql_pass.verification.extract import NotReachable, Scopes, _live, walk
+from dql_pass.verification.extract import Scopes, reader
 from dql_pass.verification.progress import advance
-from dql_pass.verification.report import SiteResult
-from dql_pass.walk import called_functions, graph_scopes
+from dql_pass.verification.report import SiteResult, Tally
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +84,8 @@ class LoweredSite:
     shapes: tuple[tuple[int, ...] | None, ...]
     attributes: dict[str, object]
     live: bool
-    # ORIGINAL's nodes in the same graph that read the output: (op type, their output names, input index).
-    readers: tuple[tuple[str, tuple[str, ...], int], ...] = ()
+    # ORIGINAL's nodes in the same graph that read the output: ((domain, op type), their output names, input index).
+    readers: tuple[tuple[tuple[str, str], tuple[str, ...], int], ...] = ()
 
 
 class _Unsynthesizable(Exception):
@@ -101,7 +107,7 @@ def _types(node: ir.Node) -> tuple[ir.DataType | None, ...]:
 
 def lowered_sites(original: ir.Model) -> list[LoweredSite]:
     """Every integer op of ORIGINAL that a rewrite may lower."""
-    live = _live(original)[0]
+    alive = live(original)[0]
     sites = []
     for graph, (label, _) in graph_scopes(original).items():
         for node in graph:
@@ -109,14 +115,14 @@ def lowered_sites(original: ir.Model) -> list[LoweredSite]:
                 continue
             inputs = list(node.inputs)
             sites.append(LoweredSite(
-                f"{node.op_type} {node.name or node.outputs[0].name!r}", label, node.op_type, node.outputs[0].name,
+                described(node), label, node.op_type, node.outputs[0].name,
                 tuple(None if v is None else v.name for v in inputs),
                 tuple(constant(v) for v in inputs),
                 _types(node),
                 tuple(None if v is None else _static(v) for v in inputs),
                 {name: attr.value for name, attr in node.attributes.items()},
-                node in live,
-                tuple((use.node.op_type, tuple(v.name for v in use.node.outputs), use.idx)
+                node in alive,
+                tuple((op_key(use.node), tuple(v.name for v in use.node.outputs), use.idx)
                       for use in node.outputs[0].uses() if use.node.graph is graph),
             ))
     return sites
@@ -129,13 +135,12 @@ def _fed(site: LoweredSite) -> list[int]:
 
 def _read(values: dict[str, ir.Value], site: LoweredSite) -> ir.Value:
     """The value REWRITTEN's readers of the site read: where ORIGINAL's reader is still there (same
-    type and output names), what it reads in the site's place, else the value of the site's name.
-    A value that only keeps the name, read by nothing that matters, is not what gets checked."""
+    domain, type and output names), what it reads in the site's place, else the value of the site's
+    name. A value that only keeps the name, read by nothing that matters, is not what gets checked."""
     read = {
         node.inputs[index]
-        for op_type, outputs, index in site.readers
-        if (node := values[outputs[0]].producer() if outputs and outputs[0] in values else None) is not None
-        and node.op_type == op_type and tuple(v.name for v in node.outputs) == outputs and index < len(node.inputs)
+        for op, outputs, index in site.readers
+        if (node := reader(values, op, outputs)) is not None and index < len(node.inputs)
     }
     if len(read) > 1:
         raise NotReachable("REWRITTEN's readers of its output read different values")
@@ -154,15 +159,8 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
     if producer is not None and producer.op_type == site.op_type and producer.domain in DOMAINS:
         return None
     fed = _fed(site)
-    names = [site.inputs[i] for i in fed]
-    found, nodes, constants = walk([output], set(names))
-    inputs = [found.get(name) or ir.Value(name=name) for name in names]  # an input it ignores is still fed
-    if output in inputs:
-        raise NotReachable("its output is one of its inputs")
-    view = ir.GraphView(inputs, [output], nodes=nodes, initializers=constants)
-    functions = [model.functions[key].clone() for key in sorted(called_functions(model, view))]
-    view.opset_imports = {**graph.opset_imports, **model.opset_imports}
-    body = view.clone()
+    replacement = site_model(model, graph, [output], [site.inputs[i] for i in fed])  # an input it ignores is still fed
+    body = replacement.graph
     for k, (value, i) in enumerate(zip(body.inputs, fed)):
         if site.types[i] is None:
             raise _Unsynthesizable(f"the type of {site.inputs[i]!r} is unknown")
@@ -174,7 +172,7 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
     body.outputs[0].name = "output"
     for value in [*body.outputs, *(v for node in body for v in node.outputs)]:
         value.shape = None  # the model's shapes do not hold for synthesized operands
-    return ir.Model(body, ir_version=model.ir_version, functions=functions)
+    return replacement
 
 
 # -- operands --------------------------------------------------------------------------------------
@@ -557,23 +555,21 @@ def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: n
         result.mismatches, result.detail = 1, reason
         return result
     result.not_checked = reason
+    tally = Tally(result)
     for name, category, arrays in cases:
         expected = _expected(site, arrays)
         try:
             (actual,) = session.run({f"input{k}": arrays[i] for k, i in enumerate(fed)})
             difference = bit_difference("output", actual, expected)
-            problem = None if difference is None else difference.text
+            # Worse is a wrong type or shape before more wrong elements.
+            diff = None if difference is None else SiteDifference(
+                (difference.elements is None, difference.elements or 0), difference.text)
         except runtimes.RuntimeFailure as error:
             if runtime.name != "onnxruntime":  # another runtime's refusal of a piece: not checked there
                 result.not_checked = result.not_checked or f"{runtime.name} cannot run case {name}: {one_line(error)}"
                 continue
-            problem = f"{runtime.name} failed: {one_line(error)}"  # an operand ORT cannot run is a mismatch
-        result.cases += 1
-        if problem is not None:
-            result.mismatches += 1
-            result.classes[category] = result.classes.get(category, 0) + 1
-            if result.worst_case is None:
-                result.worst_case, result.worst_class, result.detail = name, category, problem
+            diff = SiteDifference(WORST, f"{runtime.name} failed: {one_line(error)}")  # an operand ORT cannot run is a mismatch
+        tally.add(name, category, diff)
     return result
 
 

@@ -11,14 +11,17 @@ The exit code is 0 for PASS only.
 
 from __future__ import annotations
 
-__all__ = ["OutputResult", "SiteResult", "VerifyReport"]
+__all__ = ["OutputResult", "SiteResult", "Tally", "VerifyReport"]
 
 import dataclasses
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
+from dql_pass.compare import SiteDifference
+from dql_pass.inputs import describe
 from dql_pass.modelfiles import atomic_path
 
 
@@ -44,6 +47,35 @@ class SiteResult:
     @property
     def passed(self) -> bool:
         return self.mismatches == 0 and self.not_reachable is None and self.not_checked is None
+
+
+class Tally:
+    """Counts the mismatches of one row (a DQL site or a lowered op) and keeps the most severe."""
+
+    def __init__(self, result: SiteResult):
+        self.result = result
+        self.worst: SiteDifference | None = None
+
+    def add(
+        self, case: str, classes: str | Iterable[str], diff: SiteDifference | None, *, run: bool = True,
+        known: str | None = None,
+    ) -> None:
+        """One case run: a mismatch counts under each of the case's ``classes`` (a DQL site's input
+        classes of :mod:`dql_pass.inputs`, ``model input`` at the model level, ``lost output``; a
+        lowered op's operand class, one string)."""
+        self.result.cases += run
+        if diff is None:
+            return
+        if known is not None:  # the runtime's stated difference: counted apart, never a pass in disguise
+            self.result.known[known] = self.result.known.get(known, 0) + 1
+            return
+        self.result.mismatches += 1
+        classes = [classes] if isinstance(classes, str) else sorted(classes)
+        for name in classes or [describe(classes)]:
+            self.result.classes[name] = self.result.classes.get(name, 0) + 1
+        if self.worst is None or diff.severity > self.worst.severity:
+            self.worst = diff
+            self.result.worst_case, self.result.worst_class, self.result.detail = case, describe(classes), diff.detail
 
 
 @dataclasses.dataclass

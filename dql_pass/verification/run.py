@@ -18,7 +18,7 @@ Jobs:
 
 from __future__ import annotations
 
-__all__ = ["ModelCheck", "Tally", "check_model", "check_sites", "not_checked"]
+__all__ = ["ModelCheck", "SiteTally", "check_model", "check_sites", "not_checked"]
 
 import contextlib
 import dataclasses
@@ -30,56 +30,36 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.inputs import Case, cases, describe, large_cases
-from dql_pass.compare import SiteDifference, compare_site, same_bits
+from dql_pass.compare import WORST, SiteDifference, compare_site, same_bits
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
+from dql_pass.graph.slice import NotReachable
+from dql_pass.graph.walk import graph_scopes
 from dql_pass.modelfiles import external_tensors, one_line
 from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
-from dql_pass.verification.extract import LostOutput, NotReachable, Scopes, Site, extract, values_by_name
+from dql_pass.verification.extract import LostOutput, Scopes, Site, extract, values_by_name
 from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
 from dql_pass.verification.progress import advance
-from dql_pass.verification.report import OutputResult, SiteResult
-from dql_pass.walk import graph_scopes
+from dql_pass.verification.report import OutputResult, SiteResult, Tally
 
 _ORT = runtimes.get("onnxruntime")
-_WORST = (9, 0)  # the severity of a site that cannot run at all
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 Sets = Mapping[str, Mapping[str, np.ndarray]]
 
 
-class Tally:
-    """Counts the mismatches of one site and keeps the worst.
+class SiteTally(Tally):
+    """The tally of one DQL site, with the values its readers read in REWRITTEN.
 
     One per site: two sites may have the same names and path (say, in two unnamed If nodes), so a
     site is never looked up by its value.
     """
 
     def __init__(self, site: Site):
+        super().__init__(SiteResult(site.name, site.graph))
         self.site = site
-        self.result = SiteResult(site.name, site.graph)
         # The values that the site's readers read in REWRITTEN, as triples (see Scopes.read).
         self.read: list[tuple[ir.Value, ...]] = []
-        self.worst: SiteDifference | None = None
-
-    def add(
-        self, case: str, classes: Iterable[str], diff: SiteDifference | None, *, run: bool = True, known: str | None = None
-    ) -> None:
-        """One case run: a mismatch counts under each of the case's ``classes`` (the input classes of
-        :mod:`dql_pass.inputs`; ``model input`` at the model level, ``lost output``)."""
-        self.result.cases += run
-        if diff is None:
-            return
-        if known is not None:  # the runtime's stated difference: counted apart, never a pass in disguise
-            self.result.known[known] = self.result.known.get(known, 0) + 1
-            return
-        self.result.mismatches += 1
-        classes = sorted(classes)
-        for name in classes or [describe(classes)]:
-            self.result.classes[name] = self.result.classes.get(name, 0) + 1
-        if self.worst is None or diff.severity > self.worst.severity:
-            self.worst = diff
-            self.result.worst_case, self.result.worst_class, self.result.detail = case, describe(classes), diff.detail
 
 
 # -- site level ------------------------------------------------------------------------------------
@@ -127,7 +107,7 @@ class _SiteRunner:
             reason = f"{runtime.name} cannot load the site model: {one_line(error)}"
             if runtime is not _ORT:
                 return [None] * len(self.catalogue), reason
-            return [SiteDifference(_WORST, reason)] * len(self.catalogue), None
+            return [SiteDifference(WORST, reason)] * len(self.catalogue), None
         diffs, unchecked = [], None
         for case, expected in zip(self.catalogue, self.expected):
             try:
@@ -137,21 +117,21 @@ class _SiteRunner:
                     unchecked = unchecked or f"{runtime.name} cannot run case {case.name}: {one_line(error)}"
                     diff = None
                 else:
-                    diff = SiteDifference(_WORST, f"failed: {one_line(error)}")
+                    diff = SiteDifference(WORST, f"failed: {one_line(error)}")
             diffs.append(diff if diff is None else dataclasses.replace(diff, detail=f"on {runtime.name}: {diff.detail}"))
         return diffs, unchecked
 
 
 def check_sites(
     model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT
-) -> list[Tally]:
+) -> list[SiteTally]:
     """Each site of ORIGINAL, as REWRITTEN (``model``) computes what its readers read, on the catalogue."""
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     catalogue += large_cases()
     runner = _SiteRunner(catalogue, zero_range, runtime)
     classes = [case.classes(zero_range) for case in catalogue]
     scopes = Scopes(model)
-    tallies = [Tally(site) for site in sites]
+    tallies = [SiteTally(site) for site in sites]
     for done, tally in enumerate(tallies):
         advance("sites", done, len(tallies))
         try:
@@ -159,7 +139,7 @@ def check_sites(
             # A computation that cannot be extracted may still be checked in the models: read stays.
             extracted = [extract(model, graph, tally.site, values) for values in tally.read]
         except LostOutput as lost:
-            tally.add("-", ["lost output"], SiteDifference(_WORST, str(lost)), run=False)
+            tally.add("-", ["lost output"], SiteDifference(WORST, str(lost)), run=False)
             continue
         except NotReachable as reason:
             tally.result.not_reachable = str(reason)
@@ -358,7 +338,7 @@ def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
     return [f"{note}: there ORIGINAL itself gives {differing} of {total} output elements otherwise on these input sets"]
 
 
-def not_checked(tallies: Sequence[Tally], reason: str) -> ModelCheck:
+def not_checked(tallies: Sequence[SiteTally], reason: str) -> ModelCheck:
     """The model level when it cannot run at all."""
     for tally in tallies:
         tally.result.model_level = f"not checked in the models: {reason}"
@@ -368,7 +348,7 @@ def not_checked(tallies: Sequence[Tally], reason: str) -> ModelCheck:
 def check_model(
     original: ir.Model,
     rewritten: ir.Model,
-    tallies: Sequence[Tally],
+    tallies: Sequence[SiteTally],
     sets: Sets,
     fallback: Callable[[], Sets] | None,
     zero_range: str,

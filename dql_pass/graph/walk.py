@@ -1,5 +1,5 @@
 """Walking a model: every graph with a readable path, the DynamicQuantizeLinear sites, the
-model-local functions a graph calls.
+model-local functions a graph calls, what the outputs depend on, the ops a model runs, a node's label.
 
 Paths read ``main/If(out).then_branch`` or ``function domain::name/...``; a node without a name
 is told apart by its first output, and any remaining collision gets a ``_N`` suffix, so every
@@ -9,8 +9,8 @@ graph has its own path.
 from __future__ import annotations
 
 __all__ = [
-    "Root", "called_functions", "check_ir_model", "find_sites", "free_name", "graph_scopes", "ops_used", "sites_by_graph",
-    "subgraphs",
+    "Root", "called_functions", "check_ir_model", "described", "fed_inputs", "find_sites", "graph_scopes", "label",
+    "live", "op_key", "ops_used", "sites_by_graph", "subgraphs",
 ]
 
 import collections
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
+from dql_pass.graph.names import free_name
 from dql_pass.op import is_dql
 
 Root = ir.Graph | ir.Function
@@ -33,14 +34,23 @@ def check_ir_model(model: object, function: str) -> None:
         )
 
 
-def free_name(preferred: str, used: set[str], counts: collections.Counter[str]) -> str:
-    """``preferred``, or the first ``preferred_N`` not in ``used``; ``counts`` remembers N, so
-    asking for the same name again does not rescan."""
-    name = preferred
-    while name in used:
-        counts[preferred] += 1
-        name = f"{preferred}_{counts[preferred]}"
-    return name
+def _first_output(node: ir.Node) -> str:
+    return next((v.name for v in node.outputs if v.name), "")
+
+
+def label(node: ir.Node) -> str:
+    """The node's name; an unnamed node is told apart by its first output: ``If(out)``."""
+    return node.name or f"{node.op_type}({_first_output(node)})"
+
+
+def described(node: ir.Node) -> str:
+    """The node for a message: ``MatMulInteger 'name'``, or its first output for the name."""
+    return f"{node.op_type} {node.name or _first_output(node)!r}"
+
+
+def op_key(node: ir.Node) -> tuple[str, str]:
+    """The node's (domain, op_type), ai.onnx as ``""``: two readers match only if these do."""
+    return ("" if node.domain == "ai.onnx" else node.domain, node.op_type)
 
 
 def subgraphs(node: ir.Node) -> Iterator[tuple[str, ir.Graph]]:
@@ -60,18 +70,20 @@ def graph_scopes(model: ir.Model) -> dict[ir.Graph, tuple[str, Root]]:
     scopes: dict[ir.Graph, tuple[str, Root]] = {}
     labels: set[str] = set()
     counts: collections.Counter[str] = collections.Counter()
-    for label, root in roots:
-        scopes[root if isinstance(root, ir.Graph) else root.graph] = (label, root)
+    for path, root in roots:
+        scopes[root if isinstance(root, ir.Graph) else root.graph] = (path, root)
         # Parents come before their subgraphs in this walk, so their labels are known.
         for node in ir.traversal.RecursiveGraphIterator(root):
             for attr_name, graph in subgraphs(node):
-                # An unnamed node is told apart by its first output: If(out).then_branch.
-                output = next((v.name for v in node.outputs if v.name), "")
-                owner = node.name or f"{node.op_type}({output})"
-                label = free_name(f"{scopes[node.graph][0]}/{owner}.{attr_name}", labels, counts)
-                labels.add(label)
-                scopes[graph] = (label, root)
+                path = free_name(f"{scopes[node.graph][0]}/{label(node)}.{attr_name}", labels, counts)
+                labels.add(path)
+                scopes[graph] = (path, root)
     return scopes
+
+
+def fed_inputs(graph: ir.Graph) -> list[ir.Value]:
+    """The graph inputs a caller feeds: models below IR version 4 list their initializers too."""
+    return [value for value in graph.inputs if not value.is_initializer()]
 
 
 def sites_by_graph(scopes: dict[ir.Graph, tuple[str, Root]]) -> dict[str, list[ir.Node]]:
@@ -84,7 +96,6 @@ def sites_by_graph(scopes: dict[ir.Graph, tuple[str, Root]]) -> dict[str, list[i
 def find_sites(model: ir.Model) -> dict[str, list[ir.Node]]:
     """The DQL nodes of the model, grouped by the path of the graph that holds them."""
     return sites_by_graph(graph_scopes(model))
-
 
 
 def called_functions(model: ir.Model, root: ir.Graph | ir.GraphView | ir.Function) -> set[ir.OperatorIdentifier]:
@@ -102,8 +113,35 @@ def called_functions(model: ir.Model, root: ir.Graph | ir.GraphView | ir.Functio
 
 def ops_used(model: ir.Model) -> set[tuple[str, str]]:
     """Every (domain, op_type) the model runs, in every graph and function, ai.onnx as ``""``."""
-    found = set()
-    for root in (model.graph, *model.functions.values()):
-        for node in ir.traversal.RecursiveGraphIterator(root):
-            found.add(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
-    return found
+    return {op_key(node) for root in (model.graph, *model.functions.values())
+            for node in ir.traversal.RecursiveGraphIterator(root)}
+
+
+def live(model: ir.Model) -> tuple[set[ir.Node], set[ir.Graph]]:
+    """The nodes and graphs that the main graph's outputs depend on, through subgraphs and calls of
+    model-local functions."""
+    nodes: set[ir.Node] = set()
+    graphs: set[ir.Graph] = {model.graph}
+    seen: set[ir.Value] = set()
+    called: set[ir.OperatorIdentifier] = set()
+    todo = list(model.graph.outputs)
+    while todo:
+        value = todo.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        node = value.producer()
+        if node is None or node in nodes:
+            continue
+        nodes.add(node)
+        # Inputs include the outer values that subgraph nodes read: they are the same objects.
+        todo.extend(v for v in node.inputs if v is not None)
+        for _, graph in subgraphs(node):
+            graphs.add(graph)
+            todo.extend(graph.outputs)
+        identifier = node.op_identifier()
+        if identifier in model.functions and identifier not in called:
+            called.add(identifier)
+            graphs.add(model.functions[identifier].graph)
+            todo.extend(model.functions[identifier].outputs)
+    return nodes, graphs
