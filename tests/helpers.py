@@ -1,5 +1,6 @@
 """Shared test helpers, imported by name: one-node DQL models, the sample models and edits of their
-decomposed graphs, sessions through the runtime layer, bitwise comparison."""
+decomposed graphs, sessions through the runtime layer, the skip for a runtime that is not installed,
+bitwise comparison."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import onnx
 import onnx.backend.test.loader
 import onnx.inliner
 import onnx_ir as ir
+import pytest
 
 import dql_pass
 from dql_pass import runtimes
@@ -80,6 +82,30 @@ def onnx_body(model: onnx.ModelProto) -> onnx.ModelProto:
 def dql_model(opset: int, rank: int = 1, domain: str = "") -> onnx.ModelProto:
     """A model holding one DynamicQuantizeLinear node on an input of ``rank`` symbolic dims."""
     return one_node_model([f"d{i}" for i in range(rank)], opset, domain=domain)
+
+
+_TORCHVISION = ("it imports torchvision, which loads only beside torch's CUDA build (5.5 GB), not beside the CPU "
+                "wheel of torch 2.13.0 on this machine's disk ('operator torchvision::nms does not exist')")
+
+# Why CI leaves a runtime out of the test extra (pyproject.toml), which installs every other adapter.
+LEFT_OUT_OF_CI = {
+    "tinygrad": "its CPU device compiles with clang, which pip cannot install (apt-get install clang)",
+    "iree": "480 MB and some 45 s of tests, to stay well inside its 10-minute budget",
+    "onnx2torch": _TORCHVISION,
+    "onnx2pytorch": _TORCHVISION,
+}
+
+
+def installed(name: str) -> runtimes.Runtime:
+    """The runtime ``name``; when it is not installed, the test is skipped, saying how to install it
+    and why CI does not."""
+    runtime = runtimes.get(name)
+    if not runtime.installed():
+        why = (f"CI leaves it out: {LEFT_OUT_OF_CI[name]}" if name in LEFT_OUT_OF_CI
+               else "CI installs it through the test extra: pip install '.[test]'" if runtime.extra
+               else "CI sets it up after the README's test command (.ci/run)")
+        pytest.skip(f"{name} is not installed: {runtime.install_hint()} ({why})")
+    return runtime
 
 
 def session(model: onnx.ModelProto | str, *, optimize: bool = True) -> runtimes.Session:

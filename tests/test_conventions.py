@@ -13,7 +13,7 @@ import time
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import MODELS
+from helpers import MODELS, installed
 
 import dql_pass
 from dql_pass.cli import main
@@ -200,14 +200,14 @@ def test_expand_for_a_target_that_lacks_an_op_of_the_model_exits_1_and_points_to
 
 
 def test_expand_for_a_target_that_cannot_load_the_model_says_why(tmp_path, capsys):
-    pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'dql_pass[openvino]'")
+    installed("openvino")
     # OpenVINO has no model-local functions: no lack names that, its loader does.
     assert main(["expand", str(MODELS / "control_flow.onnx"), "-o", str(tmp_path / "o.onnx"), "--target", "openvino"]) == 1
     assert "still blocks openvino: openvino cannot load it: " in capsys.readouterr().err
 
 
 def test_expand_for_a_target_that_runs_it_exits_0(tmp_path, capsys):
-    pytest.importorskip("tract", reason="tract is not installed: pip install 'dql_pass[tract]'")
+    installed("tract")
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "tract"]) == 0
     assert "still blocks" not in capsys.readouterr().err
 

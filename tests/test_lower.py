@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import MODELS, assert_outputs_bits_equal, digest, sample
+from helpers import MODELS, assert_outputs_bits_equal, digest, installed, sample
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
@@ -482,11 +482,7 @@ OTHER_RUNTIMES = ["onnx2torch", "onnx2pytorch", "tract"]
 @pytest.mark.parametrize("name", OTHER_RUNTIMES)
 @pytest.mark.parametrize("model_name", ["mlp_dynamic", "cnn_QUInt8_tensor", "cnn_QInt8_channel"])
 def test_lowered_models_run_bit_exact_on_other_runtimes(quantized, name, model_name):
-    if name not in runtimes.RUNTIMES:
-        pytest.skip(f"no {name} adapter is registered in dql_pass.runtimes")
-    runtime = runtimes.get(name)
-    if not runtime.installed():
-        pytest.skip(f"{name} is not installed")
+    runtime = installed(name)
     original = sample(model_name) if model_name in SAMPLES else quantized[model_name]
     lowered, report = dql_pass.lower(original, target=name)
     assert not report.lacking, report.lacking

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnx.reference
 import pytest
-from helpers import assert_outputs_bits_equal
+from helpers import assert_outputs_bits_equal, installed
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
@@ -134,9 +134,7 @@ def test_a_per_axis_axis_out_of_range_is_left_alone():
 @pytest.mark.parametrize("q_type", [U8, S8, U16, S16])
 @pytest.mark.parametrize("per_axis", [False, True])
 def test_dequantize_linear_lowered_for_openvino_is_exact_there(q_type, per_axis):
-    openvino = runtimes.get("openvino")
-    if not openvino.installed():
-        pytest.skip("openvino is not installed")
+    openvino = installed("openvino")
     rng = np.random.default_rng(12)
     info = np.iinfo(NP[q_type])
     if per_axis:

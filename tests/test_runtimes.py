@@ -1,17 +1,18 @@
 """Every runtime adapter: bit-exact through --target on the catalogue and on inputs built apart
 from it, each known difference stated and measured; a runtime that is not installed is skipped,
-saying which extra installs it."""
+saying which extra installs it and why CI leaves it out."""
 
 from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import reciprocal_rewrite, sample
+from helpers import LEFT_OUT_OF_CI, installed, reciprocal_rewrite, sample
 
 import dql_pass
 from dql_pass import decomposition, inputs, runtimes
@@ -23,13 +24,6 @@ from dql_pass.runtimes.web import WebRuntime
 
 OPSET = 21
 _F = np.float32
-
-
-def installed(name: str) -> runtimes.Runtime:
-    runtime = runtimes.get(name)
-    if not runtime.installed():
-        pytest.skip(f"{name} is not installed: {runtime.install_hint()}")
-    return runtime
 
 
 def every_runtime() -> list:
@@ -75,6 +69,17 @@ def _unexplained(name: str, arrays: list[np.ndarray]) -> list[str]:
         if diff is not None and not runtime.differences(x, runtime.variant, "onnxruntime"):
             found.append(f"input {i} {list(x.shape)}: {diff}")
     return found
+
+
+def test_ci_installs_every_runtime_but_those_it_says_why_it_leaves_out():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
+    with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+        test_extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    in_ci = {extra for requirement in test_extra if requirement.startswith("dql_pass[")
+             for extra in requirement.removeprefix("dql_pass[").removesuffix("]").split(",")}
+    with_extra = {runtime.name: runtime.extra for runtime in runtimes.RUNTIMES.values() if runtime.extra}
+    assert set(LEFT_OUT_OF_CI) <= set(with_extra)
+    assert {name for name, extra in with_extra.items() if extra not in in_ci} == set(LEFT_OUT_OF_CI)
 
 
 @pytest.mark.parametrize("name", every_runtime())
