@@ -251,28 +251,35 @@ def _verify(args: argparse.Namespace) -> tuple[int, dict]:
     return _show(args, dataclasses.replace(report, original=args.original, rewritten=args.rewritten))
 
 
-# A report replaces a file only if that file is a report too: whatever else it is (a model, its
-# weights, an input array) is never lost to a mistyped --json.
+# A report replaces a file only if that file is a report of dql-pass too: whatever else it is (a
+# model, in any format, its weights, an input array, a suite's manifest) is never lost to a
+# mistyped --json.
 _MAX_REPORT_BYTES = 64 << 20
+_REPORT_KEYS = frozenset({"command", "exit_code"})
 
 
-def _check_report_path(path: str, files: Mapping[str, str]) -> Path:
-    """Refuse a --json path that cannot be written, that is one of ``files`` (by what they are), or
-    that holds something other than JSON."""
+def _check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str, str]) -> Path:
+    """Refuse a --json path that cannot be written, that is one of ``files`` or lies in one of
+    ``folders`` (by what they are), or that holds anything but a report of dql-pass."""
     from dql_pass.modelfiles import check_output_path
 
     report = check_output_path(path, "report")
     for what, file in files.items():
         if Path(file).resolve() == report.resolve() or _same_file(file, report):
             raise InputError(f"{path}: the report would overwrite {what}; choose another path")
+    for what, folder in folders.items():
+        if report.resolve().is_relative_to(Path(folder).resolve()):
+            raise InputError(f"{path}: the report would be written into {what}; choose a path outside it")
     try:
         if os.stat(report).st_size > _MAX_REPORT_BYTES:
             raise ValueError
-        json.loads(report.read_bytes())
+        held = json.loads(report.read_bytes())
+        if not (isinstance(held, dict) and _REPORT_KEYS <= held.keys()):
+            raise ValueError
     except FileNotFoundError:
         pass
     except (OSError, ValueError):
-        raise InputError(f"{path}: holds something other than a JSON report; it is never replaced by one") from None
+        raise InputError(f"{path}: holds something other than a report of dql-pass; it is never replaced by one") from None
     return report
 
 
@@ -571,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
                             format="%(name)s: %(message)s")
-        report_path = _check_report_path(args.json, _files_of(args)) if args.json else None
+        folders = {"the suite folder": args.outdir} if args.command in ("gen-tests", "run-tests") else {}
+        report_path = _check_report_path(args.json, _files_of(args), folders) if args.json else None
         code, report = args.run(args)
         if report_path is not None:
             _write_report(report_path, _finite({"command": args.command, "exit_code": code, **report}))

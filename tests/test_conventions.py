@@ -91,13 +91,38 @@ def test_a_report_path_that_holds_something_else_is_never_replaced(tmp_path, cap
     precious = tmp_path / ("weights.data" if victim == "data" else "other.onnx")
     precious.write_bytes(MLP.read_bytes())
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--json", str(precious)]) == 2
-    assert "holds something other than a JSON report" in capsys.readouterr().err
+    assert "holds something other than a report of dql-pass" in capsys.readouterr().err
     assert precious.read_bytes() == MLP.read_bytes() and not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("held", [
+    '{"cases": [], "format": "dql_pass conformance suite 1"}',  # a suite's manifest
+    '{"atol": 0, "rtol": 0}',  # onnx's tolerance file of a test folder
+    '{"irVersion": "8", "graph": {}}',  # a model in ONNX's JSON format
+    "11111111",  # weights whose bytes happen to read as a JSON number
+])
+def test_a_json_file_that_is_no_report_of_dql_pass_is_never_replaced(tmp_path, capsys, held):
+    precious = tmp_path / "precious.json"
+    precious.write_text(held)
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--json", str(precious)]) == 2
+    assert "holds something other than a report of dql-pass" in capsys.readouterr().err
+    assert precious.read_text() == held
+
+
+@pytest.mark.parametrize("command", ["gen-tests", "run-tests"])
+def test_a_report_is_never_written_into_the_suite(tmp_path, capsys, command):
+    suite = tmp_path / "suite"
+    assert main(["gen-tests", str(suite), "--opsets", "21", "--variants", "native", "--no-large", "-q"]) == 0
+    manifest = (suite / "manifest.json").read_bytes()
+    for target in (suite / "manifest.json", suite / "new.json"):
+        assert main([command, str(suite), "--json", str(target)]) == 2
+        assert "would be written into the suite folder" in capsys.readouterr().err
+    assert (suite / "manifest.json").read_bytes() == manifest and not (suite / "new.json").exists()
 
 
 def test_a_report_replaces_an_older_report(tmp_path):
     report = tmp_path / "r.json"
-    report.write_text('{"old": true}')
+    report.write_text('{"command": "verify", "exit_code": 0}')
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "-q", "--json", str(report)]) == 0
     assert json.loads(report.read_text())["command"] == "expand"
 
