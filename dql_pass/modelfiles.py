@@ -431,13 +431,18 @@ def _referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path]
             if not entry.is_file(follow_symlinks=False):
                 continue
             with open(path, "rb") as file:
-                if _may_be_model(file):
+                if path.suffix.lower() in _TEXT_FORMATS or _may_be_model(file):
                     file.seek(0)
                     found |= {names.pop(key) for key in _mentioned(file, set(names))}
         except OSError as error:
             logger.warning("cannot read %s, so the data files of earlier writes are kept: %s", path, error.strerror)
             return set(candidates)
     return found
+
+
+# The extensions of onnx's textual formats (onnx.serialization: textproto, json, onnxtxt), which
+# dql_pass writes too: such a model names its data file in its text, and is read through.
+_TEXT_FORMATS = frozenset({".pbtxt", ".prototxt", ".txtpb", ".textproto", ".onnxjson", ".json", ".onnxtxt", ".onnxtext"})
 
 
 def _may_be_model(file: BinaryIO) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import digest, dql_model, session
+from helpers import MODELS, digest, dql_model, session
 from onnx import TensorProto, helper, numpy_helper
 from test_adversarial import assert_bad_input, dql_pass_cli
 
@@ -278,3 +278,16 @@ def test_a_dql_with_an_attribute_is_refused_by_the_cli(tmp_path, command):
     onnx.save(_with_attribute(), tmp_path / "m.onnx")
     assert_bad_input(dql_pass_cli(command, tmp_path / "m.onnx", "-o", tmp_path / "o.onnx"), "attribute")
     assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("suffix", [".textproto", ".json"])
+def test_the_sweep_keeps_the_data_of_a_copy_in_a_text_format(tmp_path, suffix):
+    # A review's finding: the sweep read only binary models for the names of their data files.
+    source = tmp_path / "m.onnx"
+    onnx.save(onnx.load(MODELS / "mlp_dynamic.onnx"), source, save_as_external_data=True, location="m.data",
+              size_threshold=0)
+    out, keep = tmp_path / f"out{suffix}", tmp_path / f"keep{suffix}"
+    dql_pass.lower_file(source, out)
+    shutil.copy(out, keep)
+    dql_pass.lower_file(source, out)
+    onnx.checker.check_model(onnx.load(keep), full_check=True)  # its data is still there
