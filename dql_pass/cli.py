@@ -555,6 +555,31 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _heavy_modules(args: argparse.Namespace) -> list[str]:
+    """The libraries the command will load: the graph libraries always, ORT where it runs models,
+    onnxscript's rewriter to fuse."""
+    modules = ["dql_pass.api"]
+    if args.command in ("verify", "gen-tests", "run-tests") or getattr(args, "verify", False) or getattr(args, "target", None):
+        modules.append("onnxruntime")
+    if args.command == "fuse":
+        modules.append("dql_pass.fusion")
+    return modules
+
+
+def _import_held(*modules: str) -> None:
+    """Import ``modules`` with Ctrl-C and SIGTERM held back until they are in: an interrupt inside a
+    library's import leaves it half made (onnxruntime turns it into an ImportError with a
+    traceback); held, it arrives a moment later, where it unwinds cleanly."""
+    import importlib
+
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _files_of(args: argparse.Namespace) -> dict[str, str]:
     """The files a command reads or writes, by what they are: its --json report never replaces one."""
     files = {key: getattr(args, key) for key in ("input", "output", "original", "rewritten")
@@ -580,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             format="%(name)s: %(message)s")
         folders = {"the suite folder": args.outdir} if args.command in ("gen-tests", "run-tests") else {}
         report_path = _check_report_path(args.json, _files_of(args), folders) if args.json else None
+        _import_held(*_heavy_modules(args))
         code, report = args.run(args)
         if report_path is not None:
             _write_report(report_path, _finite({"command": args.command, "exit_code": code, **report}))
