@@ -1,6 +1,6 @@
 """Tests of the tools package: the models it builds, the harness's timing and report, and a whole benchmark run.
 
-The ``--quick`` run of ``python -m tools.bench`` takes some 15 s, so it is marked ``benchmark`` and
+The ``--quick`` run of ``python -m tools.bench`` takes some 2 minutes on 2 cores, so it is marked ``benchmark`` and
 left out of the default run; ``pytest -m benchmark`` runs it.
 """
 

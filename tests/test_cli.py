@@ -261,9 +261,8 @@ def test_the_cli_writes_and_runs_a_suite(tmp_path, capsys):
         (["gen-tests", "{tmp}/new", "--opsets", "10"], "opset 10 is outside"),
         (["gen-tests", "{tmp}/new", "--variants", "native,fast"], "unknown variant 'fast'"),
         (["run-tests", "{tmp}/new", "--backend", "reference"], "no such folder"),
-        # Like expand, gen-tests creates no parent folder, so a failure cannot leave one behind.
-        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "28", "--variants", "quantizelinear"], "x/y does not exist"),
-        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "13", "--variants", "native", "--no-large"], "x/y does not exist"),
+        # gen-tests makes the missing parents, and removes them again when it fails.
+        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "28", "--variants", "quantizelinear"], "can run none of the chosen folders"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -275,6 +274,13 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and not (tmp_path / "new").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]
+
+
+def test_gen_tests_makes_the_missing_parents_of_its_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the README's own example, in a new folder
+    assert main(["gen-tests", "conformance/dql", "--opsets", "13", "--variants", "native", "--no-large", "-q"]) == 0
+    assert main(["run-tests", "-q"]) == 0  # its default folder is the same
+    assert (tmp_path / "conformance" / "dql" / suites.MANIFEST).is_file()
 
 
 def test_the_cli_at_opset_28_writes_a_suite_ort_passes(tmp_path, capsys):

@@ -10,7 +10,8 @@
   under the ``onnxruntime`` policy, ``onnx.reference`` under ``onnx-reference``; the knowledge is
   :mod:`dql_pass.runtimes`') is not written but listed under ``left_out`` in the manifest, with the
   reason; what the other backend cannot run is one of its known differences.
-- OUTDIR's folder must exist: like expand, gen-tests creates no parent folder.
+- OUTDIR's missing parent folders are made, as ``mkdir -p`` makes them, and removed again if the
+  run fails.
 - The suite is written in a stage folder beside OUTDIR, then swapped with OUTDIR in one step
   (Linux's ``renameat2`` exchange), so OUTDIR is the whole old suite or the whole new one whatever
   happens. Where the system cannot swap in one step, it takes two renames with SIGINT and SIGTERM
@@ -322,7 +323,7 @@ def generate_suite(
     ``forms`` picks among ``native`` and the expansion variants; ``include_unspecified`` adds the
     NaN inputs (not comparable); ``include_large`` adds the input of about a million elements at
     the newest opset; ``names`` keeps only the catalogue cases of those names. The folder that
-    holds ``outdir`` must exist. An existing suite in ``outdir`` that holds files gen-tests did not
+    holds ``outdir`` is made if missing. An existing suite in ``outdir`` that holds files gen-tests did not
     write is replaced only with ``force``; a folder that holds no suite, never.
     """
     start = time.perf_counter()
@@ -341,10 +342,13 @@ def generate_suite(
     if not outdir.name:
         raise InputError(f"{outdir}: cannot write a suite there; choose a folder")
     check_not_system(outdir, "suite folder")
-    if not outdir.parent.is_dir():
-        raise InputError(f"{outdir}: the folder {outdir.parent} does not exist")
+    if outdir.parent.exists() and not outdir.parent.is_dir():
+        raise InputError(f"{outdir}: {outdir.parent} is not a folder")
     _check_replaceable(outdir, force)
+    created = _missing_folders(outdir.parent)
     try:
+        for folder in created:
+            folder.mkdir()
         with _staged(outdir) as stage:
             entries, left_out = _write_cases(stage, cases, opsets, forms, zero_range)
             manifest = {
@@ -360,6 +364,20 @@ def generate_suite(
             (stage / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
             size = sum(f.stat().st_size for f in stage.rglob("*") if f.is_file())
             _install(stage, outdir, force)
-    except OSError as error:
-        raise InputError(f"{outdir}: cannot write the suite: {error.strerror or error}") from None
+    except BaseException as error:
+        for folder in reversed(created):  # the folders this run made, so that a failure leaves none
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(error, OSError):
+            raise InputError(f"{outdir}: cannot write the suite: {error.strerror or error}") from None
+        raise
     return GeneratedSuite(outdir, entries, len(cases), size, time.perf_counter() - start, left_out)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders of ``folder``'s path that do not exist yet, outermost first (``mkdir -p``'s)."""
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
