@@ -52,9 +52,9 @@ __all__ = [
     "verify",
 ]
 
-import importlib
 from typing import TYPE_CHECKING
 
+from dql_pass.lazy import exports
 from dql_pass.metadata import VERSION as __version__
 
 # Every name loads its module when first used, so that importing dql_pass (and the command line's
@@ -106,13 +106,4 @@ if TYPE_CHECKING:
     from dql_pass.graph.walk import find_sites
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'dql_pass' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dql_pass.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = exports(__name__, _LAZY)

@@ -27,9 +27,9 @@ __all__ = [
     "run_suite",
 ]
 
-import importlib
 from typing import TYPE_CHECKING
 
+from dql_pass.lazy import exports
 from dql_pass.suites.defaults import DEFAULT_OPSETS, FORMS
 
 # Loaded when first used: writing or running a suite needs the runtimes, reading its defaults does not.
@@ -44,9 +44,4 @@ if TYPE_CHECKING:
     from dql_pass.suites.run import Outcome, RunReport, run_suite
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'dql_pass.suites' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dql_pass.suites.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = exports(__name__, _LAZY)
