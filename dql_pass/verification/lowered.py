@@ -502,7 +502,7 @@ def _quantization_cases(site: LoweredSite, rng: np.random.Generator) -> Cases:
         for k, x in enumerate(_per_channel(shape, axis, values, np.float32)):
             yield f"{label} {k}", label, [x, *params]
     size = math.prod(shape)
-    specials = np.array([0, -0.0, np.inf, -np.inf, 1e30, -1e30, 1e-40], np.float32)
+    specials = np.array([0, -0.0, np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-40], np.float32)
     for label, x in {"specials": np.resize(specials, size),
                      "random": rng.standard_normal(size).astype(np.float32) * 100, "zero": np.zeros(size, np.float32)}.items():
         yield label, label, [x.astype(np.float32).reshape(shape), *params]
