@@ -21,8 +21,9 @@ Rules:
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 - a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
   no name; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
-  either model has a constant, and carry the same attributes: a difference there is a mismatch
-  whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
+  either model has a constant (an initializer that is also a graph input counts by its stored
+  value: as deployed nothing feeds it), and carry the same attributes: a difference there is a
+  mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
 """
 
 from __future__ import annotations
@@ -303,6 +304,15 @@ def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.n
         return None
 
 
+def _deployed(value: ir.Value | None) -> np.ndarray | None:
+    """The value's array as the model is deployed, nothing fed: a constant, or the stored value of
+    an initializer that is also a graph input (every one of an IR-3 model), which is what runs."""
+    array = constant(value)
+    if array is None and value is not None and value.is_initializer() and value.const_value is not None:
+        return value.const_value.numpy()
+    return array
+
+
 def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None, absent: bool) -> str | None:
     """How REWRITTEN's input ``name`` of a kept node (``actual``) differs from ORIGINAL's constant."""
     if absent:
@@ -330,7 +340,7 @@ def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.
         label = f"{described(node)} in {key[0]}"
         count = max(len(node.inputs), len(twin.inputs))
         for i, (a, b) in enumerate(zip([*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count])):
-            expected, actual = constant(a), constant(b)
+            expected, actual = _deployed(a), _deployed(b)
             if a is None and actual is not None:
                 found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
             elif expected is not None:
