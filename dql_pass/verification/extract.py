@@ -20,7 +20,7 @@ Rules:
   that needs any other value cannot run alone: not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 - a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
-  no name; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
+  no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
   either model has a constant (an initializer that is also a graph input counts by its stored
   value: as deployed nothing feeds it), and carry the same attributes: a difference there is a
   mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -254,14 +254,23 @@ def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.V
 # -- kept nodes ------------------------------------------------------------------------------------
 
 
-def _kept_nodes(model: ir.Model) -> dict[tuple[str, tuple], ir.Node]:
-    """The nodes of ``model`` by graph path and identity (domain, type, and the name, or the output
-    names of an unnamed node); one that shares its identity with another in its graph is left out."""
+def _identity(node: ir.Node) -> tuple:
+    """Domain, type, and the name, or the output names of an unnamed node."""
+    return (*op_key(node), node.name or tuple(v.name for v in node.outputs))
+
+
+def _wiring(node: ir.Node) -> tuple:
+    """Domain, type, and the names of the values read and made: a node renamed alone keeps them."""
+    return (*op_key(node), tuple(None if v is None else v.name for v in node.inputs), tuple(v.name for v in node.outputs))
+
+
+def _kept_nodes(model: ir.Model, key: Callable[[ir.Node], tuple] = _identity) -> dict[tuple[str, tuple], ir.Node]:
+    """The nodes of ``model`` by graph path and ``key``; one that shares its key with another in
+    its graph is left out."""
     found: dict[tuple[str, tuple], ir.Node | None] = {}
     for graph, (label, _) in graph_scopes(model).items():
         for node in graph:
-            key = (label, (*op_key(node), node.name or tuple(v.name for v in node.outputs)))
-            found[key] = None if key in found else node
+            found[label, key(node)] = None if (label, key(node)) in found else node
     return {key: node for key, node in found.items() if node is not None}
 
 
@@ -331,10 +340,10 @@ def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.
     that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
     REWRITTEN computes from constants run on ``runtime``."""
     alive = live(rewritten)[0]
-    kept = _kept_nodes(rewritten)
+    kept, wired = _kept_nodes(rewritten), _kept_nodes(rewritten, _wiring)
     found = []
     for key, node in _kept_nodes(original).items():
-        twin = kept.get(key)
+        twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
             continue
         label = f"{described(node)} in {key[0]}"
