@@ -4,7 +4,8 @@
   FAILs wherever that chunk lies: the 'past 2^24' cases move a term in every stride of the
   fewest terms such a chunk holds, not only the column's first one; the chunked lowering PASSes;
 - a QuantizeLinear lowering that maps NaN to 0 instead of the type's minimum FAILs;
-- a kept node's weight that is an initializer and a graph input is compared by its stored value.
+- a kept node's weight that is an initializer and a graph input is compared by its stored value;
+- a kept node renamed alone (same domain, type, input and output names) is still compared.
 """
 
 from __future__ import annotations
@@ -129,18 +130,18 @@ def test_quantize_linear_lowering_without_nan_handling_fails(tmp_path):
     assert _verdict(tmp_path, original, lowered) == "FAIL"
 
 
-def _overridable(w: np.ndarray) -> onnx.ModelProto:
-    """A DQL and MatMulInteger whose weight W is an initializer and a graph input, masked by a
-    bias and Relu on every input verify synthesizes."""
+def _overridable(w: np.ndarray, name: str = "mmi", fed: bool = True) -> onnx.ModelProto:
+    """A DQL and MatMulInteger ``name`` whose weight W is an initializer (and a graph input when
+    ``fed``), masked by a bias and Relu on every input verify synthesizes."""
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="dql"),
-        helper.make_node("MatMulInteger", ["xq", "W", "xz"], ["mm"], name="mmi"),
+        helper.make_node("MatMulInteger", ["xq", "W", "xz"], ["mm"], name=name),
         helper.make_node("Cast", ["mm"], ["mmf"], to=F, name="cast"),
         helper.make_node("Mul", ["mmf", "xs"], ["mms"], name="mul"),
         helper.make_node("Add", ["mms", "bias"], ["b"], name="add"),
         helper.make_node("Relu", ["b"], ["y"], name="relu"),
     ]
-    return _graph_model(nodes, [("x", F, [2, 4]), ("W", U8, [4, 4])], [("y", F, [2, 4])],
+    return _graph_model(nodes, [("x", F, [2, 4]), *[("W", U8, [4, 4])] * fed], [("y", F, [2, 4])],
                         {"W": w, "bias": np.full([4], -1e6, np.float32)})
 
 
@@ -150,3 +151,11 @@ def test_overridable_initializer_of_kept_node_is_compared_by_its_stored_value(tm
     changed[0, 0] += 1
     assert _verdict(tmp_path, _overridable(w), _overridable(w)) == "PASS"
     assert _verdict(tmp_path, _overridable(w), _overridable(changed)) == "FAIL"
+
+
+def test_renamed_kept_node_is_still_compared(tmp_path):
+    w = np.arange(16, dtype=np.uint8).reshape(4, 4)
+    changed = w.copy()
+    changed[0, 0] += 1
+    assert _verdict(tmp_path, _overridable(w, fed=False), _overridable(w, "renamed", fed=False)) == "PASS"
+    assert _verdict(tmp_path, _overridable(w, fed=False), _overridable(changed, "renamed", fed=False)) == "FAIL"

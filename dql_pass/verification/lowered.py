@@ -19,8 +19,10 @@ Rules:
   all at the type's maximum and minimum, zero points at both ends, random; rows (for ConvInteger,
   windows of the image that do not overlap) that drive output columns to both ends of their
   reachable sums; and for every column whose end is past 2^24, the sums nearest its ends that no
-  float32 holds (one term moved off its end): no order of float32 additions gives those, so a
-  product that is not cut into exact chunks fails;
+  float32 holds (one term moved off its end, in separate rows: the smallest such move, and the
+  first and last term that can make one in every stride of the fewest consecutive terms a chunk
+  past 2^24 holds): no order of float32 additions gives those, so a product that is not cut into
+  exact chunks fails, wherever its inexact chunk lies;
 - QuantizeLinear: on every channel with its own scale and zero point, the ties of x / scale inside
   the type's range and a few past its ends, and the x near them where x * (1 / scale) rounds
   otherwise, packed into as many cases as the shape takes (any size, one element too); specials,
