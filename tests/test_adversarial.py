@@ -891,8 +891,10 @@ def test_a_flipped_weight_on_empty_inputs_is_not_a_pass(tmp_path):
     bias = next(t for t in model.graph.initializer if t.name == "B1")
     array = numpy_helper.to_array(bias).copy()
     array.view(np.uint32)[0] ^= 1 << 22
-    bias.CopyFrom(numpy_helper.from_array(array, "B1"))
-    next(n for n in model.graph.node if "B1" in n.input).name += "_changed"  # no kept node: only the models show it
+    bias.CopyFrom(numpy_helper.from_array(array, "B1_changed"))
+    node = next(n for n in model.graph.node if "B1" in n.input)  # node and weight renamed: only the models show it
+    node.name += "_changed"
+    node.input[:] = ["B1_changed" if i == "B1" else i for i in node.input]
     changed = _save(model, tmp_path / "changed.onnx")
     np.save(tmp_path / "empty.npy", np.zeros((0, 64), np.float32))
     for options in (["--dim", "batch=0"], ["--input", f"input={tmp_path / 'empty.npy'}"]):

@@ -878,9 +878,11 @@ def _flipped_weight(model: onnx.ModelProto) -> onnx.ModelProto:
     weight = next(t for t in changed.graph.initializer if t.name == "B1")
     array = numpy_helper.to_array(weight).copy()
     array.view(np.uint32)[0] ^= 1 << 22
-    weight.CopyFrom(numpy_helper.from_array(array, weight.name))
-    # Renamed, so it is no node REWRITTEN keeps: only the models can show the change.
-    next(n for n in changed.graph.node if "B1" in n.input).name += "_changed"
+    weight.CopyFrom(numpy_helper.from_array(array, "B1_changed"))
+    # The node and its weight renamed, so it is no node REWRITTEN keeps: only the models can show the change.
+    node = next(n for n in changed.graph.node if "B1" in n.input)
+    node.name += "_changed"
+    node.input[:] = ["B1_changed" if i == "B1" else i for i in node.input]
     return changed
 
 

@@ -20,9 +20,10 @@ Rules:
   that needs any other value cannot run alone: not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 - a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
-  no name; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
-  either model has a constant, and carry the same attributes: a difference there is a mismatch
-  whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
+  no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
+  either model has a constant (an initializer that is also a graph input counts by its stored
+  value: as deployed nothing feeds it), and carry the same attributes: a difference there is a
+  mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -253,14 +254,23 @@ def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.V
 # -- kept nodes ------------------------------------------------------------------------------------
 
 
-def _kept_nodes(model: ir.Model) -> dict[tuple[str, tuple], ir.Node]:
-    """The nodes of ``model`` by graph path and identity (domain, type, and the name, or the output
-    names of an unnamed node); one that shares its identity with another in its graph is left out."""
+def _identity(node: ir.Node) -> tuple:
+    """Domain, type, and the name, or the output names of an unnamed node."""
+    return (*op_key(node), node.name or tuple(v.name for v in node.outputs))
+
+
+def _wiring(node: ir.Node) -> tuple:
+    """Domain, type, and the names of the values read and made: a node renamed alone keeps them."""
+    return (*op_key(node), tuple(None if v is None else v.name for v in node.inputs), tuple(v.name for v in node.outputs))
+
+
+def _kept_nodes(model: ir.Model, key: Callable[[ir.Node], tuple] = _identity) -> dict[tuple[str, tuple], ir.Node]:
+    """The nodes of ``model`` by graph path and ``key``; one that shares its key with another in
+    its graph is left out."""
     found: dict[tuple[str, tuple], ir.Node | None] = {}
     for graph, (label, _) in graph_scopes(model).items():
         for node in graph:
-            key = (label, (*op_key(node), node.name or tuple(v.name for v in node.outputs)))
-            found[key] = None if key in found else node
+            found[label, key(node)] = None if (label, key(node)) in found else node
     return {key: node for key, node in found.items() if node is not None}
 
 
@@ -303,6 +313,15 @@ def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.n
         return None
 
 
+def _deployed(value: ir.Value | None) -> np.ndarray | None:
+    """The value's array as the model is deployed, nothing fed: a constant, or the stored value of
+    an initializer that is also a graph input (every one of an IR-3 model), which is what runs."""
+    array = constant(value)
+    if array is None and value is not None and value.is_initializer() and value.const_value is not None:
+        return value.const_value.numpy()
+    return array
+
+
 def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None, absent: bool) -> str | None:
     """How REWRITTEN's input ``name`` of a kept node (``actual``) differs from ORIGINAL's constant."""
     if absent:
@@ -321,16 +340,16 @@ def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.
     that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
     REWRITTEN computes from constants run on ``runtime``."""
     alive = live(rewritten)[0]
-    kept = _kept_nodes(rewritten)
+    kept, wired = _kept_nodes(rewritten), _kept_nodes(rewritten, _wiring)
     found = []
     for key, node in _kept_nodes(original).items():
-        twin = kept.get(key)
+        twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
             continue
         label = f"{described(node)} in {key[0]}"
         count = max(len(node.inputs), len(twin.inputs))
         for i, (a, b) in enumerate(zip([*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count])):
-            expected, actual = constant(a), constant(b)
+            expected, actual = _deployed(a), _deployed(b)
             if a is None and actual is not None:
                 found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
             elif expected is not None:

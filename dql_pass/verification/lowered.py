@@ -19,8 +19,10 @@ Rules:
   all at the type's maximum and minimum, zero points at both ends, random; rows (for ConvInteger,
   windows of the image that do not overlap) that drive output columns to both ends of their
   reachable sums; and for every column whose end is past 2^24, the sums nearest its ends that no
-  float32 holds (one term moved off its end): no order of float32 additions gives those, so a
-  product that is not cut into exact chunks fails;
+  float32 holds (one term moved off its end, in separate rows: the smallest such move, and the
+  first and last term that can make one in every stride of the fewest consecutive terms a chunk
+  past 2^24 holds): no order of float32 additions gives those, so a product that is not cut into
+  exact chunks fails, wherever its inexact chunk lies;
 - QuantizeLinear: on every channel with its own scale and zero point, the ties of x / scale inside
   the type's range and a few past its ends, and the x near them where x * (1 / scale) rounds
   otherwise, packed into as many cases as the shape takes (any size, one element too); specials,
@@ -262,17 +264,23 @@ def _cycle(items: dict[str, np.ndarray], count: int) -> list[tuple[str, np.ndarr
     return [pairs[i % len(pairs)] for i in range(count)]
 
 
-def _drive(terms: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: int, past: bool) -> np.ndarray | None:
+Probe = tuple[int, int, bool] | None  # terms [start, stop), the last usable one (else the first); None: all
+
+
+def _drive(terms: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: int, past: bool, probe: Probe = None) -> np.ndarray | None:
     """Shifted activations, each in [lo, hi] (lo <= 0 <= hi), that drive ``sum(terms * v)`` to its
     reachable end of ``sign`` (1: the largest sum, -1: the smallest); ``past``: instead to the sum
-    nearest that end, moving one term, that is past 2^24 and that no float32 holds (None: none is).
-    No order of float32 additions gives such a sum; an unchunked product past the bound cannot."""
+    nearest that end, moving one term (the first or last usable one of ``probe``'s terms), that is
+    past 2^24 and that no float32 holds (None: none is). No order of float32 additions gives such a
+    sum; an unchunked product past the bound cannot."""
     toward = terms * sign
     v = np.where(toward > 0, hi, np.where(toward < 0, lo, 0))
     if not past:
         return v
     magnitude = int(sign * (terms * v).sum())
-    sizes = np.unique(np.abs(terms[terms != 0]))
+    start, stop, last = (0, terms.size, False) if probe is None else probe
+    span = np.abs(terms[start:stop])
+    sizes = np.unique(span[span != 0])
     if not sizes.size or magnitude <= LIMIT or not _float32_holds(np.array(magnitude)):
         return None  # nothing past the bound, or the end itself is such a sum (the bound case)
     steps = np.arange(1, int(hi - lo) + 1)
@@ -281,10 +289,29 @@ def _drive(terms: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: int, past: b
     usable = (sums > LIMIT) & ~_float32_holds(sums)
     if not usable.any():
         return None
-    size, step = np.unravel_index(np.where(usable, removed, removed.max() + 1).argmin(), removed.shape)
-    k = np.flatnonzero(np.abs(terms) == sizes[size])[0]
+    if probe is None:  # the smallest move of any term
+        size, step = np.unravel_index(np.where(usable, removed, removed.max() + 1).argmin(), removed.shape)
+        k = np.flatnonzero(span == sizes[size])[0]
+    else:  # the first (last) term that some move makes such a sum, by its smallest move
+        candidates = np.flatnonzero(np.isin(span, sizes[usable.any(axis=1)]))
+        k = candidates[-1 if last else 0]
+        size = int(np.flatnonzero(sizes == span[k])[0])
+        step = int(usable[size].argmax())
+    k += start
     v[k] += -steps[step] if v[k] == hi else steps[step]
     return v
+
+
+def _probes(terms: np.ndarray, widest: int) -> list[Probe]:
+    """Where to move a term so that every chunk a lowering may cut whose float32 sum can pass 2^24
+    holds one: such a chunk holds at least ``LIMIT // (largest term * widest) + 1`` consecutive terms,
+    so it covers a stride of that many from one of its usable terms to that stride's first or last
+    usable one. Besides the smallest move of all (None)."""
+    largest = int(np.abs(terms).max(initial=0)) * widest
+    if not largest or terms.shape[0] * largest <= LIMIT:
+        return [None]
+    stride = LIMIT // largest + 1
+    return [None, *((start, start + stride, last) for start in range(0, terms.shape[0], stride) for last in (False, True))]
 
 
 def _float32_holds(values: np.ndarray) -> np.ndarray:
@@ -318,7 +345,9 @@ def _driven(site: LoweredSite, weights: np.ndarray, w_zp: np.ndarray | None, a_t
     positive, negative = np.where(terms > 0, terms, 0).sum(axis=0), np.where(terms < 0, terms, 0).sum(axis=0)
     reach = {1: positive * hi.max() + negative * lo.min(), -1: -negative * hi.max() - positive * lo.min()}
     for label, past in (("bound", False), ("past 2^24", True)):
-        jobs = [(int(c), sign) for c in columns for sign in (1, -1) if not past or reach[sign][c] > LIMIT]
+        widest = int(max(hi.max(), -lo.min()))
+        jobs = [(int(c), sign, probe) for c in columns for sign in (1, -1) if not past or reach[sign][c] > LIMIT
+                for probe in (_probes(terms[:, c], widest) if past else [None])]
         if not jobs:
             continue
         if not free:
@@ -335,17 +364,17 @@ def _driven(site: LoweredSite, weights: np.ndarray, w_zp: np.ndarray | None, a_t
         for case in range(cases if past else min(cases, 1)):
             shifted, driven = np.zeros(shape, np.int64), False
             for s, slot in enumerate(slots):
-                column, sign = jobs[(case * len(slots) + s) % len(jobs)]
+                column, sign, probe = jobs[(case * len(slots) + s) % len(jobs)]
                 row = 0 if conv else slot % zp.size  # a per-row zero point: that row's
                 if conv:
                     n, image, kernel = slot
                     window = centred[column][np.ix_(range(centred.shape[1]), *kernel)]
-                    v = _drive(window.ravel(), lo[row], hi[row], sign, past)
+                    v = _drive(window.ravel(), lo[row], hi[row], sign, past, probe)
                     if v is not None:
                         channels = range(column // per_group * centred.shape[1], (column // per_group + 1) * centred.shape[1])
                         shifted[n][np.ix_(channels, *image)] = v.reshape(window.shape)
                 else:
-                    v = _drive(centred[:, column], lo[row], hi[row], sign, past)
+                    v = _drive(centred[:, column], lo[row], hi[row], sign, past, probe)
                     if v is not None:
                         shifted.reshape(-1, shape[-1])[slot] = v
                 driven |= v is not None
@@ -475,7 +504,7 @@ def _quantization_cases(site: LoweredSite, rng: np.random.Generator) -> Cases:
         for k, x in enumerate(_per_channel(shape, axis, values, np.float32)):
             yield f"{label} {k}", label, [x, *params]
     size = math.prod(shape)
-    specials = np.array([0, -0.0, np.inf, -np.inf, 1e30, -1e30, 1e-40], np.float32)
+    specials = np.array([0, -0.0, np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-40], np.float32)
     for label, x in {"specials": np.resize(specials, size),
                      "random": rng.standard_normal(size).astype(np.float32) * 100, "zero": np.zeros(size, np.float32)}.items():
         yield label, label, [x.astype(np.float32).reshape(shape), *params]
