@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from helpers import MODELS
+from helpers import MODELS, installed
 
 import dql_pass
 from dql_pass.cli import main
@@ -71,34 +71,31 @@ def test_progress_goes_to_stderr_as_lines_where_stderr_is_no_terminal(transforme
     assert capsys.readouterr() == ("", "")
 
 
+def _verified_on(runtime: str, sample: str, folder, **expansion) -> tuple[dql_pass.VerifyReport, object]:
+    """``sample`` from models/ expanded (as ``expansion`` says) and verified on ``runtime``, with the expansion's path."""
+    installed(runtime)
+    original, expanded = MODELS / f"{sample}.onnx", folder / "e.onnx"
+    dql_pass.expand_file(original, expanded, **expansion)
+    return dql_pass.verify(original, expanded, runtime=runtime), expanded
+
+
 def test_a_runtime_that_runs_neither_model_is_its_own_verdict_not_a_fail(tmp_path):
-    pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'dql_pass[openvino]'")
     # OpenVINO reads no model-local function: not ORIGINAL's, nor the expansion that keeps it.
-    original = MODELS / "control_flow.onnx"
-    expanded = tmp_path / "e.onnx"
-    dql_pass.expand_file(original, expanded, target="openvino")
-    report = dql_pass.verify(original, expanded, runtime="openvino")
+    report, _ = _verified_on("openvino", "control_flow", tmp_path, target="openvino")
     assert report.verdict == "CANNOT RUN" and report.exit_code == 3 and not report
     assert "openvino cannot run REWRITTEN" in report.cannot_run and "nor ORIGINAL" in report.cannot_run
     assert "No conversion rule found for operations: local.FakeQuant" in report.cannot_run  # the reason, whole
 
 
 def test_a_rewrite_the_runtime_cannot_run_while_it_runs_original_is_a_fail(tmp_path):
-    pytest.importorskip("tract", reason="tract is not installed: pip install 'dql_pass[tract]'")
     # quantizelinear: a QuantizeLinear whose scale is computed, which tract refuses; the native DQL runs.
-    original = MODELS / "mlp_dynamic.onnx"
-    expanded = tmp_path / "e.onnx"
-    dql_pass.expand_file(original, expanded, variant="quantizelinear")
-    report = dql_pass.verify(original, expanded, runtime="tract")
+    report, _ = _verified_on("tract", "mlp_dynamic", tmp_path, variant="quantizelinear")
     assert report.verdict == "FAIL" and report.cannot_run is None
 
 
 def test_on_another_runtime_the_report_gives_each_outputs_distance_from_ort(tmp_path):
-    pytest.importorskip("tract", reason="tract is not installed: pip install 'dql_pass[tract]'")
+    report, expanded = _verified_on("tract", "mlp_dynamic", tmp_path, target="tract")
     original = MODELS / "mlp_dynamic.onnx"
-    expanded = tmp_path / "e.onnx"
-    dql_pass.expand_file(original, expanded, target="tract")
-    report = dql_pass.verify(original, expanded, runtime="tract")
     assert [o.name for o in report.from_ort] == [o.name for o in onnx.load(original).graph.output]
     assert "from ORT: final output 'relu3' on tract against ORIGINAL on ORT: " in report.format()
     assert dql_pass.verify(original, expanded).from_ort == []  # on ORT itself, the verdict says it all
