@@ -99,7 +99,16 @@ def verify(
         return _verify(original, rewritten, samples, seed, inputs, dims, zero_range, runtime)
 
 
-def _verify(original, rewritten, samples, seed, inputs, dims, zero_range, runtime) -> VerifyReport:
+def _verify(
+    original: onnx.ModelProto | ir.Model | str | os.PathLike,
+    rewritten: onnx.ModelProto | ir.Model | str | os.PathLike,
+    samples: int,
+    seed: int,
+    inputs: Mapping[str, np.ndarray] | None,
+    dims: Mapping[str, int] | None,
+    zero_range: str,
+    runtime: str,
+) -> VerifyReport:
     check_choice("zero-range policy", zero_range)
     runner = runtimes.get(runtime)
     runner.check_installed()

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 import onnx_ir as ir
 
 from dql_pass import runtimes
+from dql_pass.graph.walk import ops_used
 from dql_pass.op import ai_onnx_opset
 from dql_pass.verification.inputs import Unsynthesizable, input_sets
-from dql_pass.graph.walk import ops_used
 
 
 @dataclasses.dataclass
