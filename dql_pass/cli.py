@@ -267,9 +267,13 @@ def _check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str
     for what, file in files.items():
         if Path(file).resolve() == report.resolve() or _same_file(file, report):
             raise InputError(f"{path}: the report would overwrite {what}; choose another path")
+    # The report replaces a link itself, so the folder it lands in is the link's, not its target's.
+    landing = Path(os.path.abspath(report)).parent.resolve() / report.name
     for what, folder in folders.items():
-        if report.resolve().is_relative_to(Path(folder).resolve()):
+        if any(place.is_relative_to(Path(folder).resolve()) for place in (landing, report.resolve())):
             raise InputError(f"{path}: the report would be written into {what}; choose a path outside it")
+    if os.path.lexists(report):
+        _check_not_data_of(path, report, files)
     try:
         if os.stat(report).st_size > _MAX_REPORT_BYTES:
             raise ValueError
@@ -281,6 +285,20 @@ def _check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str
     except (OSError, ValueError):
         raise InputError(f"{path}: holds something other than a report of dql-pass; it is never replaced by one") from None
     return report
+
+
+def _check_not_data_of(path: str, report: Path, files: Mapping[str, str]) -> None:
+    """Refuse an existing report path that is an external data file of one of the command's models,
+    whatever its bytes look like (read only when the path exists: a new file is no one's data)."""
+    from dql_pass.modelfiles import external_tensors, load_model
+
+    for what, file in files.items():
+        try:
+            tensors = external_tensors(load_model(file))
+        except InputError:
+            continue  # not a model (an array, an output not written yet)
+        if any(_same_file(tensor.path, report) for tensor in tensors):
+            raise InputError(f"{path}: the report would overwrite the external data of {what}; choose another path")
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

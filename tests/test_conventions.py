@@ -244,3 +244,32 @@ def test_expand_for_a_target_that_runs_it_exits_0(tmp_path, capsys):
 def test_expand_without_a_target_names_where_its_variant_is_exact(tmp_path, capsys):
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx")]) == 0
     assert "variant quantizelinear is the exact target of onnxruntime" in capsys.readouterr().err
+
+
+def test_a_report_never_replaces_a_models_data_whatever_its_bytes(tmp_path, capsys):
+    # A review's finding: weights whose bytes read as a report of dql-pass were replaced.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    text = b'{"command": "expand", "exit_code": 0}'
+    weight = numpy_helper.from_array(np.frombuffer(text, np.uint8).copy(), "w")
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [len(text)])], [weight])
+    source = tmp_path / "in.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), source,
+              save_as_external_data=True, location="w.json", size_threshold=0)
+    data = tmp_path / "w.json"
+    assert main(["expand", str(source), "-o", str(tmp_path / "out.onnx"), "--json", str(data)]) == 2
+    assert "would overwrite the external data of the input model" in capsys.readouterr().err
+    assert data.read_bytes() == text
+
+
+def test_a_report_through_a_link_in_the_suite_is_still_in_the_suite(tmp_path, capsys):
+    suite = tmp_path / "suite"
+    assert main(["gen-tests", str(suite), "--opsets", "21", "--variants", "native", "--no-large", "-q"]) == 0
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"command": "x", "exit_code": 0}')
+    (suite / "r.json").symlink_to(outside)
+    assert main(["run-tests", str(suite), "--json", str(suite / "r.json")]) == 2
+    assert "would be written into the suite folder" in capsys.readouterr().err
+    assert (suite / "r.json").is_symlink()
