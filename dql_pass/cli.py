@@ -52,20 +52,19 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
         args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target
     )
     elapsed = time.perf_counter() - start
-    variant = args.variant or (dql_pass.target_variant(args.target) if args.target else "quantizelinear")
-    report = {"input": args.input, "output": args.output, "variant": variant, "target": args.target, "mode": args.mode,
-              "zero_range": args.zero_range, "sites": dict(result.report.sites), "seconds": elapsed}
-    if not result.report.sites:
+    done = result.report  # what the pass did, variant and target included
+    report = {"input": args.input, "output": args.output, "seconds": elapsed, **dataclasses.asdict(done)}
+    if not done.sites:
         _say(args, f"{args.input}: no DynamicQuantizeLinear; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     else:
-        _say(args, f"expanded {sum(result.report.sites.values())} DynamicQuantizeLinear (variant {variant}"
-                   f"{f' for {args.target}' if args.target else ''}, mode {args.mode}, zero range {args.zero_range}) "
+        _say(args, f"expanded {sum(done.sites.values())} DynamicQuantizeLinear (variant {done.variant}"
+                   f"{f' for {done.target}' if done.target else ''}, mode {done.mode}, zero range {done.zero_range}) "
                    f"into {args.output} in {elapsed:.2f} s")
-        for label, count in result.report.sites.items():
+        for label, count in done.sites.items():
             _say(args, f"  {count:6d}  {label}")
-        if args.target is None and not args.quiet:
-            print(f"variant {variant} is the exact target of {', '.join(_runtimes_targeting(variant)) or 'no runtime'}; "
-                       "for another runtime give --target (see --list-targets)", file=sys.stderr)
+        if done.target is None and not args.quiet:
+            print(f"variant {done.variant} is the exact target of {', '.join(_runtimes_targeting(done.variant)) or 'no runtime'}; "
+                  "for another runtime give --target (see --list-targets)", file=sys.stderr)
     return _deployable(args, report)
 
 
@@ -94,16 +93,13 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
                               **dataclasses.asdict(report)})
 
 
-# The integer ops that lowering turns into float ones: a target that lacks them wants `lower`.
-_LOWERED = ("MatMulInteger", "ConvInteger", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
-
-
 def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
     """With --target: what still blocks the written model there, on stderr, and exit 1 if anything
     does; then --verify."""
     if args.target is None:
         return _verified(args, report)
     import dql_pass
+    from dql_pass.lowering import LOWERED  # the ops lower turns into float ones: a target lacking them wants lower
     from dql_pass.verification.deployable import blockers
 
     found = blockers(dql_pass.load_model(args.output), args.target, _dims(args))
@@ -114,7 +110,7 @@ def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
         print(f"dql-pass: still blocks {args.target}: {reason}", file=sys.stderr)
     if found.not_tried:
         print(f"dql-pass: note: {found.not_tried}", file=sys.stderr)
-    if args.command == "expand" and any(op in reason for reason in found.reasons for op in _LOWERED):
+    if args.command == "expand" and any(op in reason for reason in found.reasons for op in LOWERED):
         print(f"dql-pass: `dql-pass lower {args.input} -o OUTPUT --target {args.target}` turns the integer ops into "
               "float ones", file=sys.stderr)
     code, report = _verified(args, report)
