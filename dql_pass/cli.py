@@ -594,14 +594,15 @@ def _import_held(*modules: str) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+_FILE_LABELS = {"input": "the input model", "output": "the output model", "original": "ORIGINAL", "rewritten": "REWRITTEN"}
+
+
 def _files_of(args: argparse.Namespace) -> dict[str, str]:
     """The files a command reads or writes, by what they are: its --json report never replaces one."""
-    files = {key: getattr(args, key) for key in ("input", "output", "original", "rewritten")
-             if isinstance(getattr(args, key, None), str)}
+    files = {label: getattr(args, key) for key, label in _FILE_LABELS.items() if isinstance(getattr(args, key, None), str)}
     if args.command == "verify":
-        files.update((f"input array {name}", path) for name, path in _pairs(args.input, "--input").items())
-    return {f"the {what} model" if what in ("input", "output") else what.upper() if what in ("original", "rewritten")
-            else f"the {what}": path for what, path in files.items()}
+        files.update((f"the input array {name}", path) for name, path in _pairs(args.input, "--input").items())
+    return files
 
 
 def main(argv: Sequence[str] | None = None) -> int:
