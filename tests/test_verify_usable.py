@@ -91,6 +91,7 @@ def test_a_rewrite_the_runtime_cannot_run_while_it_runs_original_is_a_fail(tmp_p
     # quantizelinear: a QuantizeLinear whose scale is computed, which tract refuses; the native DQL runs.
     report, _ = _verified_on("tract", "mlp_dynamic", tmp_path, variant="quantizelinear")
     assert report.verdict == "FAIL" and report.cannot_run is None
+    assert report.model_error.startswith("tract cannot run REWRITTEN")  # the model level failed it, not a site
 
 
 def test_on_another_runtime_the_report_gives_each_outputs_distance_from_ort(tmp_path):

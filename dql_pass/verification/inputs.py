@@ -35,6 +35,7 @@ import onnx_ir as ir
 
 from dql_pass.errors import InputError
 from dql_pass.graph.walk import fed_inputs
+from dql_pass.op import DOMAINS
 
 # Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
 # short (the MiniLM at 128 x 128 took 111 s to verify, at 2 x 128 3.9 s) and still gives a DQL site
@@ -81,7 +82,7 @@ def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, .
 
 
 def _is_op(node: ir.Node, op_type: str) -> bool:
-    return node.domain in ("", "ai.onnx") and node.op_type == op_type
+    return node.domain in DOMAINS and node.op_type == op_type
 
 
 def _first_dim(value: ir.Value) -> int | None:
@@ -102,7 +103,7 @@ def _table_rows(value: ir.Value) -> int | None:
             node = usage.node
             if _is_op(node, "Gather") and usage.idx == 1:
                 rows.append(_first_dim(node.inputs[0]))
-            elif node.domain in ("", "ai.onnx") and node.op_type in _ID_PASS_THROUGH and usage.idx == 0:
+            elif node.domain in DOMAINS and node.op_type in _ID_PASS_THROUGH and usage.idx == 0:
                 todo.extend(node.outputs)
     known = [size for size in rows if size]
     return min(known) if known else None
