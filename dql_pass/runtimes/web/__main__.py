@@ -67,9 +67,16 @@ def _unpack_ort_web() -> None:
         unpacked = Path(folder, "unpacked")
         with tarfile.open(tarball) as archive:
             archive.extractall(unpacked, filter="data")  # no links out, no absolute paths, no devices
+        # The old install goes aside and is removed only once the new one is in place.
+        old = Path(folder, "old")
         if target.exists():
-            shutil.rmtree(target)
-        os.replace(unpacked / "package", target)
+            os.replace(target, old)
+        try:
+            os.replace(unpacked / "package", target)
+        except OSError:
+            if old.exists():
+                os.replace(old, target)
+            raise
 
 
 def setup() -> None:
