@@ -13,7 +13,6 @@ __all__ = ["Browser", "BrowserFailure", "Server"]
 
 import contextlib
 import fcntl
-import http.server
 import json
 import logging
 import os
@@ -52,6 +51,8 @@ class Server:
     def __init__(self) -> None:
         self._files: dict[str, Path] = {}
         files = self._files
+
+        import http.server  # here, not at the top: listing the runtimes should not load a web server
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (the base class's name)
