@@ -9,6 +9,7 @@ with ``pytest -m web``. Without the setup, the browser tests skip naming the set
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 
@@ -248,3 +249,16 @@ def test_a_missing_setup_is_one_line_naming_the_setup_command(tmp_path, monkeypa
                              env={**__import__("os").environ, web.CACHE_VARIABLE: str(tmp_path / "empty")})
     assert checked.returncode == 2 and len(checked.stderr.strip().splitlines()) == 1
     assert "python -m dql_pass.runtimes.web setup" in checked.stderr
+
+
+def test_a_browser_that_cannot_start_leaves_no_pipe_or_profile(tmp_path, monkeypatch):
+    from dql_pass.runtimes.web.browser import Browser
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):
+        Browser(str(tmp_path / "no-chromium"), "http://127.0.0.1:9/")
+    assert set(os.listdir("/proc/self/fd")) <= before
+    assert list(tmp_path.iterdir()) == []

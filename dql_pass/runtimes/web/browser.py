@@ -113,6 +113,11 @@ class Browser:
                 file_actions=[*quiet, (os.POSIX_SPAWN_DUP2, child_in, 3), (os.POSIX_SPAWN_DUP2, child_out, 4)],
                 setsid=True,
             )
+        except BaseException:  # no Chromium started: nothing of it may stay behind
+            os.close(commands)
+            os.close(replies)
+            self._profile.cleanup()
+            raise
         finally:
             os.close(child_in)
             os.close(child_out)
