@@ -13,8 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass import runtimes
 from dql_pass.graph.walk import ops_used
+from dql_pass.lowering.rules import RULES
 from dql_pass.verification.extract import Scopes
-from dql_pass.verification.lowered import _check, _expected, _quantization_cases, _replacement, check_lowered, lowered_sites
+from dql_pass.verification.lowered import _check, _replacement, check_lowered, lowered_sites
 from helpers import sample
 
 ORT = runtimes.get("onnxruntime")
@@ -101,8 +102,9 @@ def test_a_lowered_row_keeps_its_most_severe_mismatch():
     original, rewritten = _reader_in_another_domain()
     (site,) = lowered_sites(original)
     model = _replacement(rewritten, Scopes(rewritten), site)
-    cases = list(_quantization_cases(site, np.random.default_rng(0)))
-    runtime = _Wrong([_expected(site, arrays) for _, _, arrays in cases])
+    rule = RULES[site.op_type]
+    cases = list(rule.cases(site, np.random.default_rng(0)))
+    runtime = _Wrong([rule.expected(arrays, site.attributes) for _, _, arrays in cases])
     result = _check(site, model, runtime, np.random.default_rng(0))
     assert result.cases == len(cases) and result.mismatches == len(cases) - 1
     assert result.worst_case == cases[2][0], result.detail  # kept first, it was cases[1]

@@ -21,8 +21,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass import reference, runtimes
+from dql_pass.lowering.operands import _drive
 from dql_pass.lowering.proof import LIMIT
-from dql_pass.verification.lowered import _drive, check_lowered
+from dql_pass.verification.lowered import check_lowered
 
 F, I32, U8, S8 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT8, TensorProto.INT8
 ORT = runtimes.get("onnxruntime")

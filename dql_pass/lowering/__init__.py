@@ -2,7 +2,9 @@
 
 - :mod:`dql_pass.lowering.proof`: when a float32 matrix product or convolution of integers is exact,
   and how a reduction is cut when it is not;
-- :mod:`dql_pass.lowering.rules`: what each op becomes, or why it is left alone;
+- :mod:`dql_pass.lowering.rules`: what each op becomes, or why it is left alone, one record per op
+  that also names the reference and the operands verify checks it with;
+- :mod:`dql_pass.lowering.operands`: the operands each rule is checked on;
 - :mod:`dql_pass.lowering.quantization`: the onnx_ir pass over every graph and function, and its report.
 """
 

@@ -1,6 +1,8 @@
 """What each lowered op becomes, in float32 primitives, and when an op is left alone.
 
-Rules, one per op (ai.onnx domain; each keeps its output name):
+Rules, one per op (ai.onnx domain; each keeps its output name), each one :class:`Rule` record of
+:data:`REGISTRY` that holds all there is of it: its rewrite, the exact reference verify checks the
+rewrite against, its operand types and the generator of the operands it is checked on:
 
 - MatMulInteger(A, B, a_zp, b_zp): ``Cast(MatMul(Cast(A) - a_zp, B - b_zp), int32)``. Constant
   ``B - b_zp`` is computed once, as a float32 constant; other weights are cast and shifted at run
@@ -34,17 +36,19 @@ Rules, one per op (ai.onnx domain; each keeps its output name):
 
 from __future__ import annotations
 
-__all__ = ["DIVISIONS", "LOWERED", "Builder", "CannotLower", "Lowering", "element_type", "lower_node"]
+__all__ = ["DIVISIONS", "LOWERED", "REGISTRY", "RULES", "Builder", "CannotLower", "Lowering", "Rule", "element_type",
+           "lower_node"]
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass import variants
+from dql_pass import reference, variants
 from dql_pass.graph.constants import constant
+from dql_pass.lowering import operands
 from dql_pass.lowering.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.op import is_dql
 
@@ -406,18 +410,83 @@ def _dequantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     return b.op("Mul", [y, _param(b, "scale", scale, shape)], FLOAT), None
 
 
-_RULES: dict[str, Callable[[ir.Node, Builder], tuple[ir.Value, Proof | None]]] = {
-    "MatMulInteger": _integer_product,
-    "ConvInteger": _integer_product,
-    "QuantizeLinear": _quantize_linear,
-    "DequantizeLinear": _dequantize_linear,
-}
-LOWERED: tuple[str, ...] = tuple(_RULES)
+# -- the rules ---------------------------------------------------------------------------------------
+
+Attributes = Mapping[str, object]  # a node's attributes by name, their values as onnx_ir gives them
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A lowering rule, the one place it lives: the op it lowers (ai.onnx), its rewrite, and what
+    verify checks the rewrite against: the exact reference in :mod:`dql_pass.reference` it names,
+    fed the node's inputs in order and the keyword arguments its attributes give, on the operands
+    its generator in :mod:`dql_pass.lowering.operands` makes, of the types the node's inputs have."""
+
+    op_type: str
+    rewrite: Callable[[ir.Node, Builder], tuple[ir.Value, Proof | None]]
+    reference: Callable[..., np.ndarray]
+    keywords: Callable[[Attributes, Sequence[np.ndarray | None]], dict[str, object]]  # attributes, operands
+    operand_types: Callable[[ir.Node], tuple[ir.DataType | None, ...]]
+    cases: Callable[[operands.Site, np.random.Generator], operands.Cases]
+
+    def expected(self, arrays: Sequence[np.ndarray | None], attributes: Attributes) -> np.ndarray:
+        """The exact result of the op on ``arrays``, one per input (None: absent)."""
+        return self.reference(*arrays, **self.keywords(attributes, arrays))
+
+
+def _own_types(node: ir.Node) -> tuple[ir.DataType | None, ...]:
+    return tuple(None if v is None else element_type(v) for v in node.inputs)
+
+
+def _zero_point_types(node: ir.Node) -> tuple[ir.DataType | None, ...]:
+    """Each input's type, an integer operand of unknown type taking its zero point's: they share one."""
+    types = list(_own_types(node))
+    for i in range(min(2, len(types) - 2)):
+        types[i] = types[i] or types[i + 2]
+    return tuple(types)
+
+
+def _conv_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
+    if arrays[0].ndim == 2:  # no spatial axis
+        return {}
+    pads = attributes.get("pads")
+    if attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        pads = operands.same_pads(arrays[0].shape[2:], arrays[1].shape[2:], attributes, attributes["auto_pad"])
+    return {"pads": pads, "strides": attributes.get("strides"), "dilations": attributes.get("dilations"),
+            "group": int(attributes.get("group", 1))}
+
+
+def _no_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
+    return {}
+
+
+def _quantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
+    return {**_dequantize_keywords(attributes, arrays),
+            "dtype": ir.DataType(attributes.get("output_dtype") or ir.DataType.UINT8).numpy()}
+
+
+def _dequantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
+    return {"axis": int(attributes.get("axis", 1))}
+
+
+# The only list of the rules: adding one adds its record here and the reference it names.
+REGISTRY: tuple[Rule, ...] = (
+    Rule("MatMulInteger", rewrite=_integer_product, reference=reference.matmul_integer, keywords=_no_keywords,
+         operand_types=_zero_point_types, cases=operands.matmul_integer),
+    Rule("ConvInteger", rewrite=_integer_product, reference=reference.conv_integer, keywords=_conv_keywords,
+         operand_types=_zero_point_types, cases=operands.conv_integer),
+    Rule("QuantizeLinear", rewrite=_quantize_linear, reference=reference.quantize_linear, keywords=_quantize_keywords,
+         operand_types=_own_types, cases=operands.quantize_linear),  # x is float, its zero point an integer
+    Rule("DequantizeLinear", rewrite=_dequantize_linear, reference=reference.dequantize_linear,
+         keywords=_dequantize_keywords, operand_types=_zero_point_types, cases=operands.dequantize_linear),
+)
+RULES: dict[str, Rule] = {rule.op_type: rule for rule in REGISTRY}
+LOWERED: tuple[str, ...] = tuple(RULES)
 
 
 def lower_node(node: ir.Node, builder: Builder) -> Lowering:
     """The lowering of ``node``, one of :data:`LOWERED`; :class:`CannotLower` when it cannot be exact."""
     if len(node.outputs) != 1 or not node.inputs or any(v is None for v in node.inputs[:2]):
         raise CannotLower("it lacks an input or has other outputs than one")
-    output, proof = _RULES[node.op_type](node, builder)
+    output, proof = RULES[node.op_type].rewrite(node, builder)
     return Lowering(builder.nodes, output, proof)

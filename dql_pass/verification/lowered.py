@@ -15,19 +15,9 @@ Rules:
   (:mod:`dql_pass.reference`) with ORIGINAL's constants (weights, scales, zero points, and any
   operand stored in ORIGINAL: the replacement reads that one, so it is checked on its stored value
   only) and synthesized operands for the others; every case must match in type, shape and bits;
-- products (MatMulInteger, ConvInteger, A of any rank, weights stored or synthesized): all zero,
-  all at the type's maximum and minimum, zero points at both ends, random; rows (for ConvInteger,
-  windows of the image that do not overlap) that drive output columns to both ends of their
-  reachable sums; and for every column whose end is past 2^24, the sums nearest its ends that no
-  float32 holds (one term moved off its end, in separate rows: the smallest such move, and the
-  first and last term that can make one in every stride of the fewest consecutive terms a chunk
-  past 2^24 holds): no order of float32 additions gives those, so a product that is not cut into
-  exact chunks fails, wherever its inexact chunk lies;
-- QuantizeLinear: on every channel with its own scale and zero point, the ties of x / scale inside
-  the type's range and a few past its ends, and the x near them where x * (1 / scale) rounds
-  otherwise, packed into as many cases as the shape takes (any size, one element too); specials,
-  random, zero. DequantizeLinear: every value of the type on every channel (a sample of 16-bit
-  ones), the type's ends, random, zero;
+- the operands are those its rule's record names (:mod:`dql_pass.lowering.operands`), and the
+  expected values its reference's, the record being the one place a rule lives
+  (:data:`dql_pass.lowering.rules.RULES`): this module names no op;
 - of the cases that differ, the row keeps the most severe (a failure, then a wrong type or shape,
   then the most wrong elements), as a DQL site's row does;
 - what no operands are made for (blocked quantization, 4-bit and float8 types, a product with a
@@ -44,22 +34,19 @@ from __future__ import annotations
 __all__ = ["LoweredSite", "check_lowered", "lowered_sites"]
 
 import dataclasses
-import itertools
 import logging
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass import reference, runtimes
+from dql_pass import runtimes
 from dql_pass.compare import WORST, SiteDifference, bit_difference
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, live, op_key
-from dql_pass.lowering import LOWERED
-from dql_pass.lowering.proof import LIMIT
-from dql_pass.lowering.rules import element_type
+from dql_pass.lowering.operands import Unsynthesizable
+from dql_pass.lowering.rules import RULES
 from dql_pass.modelfiles import one_line
 from dql_pass.op import DOMAINS
 from dql_pass.verification.extract import Scopes, reader
@@ -67,8 +54,6 @@ from dql_pass.verification.progress import advance
 from dql_pass.verification.report import SiteResult, Tally
 
 logger = logging.getLogger(__name__)
-
-Cases = Iterator[tuple[str, str, list[np.ndarray | None]]]  # name, class, one array per input (None: absent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,21 +75,9 @@ class LoweredSite:
     readers: tuple[tuple[tuple[str, str], tuple[str, ...], int], ...] = ()
 
 
-class _Unsynthesizable(Exception):
-    """Operands for the site cannot be made."""
-
-
 def _static(value: ir.Value) -> tuple[int, ...] | None:
     shape = value.shape
     return tuple(shape) if shape is not None and all(isinstance(d, int) for d in shape) else None
-
-
-def _types(node: ir.Node) -> tuple[ir.DataType | None, ...]:
-    types = [None if v is None else element_type(v) for v in node.inputs]
-    if node.op_type != "QuantizeLinear":  # an integer operand and its zero point share a type
-        for i in range(min(2, len(types) - 2)):
-            types[i] = types[i] or types[i + 2]
-    return tuple(types)
 
 
 def lowered_sites(original: ir.Model) -> list[LoweredSite]:
@@ -113,14 +86,14 @@ def lowered_sites(original: ir.Model) -> list[LoweredSite]:
     sites = []
     for graph, (label, _) in graph_scopes(original).items():
         for node in graph:
-            if node.domain not in DOMAINS or node.op_type not in LOWERED or len(node.outputs) != 1:
+            if node.domain not in DOMAINS or node.op_type not in RULES or len(node.outputs) != 1:
                 continue
             inputs = list(node.inputs)
             sites.append(LoweredSite(
                 described(node), label, node.op_type, node.outputs[0].name,
                 tuple(None if v is None else v.name for v in inputs),
                 tuple(constant(v) for v in inputs),
-                _types(node),
+                RULES[node.op_type].operand_types(node),
                 tuple(None if v is None else _static(v) for v in inputs),
                 {name: attr.value for name, attr in node.attributes.items()},
                 node in alive,
@@ -165,7 +138,7 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
     body = replacement.graph
     for k, (value, i) in enumerate(zip(body.inputs, fed)):
         if site.types[i] is None:
-            raise _Unsynthesizable(f"the type of {site.inputs[i]!r} is unknown")
+            raise Unsynthesizable(f"the type of {site.inputs[i]!r} is unknown")
         value.name, value.shape, value.type = f"input{k}", None, ir.TensorType(site.types[i])
     if body.outputs[0].producer() is None:  # a stored value (a rewrite folded the op): renaming it renames the tensor
         identity = ir.node("Identity", [body.outputs[0]])
@@ -175,372 +148,6 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
     for value in [*body.outputs, *(v for node in body for v in node.outputs)]:
         value.shape = None  # the model's shapes do not hold for synthesized operands
     return replacement
-
-
-# -- operands --------------------------------------------------------------------------------------
-
-
-def _integers(dtype: ir.DataType, shape: Sequence[int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """All zero, all at the type's ends, and random."""
-    np_type = dtype.numpy()
-    info = np.iinfo(np_type)
-    return {"zero": np.zeros(shape, np_type), "max": np.full(shape, info.max, np_type), "min": np.full(shape, info.min, np_type),
-            "random": rng.integers(info.min, int(info.max) + 1, shape).astype(np_type)}
-
-
-def _zero_points(dtype: ir.DataType, rng: np.random.Generator) -> list[np.ndarray]:
-    info = np.iinfo(dtype.numpy())
-    return [np.array(v, dtype.numpy()) for v in (info.min, info.max, rng.integers(info.min, int(info.max) + 1))]
-
-
-def _known(site: LoweredSite, index: int, fallback: Callable[[], tuple[int, ...] | None]) -> tuple[int, ...]:
-    shape = site.shapes[index] if site.constants[index] is None else site.constants[index].shape
-    shape = fallback() if shape is None else shape  # () is rank 0, known
-    if shape is None:
-        raise _Unsynthesizable(f"the shape of {site.inputs[index]!r} is unknown")
-    return shape
-
-
-def _product_cases(site: LoweredSite, rng: np.random.Generator) -> Cases:
-    """MatMulInteger and ConvInteger: inputs (activation, weight, activation zero point, weight zero point)."""
-    a_type, w_type = site.types[:2]
-    if a_type is None or w_type is None:
-        raise _Unsynthesizable("an operand's type is unknown")
-    weights = site.constants[1]
-    conv = site.op_type == "ConvInteger"
-    if conv:
-        w_shape = _known(site, 1, lambda: None)
-        group = int(site.attributes.get("group", 1))
-        side = [2 * k + 1 for k in w_shape[2:]]
-        a_shape = _known(site, 0, lambda: (2, w_shape[1] * group, *side))
-    else:
-        per_row = site.constants[2] if len(site.constants) > 2 and site.constants[2] is not None else np.zeros(1)
-        rows = per_row.size if per_row.size > 1 else 4  # a zero point per row: that many rows
-        a_shape = _known(site, 0, lambda: None if site.shapes[1] is None and weights is None
-                         else (rows, (weights.shape if weights is not None else site.shapes[1])[-2:][0]))  # B [K] or [..., K, N]
-        w_shape = _known(site, 1, lambda: (a_shape[-1], 5))
-    names, constants = [*site.inputs, None, None][:4], [*site.constants, None, None][:4]
-    # A constant operand is what the replacement reads: it is checked on its stored value only.
-    activations = {"constant": constants[0]} if constants[0] is not None else _integers(a_type, a_shape, rng)
-    weight_sets = {"constant": weights} if weights is not None else _integers(w_type, w_shape, rng)
-
-    def points(index: int, dtype: ir.DataType) -> list[np.ndarray | None]:
-        """A zero point's values: absent, ORIGINAL's constant, or both ends of the type and a random one."""
-        if names[index] is None or constants[index] is not None:
-            return [constants[index]]
-        return _zero_points(dtype, rng)
-
-    a_points, w_points = points(2, a_type), points(3, w_type)
-    count = max(len(activations), len(weight_sets))  # every set of each, the other's in turn
-    for (a_class, a), (w_class, w) in zip(_cycle(activations, count), _cycle(weight_sets, count)):
-        for k, a_zp in enumerate(a_points):
-            w_zp = w_points[k % len(w_points)]
-            yield f"{a_class} activations, zero point {a_zp}, {w_class} weights", a_class, [a, w, a_zp, w_zp][: len(site.inputs)]
-    if constants[0] is not None and (conv or constants[1] is not None or constants[0].ndim > 2):
-        return  # nothing to drive (a constant image against synthesized kernels is not driven)
-    if weights is None:  # both ends of the type in turn, so every term is as large as the type allows, of either sign
-        info = np.iinfo(w_type.numpy())
-        weights = np.resize(np.array([info.max, info.min], w_type.numpy()), w_shape)
-    for k, a_zp in enumerate(a_points):
-        w_zp = w_points[k % len(w_points)]
-        if constants[0] is not None:  # A stored, B synthesized: B's columns are driven by A's rows, as in B^T A^T
-            fixed = np.atleast_2d(constants[0]).T
-            for label, b in _driven(site, fixed, a_zp, w_type, w_zp, (w_shape[-1], w_shape[0]), False):
-                yield f"{label}, zero point {w_zp}", label, [constants[0], b.T, a_zp, w_zp][: len(site.inputs)]
-            continue
-        if not conv and weights.ndim > 2:
-            span = int(np.iinfo(a_type.numpy()).max) - int(np.iinfo(a_type.numpy()).min)
-            centred = np.abs(weights.astype(np.int64) - np.asarray(0 if w_zp is None else w_zp, np.int64))
-            if span * centred.sum(axis=-2).max(initial=0) > LIMIT:
-                raise _Unsynthesizable("B has batch axes, for which no operands driving each column past 2^24 are made")
-            continue
-        free = site.shapes[0] is None  # A's shape is unknown: the cases take as many rows (or images) as they need
-        for label, a in _driven(site, weights, w_zp, a_type, a_zp, a_shape, free):
-            yield f"{label}, zero point {a_zp}", label, [a, weights, a_zp, w_zp][: len(site.inputs)]
-
-
-def _cycle(items: dict[str, np.ndarray], count: int) -> list[tuple[str, np.ndarray]]:
-    pairs = list(items.items())
-    return [pairs[i % len(pairs)] for i in range(count)]
-
-
-Probe = tuple[int, int, bool] | None  # terms [start, stop), the last usable one (else the first); None: all
-
-
-def _drive(terms: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: int, past: bool, probe: Probe = None) -> np.ndarray | None:
-    """Shifted activations, each in [lo, hi] (lo <= 0 <= hi), that drive ``sum(terms * v)`` to its
-    reachable end of ``sign`` (1: the largest sum, -1: the smallest); ``past``: instead to the sum
-    nearest that end, moving one term (the first or last usable one of ``probe``'s terms), that is
-    past 2^24 and that no float32 holds (None: none is). No order of float32 additions gives such a
-    sum; an unchunked product past the bound cannot."""
-    toward = terms * sign
-    v = np.where(toward > 0, hi, np.where(toward < 0, lo, 0))
-    if not past:
-        return v
-    magnitude = int(sign * (terms * v).sum())
-    start, stop, last = (0, terms.size, False) if probe is None else probe
-    span = np.abs(terms[start:stop])
-    sizes = np.unique(span[span != 0])
-    if not sizes.size or magnitude <= LIMIT or not _float32_holds(np.array(magnitude)):
-        return None  # nothing past the bound, or the end itself is such a sum (the bound case)
-    steps = np.arange(1, int(hi - lo) + 1)
-    removed = np.outer(sizes, steps)
-    sums = magnitude - removed
-    usable = (sums > LIMIT) & ~_float32_holds(sums)
-    if not usable.any():
-        return None
-    if probe is None:  # the smallest move of any term
-        size, step = np.unravel_index(np.where(usable, removed, removed.max() + 1).argmin(), removed.shape)
-        k = np.flatnonzero(span == sizes[size])[0]
-    else:  # the first (last) term that some move makes such a sum, by its smallest move
-        candidates = np.flatnonzero(np.isin(span, sizes[usable.any(axis=1)]))
-        k = candidates[-1 if last else 0]
-        size = int(np.flatnonzero(sizes == span[k])[0])
-        step = int(usable[size].argmax())
-    k += start
-    v[k] += -steps[step] if v[k] == hi else steps[step]
-    return v
-
-
-def _probes(terms: np.ndarray, widest: int) -> list[Probe]:
-    """Where to move a term so that every chunk a lowering may cut whose float32 sum can pass 2^24
-    holds one: such a chunk holds at least ``LIMIT // (largest term * widest) + 1`` consecutive terms,
-    so it covers a stride of that many from one of its usable terms to that stride's first or last
-    usable one. Besides the smallest move of all (None)."""
-    largest = int(np.abs(terms).max(initial=0)) * widest
-    if not largest or terms.shape[0] * largest <= LIMIT:
-        return [None]
-    stride = LIMIT // largest + 1
-    return [None, *((start, start + stride, last) for start in range(0, terms.shape[0], stride) for last in (False, True))]
-
-
-def _float32_holds(values: np.ndarray) -> np.ndarray:
-    return values.astype(np.float32).astype(np.int64) == values
-
-
-_ROWS = 256  # at most this many rows (windows) per case where A's shape is free: a case's cost grows with them
-
-
-def _driven(site: LoweredSite, weights: np.ndarray, w_zp: np.ndarray | None, a_type: ir.DataType,
-            a_zp: np.ndarray | None, a_shape: Sequence[int], free: bool) -> Iterator[tuple[str, np.ndarray]]:
-    """Activations in which output columns (output channels, through a window of the image each)
-    are driven to both ends of their reachable sums: in one case as far as its rows go ("bound"),
-    and every column whose end is past 2^24 to the sums nearest its ends that no float32 holds
-    ("past 2^24"), in as many cases as their rows take."""
-    info = np.iinfo(a_type.numpy())
-    conv = site.op_type == "ConvInteger"
-    if conv:
-        centred = weights.astype(np.int64) - reference.per_axis(w_zp, weights.ndim, 0).astype(np.int64)
-        per_group = centred.shape[0] // int(site.attributes.get("group", 1))
-        columns = np.arange(centred.shape[0])
-        terms = centred.reshape(centred.shape[0], -1).T
-    else:
-        centred = np.atleast_2d(weights.astype(np.int64).T).T - np.asarray(0 if w_zp is None else w_zp, np.int64)
-        first = {column.tobytes(): c for c, column in reversed(list(enumerate(np.ascontiguousarray(centred.T))))}
-        columns = np.sort(list(first.values()))  # equal columns are driven alike
-        terms = centred
-    zp = np.asarray(0 if a_zp is None else a_zp, np.int64).ravel()
-    lo, hi = np.int64(info.min) - zp, np.int64(info.max) - zp
-    # The ends of each column's reachable sums (with the widest range of a zero point per row).
-    positive, negative = np.where(terms > 0, terms, 0).sum(axis=0), np.where(terms < 0, terms, 0).sum(axis=0)
-    reach = {1: positive * hi.max() + negative * lo.min(), -1: -negative * hi.max() - positive * lo.min()}
-    for label, past in (("bound", False), ("past 2^24", True)):
-        widest = int(max(hi.max(), -lo.min()))
-        jobs = [(int(c), sign, probe) for c in columns for sign in (1, -1) if not past or reach[sign][c] > LIMIT
-                for probe in (_probes(terms[:, c], widest) if past else [None])]
-        if not jobs:
-            continue
-        if not free:
-            slots, shape = _windows(site, weights.shape, a_shape) if conv else (
-                list(range(math.prod(a_shape[:-1]))), tuple(a_shape))
-        elif conv:
-            slots, shape = _windows(site, weights.shape, a_shape, min(len(jobs), _ROWS))
-        else:  # rows, or with a zero point per row, that many rows as often as they take
-            rows = min(len(jobs), _ROWS)
-            shape = (rows, a_shape[-1]) if zp.size == 1 else (-(-rows // zp.size), zp.size, a_shape[-1])
-            slots = list(range(math.prod(shape[:-1])))
-        # Below 2^24 one float32 product is exact in any order: the bound takes one case.
-        cases = -(-len(jobs) // len(slots)) if slots else 0
-        for case in range(cases if past else min(cases, 1)):
-            shifted, driven = np.zeros(shape, np.int64), False
-            for s, slot in enumerate(slots):
-                column, sign, probe = jobs[(case * len(slots) + s) % len(jobs)]
-                row = 0 if conv else slot % zp.size  # a per-row zero point: that row's
-                if conv:
-                    n, image, kernel = slot
-                    window = centred[column][np.ix_(range(centred.shape[1]), *kernel)]
-                    v = _drive(window.ravel(), lo[row], hi[row], sign, past, probe)
-                    if v is not None:
-                        channels = range(column // per_group * centred.shape[1], (column // per_group + 1) * centred.shape[1])
-                        shifted[n][np.ix_(channels, *image)] = v.reshape(window.shape)
-                else:
-                    v = _drive(centred[:, column], lo[row], hi[row], sign, past, probe)
-                    if v is not None:
-                        shifted.reshape(-1, shape[-1])[slot] = v
-                driven |= v is not None
-            if driven:
-                points = zp.reshape(-1, 1) if zp.size > 1 and not conv else zp[0]
-                yield label, (shifted + points).astype(a_type.numpy())
-
-
-def _windows(site: LoweredSite, w_shape: Sequence[int], a_shape: Sequence[int],
-             jobs: int | None = None) -> tuple[list[tuple[int, tuple, tuple]], tuple[int, ...]]:
-    """ConvInteger: windows of the image that do not overlap, each one output position's, as
-    (image, the input's indices per spatial axis, the kernel's indices they meet); the whole window
-    where one fits, else the part of it that is not padding. ``jobs``: as many images as that many
-    windows take, else A's own count."""
-    attributes, spatial = site.attributes, len(w_shape) - 2
-    sizes = a_shape[2:]
-    strides = attributes.get("strides") or [1] * spatial
-    dilations = attributes.get("dilations") or [1] * spatial
-    pads = attributes.get("pads") or [0] * 2 * spatial
-    if attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        pads = _same_pads(sizes, w_shape[2:], attributes, attributes["auto_pad"])
-    per_axis = []
-    for size, k, s, d, begin, end in zip(sizes, w_shape[2:], strides, dilations, pads[:spatial], pads[spatial:]):
-        extent = (k - 1) * d + 1
-        outputs = (size + begin + end - extent) // s + 1
-        first = -(-begin // s)
-        inside = [p for p in range(first, outputs, -(-extent // s)) if p * s - begin + extent <= size]
-        windows = []
-        for p in inside or ([min(first, outputs - 1)] if outputs > 0 else []):
-            index = p * s - begin + np.arange(k) * d
-            valid = (index >= 0) & (index < size)
-            windows.append((index[valid], np.flatnonzero(valid)))
-        per_axis.append(windows)
-    per_image = list(itertools.product(*per_axis))
-    images = a_shape[0] if jobs is None else max(1, -(-jobs // max(len(per_image), 1)))
-    slots = [(n, tuple(w[0] for w in combo), tuple(w[1] for w in combo)) for n in range(images) for combo in per_image]
-    return slots, (images, *a_shape[1:])
-
-
-def _per_channel(shape: Sequence[int], axis: int, values: list[np.ndarray], dtype: np.dtype) -> list[np.ndarray]:
-    """Arrays of ``shape`` whose elements on channel ``c`` of ``axis`` take ``values[c]`` in turn,
-    as many arrays as the longest list needs (one list: every element is on its channel)."""
-    size, longest = math.prod(shape), max(len(v) for v in values)
-    if not size or not longest:
-        return []
-    moved = (shape[axis], *shape[:axis], *shape[axis + 1:]) if len(values) > 1 else (1, size)
-    per = size // len(values)
-    arrays = []
-    for case in range(-(-longest // per)):
-        taken = [v[(case * per + np.arange(per)) % len(v)] if len(v) else np.zeros(per) for v in values]
-        array = np.stack(taken).astype(dtype).reshape(moved)
-        arrays.append(np.moveaxis(array, 0, axis).reshape(shape) if len(values) > 1 else array.reshape(shape))
-    return arrays
-
-
-def _ties(scale: np.float32, halves: np.ndarray) -> np.ndarray:
-    """Float32 ``x`` with ``x / scale`` exactly ``halves`` (a float32 division), where one is near ``halves * scale``."""
-    near = (halves * np.float64(scale)).astype(np.float32)
-    found, ties = np.zeros(near.shape, bool), near.copy()
-    for ulps in (0, 1, -1, 2, -2):
-        candidate = (near.view(np.int32) + ulps).view(np.float32)
-        exact = ~found & (candidate / scale == halves.astype(np.float32))
-        ties[exact], found = candidate[exact], found | exact
-    return ties[found]
-
-
-def _levels(low: int, high: int, rng: np.random.Generator) -> np.ndarray:
-    """The integers from ``low`` to ``high``: every one in a small range, else both ends and a sample."""
-    if high - low < 4096:
-        return np.arange(low, high + 1)
-    return np.unique(np.concatenate([np.arange(low, low + 256), np.arange(high - 255, high + 1),
-                                     np.arange(-128, 128).clip(low, high), rng.integers(low, high + 1, 512)]))
-
-
-def _quantization_cases(site: LoweredSite, rng: np.random.Generator) -> Cases:
-    """QuantizeLinear and DequantizeLinear: x, with ORIGINAL's constant scale and zero point."""
-    scale = site.constants[1]
-    if scale is None or (len(site.inputs) > 2 and site.inputs[2] is not None and site.constants[2] is None):
-        raise _Unsynthesizable("its scale or zero point is not constant in ORIGINAL")
-    if site.attributes.get("block_size"):
-        raise _Unsynthesizable("blocked quantization (block_size) has no reference here")
-    params = [scale, *site.constants[2:]]
-    if site.constants[0] is not None:  # what the replacement reads, and all that matters
-        yield "the stored constant", "constant", [site.constants[0], *params]
-        return
-    zero_point = site.constants[2] if len(site.constants) > 2 else None
-    if site.op_type == "DequantizeLinear":
-        dtype = None if site.types[0] is None else site.types[0].numpy()
-    elif site.types[0] != ir.DataType.FLOAT:
-        raise _Unsynthesizable(f"x is {'of unknown type' if site.types[0] is None else site.types[0].name.lower()}; "
-                               "float32 operands are made")
-    else:
-        dtype = np.dtype(ir.DataType(site.attributes.get("output_dtype") or ir.DataType.UINT8).numpy()
-                         if zero_point is None else zero_point.dtype)
-    if dtype is None or not np.issubdtype(dtype, np.integer):
-        raise _Unsynthesizable(f"no operands are made for its {dtype or 'unknown'} values")
-    info = np.iinfo(dtype)
-    axis = int(site.attributes.get("axis", 1))
-    per_axis = scale.size > 1
-    shape = _known(site, 0, lambda: (3, scale.size, 5) if per_axis and axis in (1, -2) else None if per_axis else (64,))
-    if per_axis and (not shape or shape[axis % len(shape)] != scale.size):
-        raise _Unsynthesizable(f"its {scale.size} scales do not lie along axis {axis} of x {list(shape)}")
-    axis = axis % len(shape) if shape else 0
-    scales = scale.reshape(-1).astype(np.float32)
-    if site.op_type == "DequantizeLinear":
-        for label, x in _integers(site.types[0], shape, rng).items():
-            yield label, label, [x, *params]
-        # Every value of the type on every channel (a sample of 16-bit ones): a folded or
-        # reordered multiply differs on a few of them only.
-        every = _levels(int(info.min), int(info.max), rng)
-        for k, x in enumerate(_per_channel(shape, axis, [every] * scales.size, dtype)):
-            yield f"every value {k}", "every value", [x, *params]
-        return
-    points = np.broadcast_to(np.asarray(0 if zero_point is None else zero_point, np.int64).reshape(-1), scales.shape)
-    ties, reciprocal = [], []
-    with np.errstate(all="ignore"):
-        for s, z in zip(scales, points):
-            # Each channel's own ties of x / scale inside its range (both neighbours representable)
-            # and a few past each end; then where x * (1 / scale) rounds otherwise than x / scale.
-            halves = np.concatenate([_levels(int(info.min) - z, int(info.max) - z - 1, rng),
-                                     np.arange(-3, 0) + int(info.min) - z, int(info.max) - z + np.arange(3)]) + 0.5
-            exact = _ties(s, halves)
-            near = np.concatenate([(exact.view(np.int32) + ulps).view(np.float32) for ulps in (-2, -1, 0, 1, 2)])
-            ties.append(exact)
-            reciprocal.append(near[np.round(near / s) != np.round(near * (np.float32(1) / s))])
-    for label, values in (("ties", ties), ("reciprocal", reciprocal)):
-        for k, x in enumerate(_per_channel(shape, axis, values, np.float32)):
-            yield f"{label} {k}", label, [x, *params]
-    size = math.prod(shape)
-    specials = np.array([0, -0.0, np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-40], np.float32)
-    for label, x in {"specials": np.resize(specials, size),
-                     "random": rng.standard_normal(size).astype(np.float32) * 100, "zero": np.zeros(size, np.float32)}.items():
-        yield label, label, [x.astype(np.float32).reshape(shape), *params]
-
-
-def _expected(site: LoweredSite, arrays: list[np.ndarray | None]) -> np.ndarray:
-    attributes = site.attributes
-    if site.op_type == "MatMulInteger":
-        return reference.matmul_integer(*arrays)
-    if site.op_type == "ConvInteger":
-        spatial = arrays[0].ndim - 2
-        pads = attributes.get("pads")
-        if attributes.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-            pads = _same_pads(arrays[0].shape[2:], arrays[1].shape[2:], attributes, attributes["auto_pad"])
-        return reference.conv_integer(
-            *arrays, pads=pads, strides=attributes.get("strides"), dilations=attributes.get("dilations"),
-            group=int(attributes.get("group", 1)),
-        ) if spatial else reference.conv_integer(*arrays)
-    axis = int(attributes.get("axis", 1))
-    if site.op_type == "QuantizeLinear":
-        dtype = ir.DataType(attributes.get("output_dtype") or ir.DataType.UINT8).numpy()
-        return reference.quantize_linear(*arrays, axis=axis, dtype=dtype)
-    return reference.dequantize_linear(*arrays, axis=axis)
-
-
-def _same_pads(sizes, kernel, attributes, mode: str) -> list[int]:
-    """Explicit pads of auto_pad SAME_UPPER / SAME_LOWER, as ONNX defines them."""
-    strides = attributes.get("strides") or [1] * len(sizes)
-    dilations = attributes.get("dilations") or [1] * len(sizes)
-    begins, ends = [], []
-    for size, k, s, d in zip(sizes, kernel, strides, dilations):
-        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-        small, large = total // 2, total - total // 2
-        begins.append(small if mode == "SAME_UPPER" else large)
-        ends.append(large if mode == "SAME_UPPER" else small)
-    return begins + ends
 
 
 def _declare_shapes(model: ir.Model, operands: Sequence[Sequence[np.ndarray]]) -> None:
@@ -576,7 +183,8 @@ def _session(
 def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: np.random.Generator) -> SiteResult:
     result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the exact "
                         "reference; the final outputs at the model level")
-    cases = list((_product_cases if site.op_type in ("MatMulInteger", "ConvInteger") else _quantization_cases)(site, rng))
+    rule = RULES[site.op_type]
+    cases = list(rule.cases(site, rng))
     fed = _fed(site)
     _declare_shapes(model, [[arrays[i] for i in fed] for _, _, arrays in cases])
     session, runtime, reason = _session(model, runtime)
@@ -586,7 +194,7 @@ def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: n
     result.not_checked = reason
     tally = Tally(result)
     for name, category, arrays in cases:
-        expected = _expected(site, arrays)
+        expected = rule.expected(arrays, site.attributes)
         try:
             (actual,) = session.run({f"input{k}": arrays[i] for k, i in enumerate(fed)})
             difference = bit_difference("output", actual, expected)
@@ -616,7 +224,7 @@ def check_lowered(original: ir.Model, rewritten: ir.Model, seed: int, runtime: r
             if model is None:
                 continue  # REWRITTEN runs the op itself: the model level compares it
             results.append(_check(site, model, runtime, rng))
-        except (NotReachable, _Unsynthesizable) as reason:
+        except (NotReachable, Unsynthesizable) as reason:
             results.append(SiteResult(site.name, site.graph, not_reachable=str(reason),
                                       model_level="lowered op: not checked against the reference"))
     logger.info("%d lowered ops of ORIGINAL checked against the reference", len(results))
