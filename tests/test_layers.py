@@ -11,6 +11,7 @@ import pytest
 
 import dql_pass
 from dql_pass import inputs, variants
+from dql_pass.lowering import rules
 
 PACKAGE = Path(dql_pass.__file__).parent
 TOOLS = PACKAGE.parent / "tools"
@@ -115,4 +116,32 @@ def test_only_inputs_py_holds_the_input_class_vocabulary():
         found += [f"{path}: CLASSES" for name, _ in _assigned(tree) if name.endswith("CLASSES")]
         found += [f"{path}:{node.lineno}: def {node.name}" for node in ast.walk(tree)
                   if isinstance(node, ast.FunctionDef) and node.name in ("input_classes", "_reciprocal_changes", "_near_tie")]
+    assert not found, found
+
+
+# Literals that name lowered ops for another reason than a rule: whether ORIGINAL is a QDQ model.
+_NOT_RULES = {("dql_pass/verification/run.py", "_QDQ")}
+
+
+def test_a_lowering_rule_lives_in_its_record_only():
+    """A lowering rule is one record of lowering/rules.py's REGISTRY, and verify dispatches on it:
+    no other module of lowering or verification names a lowered op (an ``op_type == "ConvInteger"``
+    chain, a dict keyed by them), and the reference and operand generator a record names are named
+    by that record only (no second ``_expected`` calling the reference, no second case dispatch)."""
+    found = []
+    for path, tree in _sources(PACKAGE / "lowering", PACKAGE / "verification"):
+        if path == "dql_pass/lowering/rules.py":
+            continue
+        allowed = {id(node) for name, value in _assigned(tree) if (path, name) in _NOT_RULES for node in ast.walk(value)}
+        found += [f"{path}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in rules.RULES and id(node) not in allowed]
+    named = {(f.__module__.rsplit(".", 1)[-1], f.__name__) for rule in rules.REGISTRY for f in (rule.reference, rule.cases)}
+    for path, tree in _sources(PACKAGE, TOOLS):
+        if path == "dql_pass/lowering/rules.py":
+            continue
+        found += [f"{path}:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (node.value.id, node.attr) in named]
+        found += [f"{path}:{node.lineno}: imports {alias.name}" for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module for alias in node.names
+                  if (node.module.rsplit(".", 1)[-1], alias.name) in named]
     assert not found, found
