@@ -60,7 +60,7 @@ from dql_pass.graph.walk import described, graph_scopes, live, op_key
 from dql_pass.lowering import LOWERED
 from dql_pass.lowering.proof import LIMIT
 from dql_pass.lowering.rules import element_type
-from dql_pass.modelfiles import one_line
+from dql_pass.errors import one_line
 from dql_pass.op import DOMAINS
 from dql_pass.verification.extract import Scopes, reader
 from dql_pass.verification.progress import advance
