@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
 
+import onnx_ir as ir
 import pytest
+from test_files_round3 import files_of, quantized_model
 
+import dql_pass
 from dql_pass import files, suites
 from dql_pass.files import models, safe
 
@@ -59,6 +63,24 @@ def test_a_stage_that_a_killed_gen_tests_left_is_swept_by_the_next_run(tmp_path,
     assert [p.name.endswith(".stage") for p in tmp_path.iterdir()] == [True]
     suites.generate_suite(outdir, **ONE_FOLDER)
     assert [p.name for p in tmp_path.iterdir()] == [outdir.name]
+
+
+def test_a_failed_write_never_removes_a_file_that_holds_the_new_data_name(tmp_path, monkeypatch):
+    """The new data file's name is drawn at random; when the draw hits the input's data file and
+    the write then fails before the name is checked, the clean-up removed that file: the input's.
+    Only the data file that this write put in place is its to remove."""
+    quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data", kept_weight=True)
+    os.rename(tmp_path / "a.onnx", tmp_path / "in.onnx")
+    before = files_of(tmp_path)
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "0123456789ab")  # the draw: the input's data file
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ir, "save", full_disk)
+    with pytest.raises(dql_pass.InputError, match="No space left"):
+        dql_pass.lower_file(tmp_path / "in.onnx", tmp_path / "a.onnx")
+    assert files_of(tmp_path) == before
 
 
 @pytest.mark.parametrize("one_step", [True, False])

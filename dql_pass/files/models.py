@@ -304,28 +304,30 @@ def _write(
 ) -> None:
     """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted;
     ``values``' tensors go to ``data_name``, the model's other external tensors stay where they are."""
-    data = folder / data_name if data_name is not None else None
     with staged(folder, name) as stage:
+        placed = None  # the new data file, once beside the output and until its model is in place
         try:
             staged_model = stage / name
             _save(model, staged_model, data_name, values)
             os.chmod(staged_model, model_mode)
             fsync(staged_model)
-            if data is not None:
+            if data_name is not None:
                 os.chmod(stage / data_name, data_mode)
                 fsync(stage / data_name)
             # Under the folder lock, so that no sweep takes the new data before its model is in place.
             with FolderLock(folder):
-                if data is not None:
+                if data_name is not None:
+                    data = folder / data_name
                     if os.path.lexists(data):  # a fresh name is no file's: neither the input's data nor the old output's
-                        taken, data = data, None
-                        raise FileExistsError(errno.EEXIST, "the new data file's name is taken", os.fspath(taken))
-                    os.rename(stage / data_name, data)
+                        raise FileExistsError(errno.EEXIST, "the new data file's name is taken", os.fspath(data))
+                    with signals_deferred():  # else Ctrl-C could land between the rename and the assignment
+                        os.rename(stage / data_name, data)
+                        placed = data
                 with signals_deferred():  # the data is the new model's once it is in place: not ours to undo
                     os.replace(staged_model, folder / name)
-                    data = None
+                    placed = None
                 tidy_up(folder, name, keep | ({folder / data_name} if data_name else set()))
         finally:
-            if data is not None:
+            if placed is not None:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(data)
+                    os.unlink(placed)
