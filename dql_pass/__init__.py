@@ -81,11 +81,11 @@ _LAZY = {
     "fuse": "api",
     "fuse_file": "api",
     "generate_suite": "suites",
-    "load_model": "modelfiles",
+    "load_model": "files",
     "lower": "api",
     "lower_file": "api",
     "run_suite": "suites",
-    "save_model": "modelfiles",
+    "save_model": "files",
     "target_variant": "api",
     "verify": "verification",
 }
@@ -97,7 +97,7 @@ if TYPE_CHECKING:
     from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport
     from dql_pass.lowering import LowerQuantizationPass, LowerReport
-    from dql_pass.modelfiles import load_model, save_model
+    from dql_pass.files import load_model, save_model
     from dql_pass.op import VARIANTS
     from dql_pass.reference import dynamic_quantize_linear
     from dql_pass.suites import generate_suite, run_suite

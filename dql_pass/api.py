@@ -22,7 +22,7 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
 from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
-from dql_pass.modelfiles import as_ir_model, external_tensors, load_model, save_model
+from dql_pass.files import as_ir_model, external_tensors, load_model, save_model
 
 if TYPE_CHECKING:
     from dql_pass.fusion import FuseReport, FuseResult

@@ -203,7 +203,7 @@ def _load_array(name: str, path: str, budget: int, limit: int) -> np.ndarray:
     and than the ``budget`` left of the ``limit`` verify allows."""
     import numpy as np
 
-    from dql_pass.modelfiles import one_line
+    from dql_pass.errors import one_line
 
     headers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     try:
@@ -257,7 +257,7 @@ _REPORT_KEYS = frozenset({"command", "exit_code"})
 def _check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str, str]) -> Path:
     """Refuse a --json path that cannot be written, that is one of ``files`` or lies in one of
     ``folders`` (by what they are), or that holds anything but a report of dql-pass."""
-    from dql_pass.modelfiles import check_output_path
+    from dql_pass.files import check_output_path
 
     report = check_output_path(path, "report")
     for what, file in files.items():
@@ -286,7 +286,7 @@ def _check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str
 def _check_not_data_of(path: str, report: Path, files: Mapping[str, str]) -> None:
     """Refuse an existing report path that is an external data file of one of the command's models,
     whatever its bytes look like (read only when the path exists: a new file is no one's data)."""
-    from dql_pass.modelfiles import external_tensors, load_model
+    from dql_pass.files import external_tensors, load_model
 
     for what, file in files.items():
         try:
@@ -305,7 +305,7 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _write_report(path: Path, report: dict) -> None:
-    from dql_pass.modelfiles import atomic_path
+    from dql_pass.files import atomic_path
 
     text = json.dumps(report, indent=2, default=_jsonable, allow_nan=False) + "\n"
     with atomic_path(path, "report") as temporary:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InputError", "MissingDependency"]
+__all__ = ["InputError", "MissingDependency", "one_line"]
 
 
 class InputError(ValueError):
@@ -17,3 +17,8 @@ class MissingDependency(ImportError):
 
     The CLI prints it as one line with exit code 2, like bad input: the message says what to install.
     """
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line, whole: a runtime's reason often names its cause last."""
+    return " ".join(str(error).split())

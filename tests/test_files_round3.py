@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_adversarial import assert_bad_input, dql_pass_cli
 
 import dql_pass
-from dql_pass.modelfiles import check_output_path
+from dql_pass.files import check_output_path
 
 
 def quantized_model(path: Path, location: str, *, kept_weight: bool = False) -> Path:
@@ -173,7 +173,7 @@ def test_the_sweep_still_removes_what_nothing_refers_to(tmp_path):
 
 def test_every_model_is_read_for_references_and_weights_are_not(tmp_path):
     """The sweep reads through only what parses as protobuf to its end: every model, and no weights."""
-    from dql_pass.modelfiles import _may_be_model
+    from dql_pass.files.safe import _may_be_model
 
     models = [*Path(__file__).resolve().parent.parent.joinpath("models").glob("*.onnx")]
     models.append(quantized_model(tmp_path / "m.onnx", "m.onnx.data"))
@@ -195,7 +195,7 @@ def test_a_new_data_name_that_is_taken_is_never_written_over(tmp_path, monkeypat
     quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data", kept_weight=True)
     os.rename(tmp_path / "a.onnx", tmp_path / "in.onnx")
     before = files_of(tmp_path)
-    monkeypatch.setattr("dql_pass.modelfiles.secrets.token_hex", lambda n: "0123456789ab")
+    monkeypatch.setattr("dql_pass.files.safe.secrets.token_hex", lambda n: "0123456789ab")
     with pytest.raises(dql_pass.InputError, match="name is taken"):
         dql_pass.lower_file(tmp_path / "in.onnx", tmp_path / "a.onnx")
     assert files_of(tmp_path) == before

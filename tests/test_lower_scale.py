@@ -25,7 +25,8 @@ from helpers import assert_outputs_bits_equal
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
-from dql_pass import modelfiles, reference, runtimes
+from dql_pass import reference, runtimes
+from dql_pass.files import models
 from dql_pass.cli import main
 from dql_pass.lowering import LowerQuantizationPass
 from dql_pass.lowering.proof import LIMIT, MAX_CHUNKS, Unplanned, plan, plan_uniform
@@ -35,7 +36,7 @@ ORT = runtimes.get("onnxruntime")
 
 
 def _data_files(path: Path) -> set[str]:
-    return {t.location for t in modelfiles.external_tensors(ir.load(path))}
+    return {t.location for t in models.external_tensors(ir.load(path))}
 
 
 def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -65,7 +66,7 @@ def test_an_input_with_external_data_gives_an_output_with_external_data(tmp_path
 
 def test_an_output_past_the_protobuf_limit_gets_external_data(tmp_path, monkeypatch):
     source = int8_model(tmp_path, 5, external=False)  # one weight: 4 MiB inline, 16 MiB once lowered
-    monkeypatch.setattr(modelfiles, "INLINE_LIMIT", 8 << 20, raising=False)
+    monkeypatch.setattr(models, "INLINE_LIMIT", 8 << 20, raising=False)
     output = tmp_path / "lowered.onnx"
     assert main(["lower", str(source), "-o", str(output)]) == 0
     assert len(_data_files(output)) == 1
@@ -110,7 +111,7 @@ def test_lowering_holds_one_weight_at_a_time_in_both_forms(tmp_path, external):
     tracemalloc.start()
     try:
         result = LowerQuantizationPass()(model)
-        modelfiles.save_model(result.model, tmp_path / "lowered.onnx", external=external)
+        models.save_model(result.model, tmp_path / "lowered.onnx", external=external)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -121,7 +122,7 @@ def test_lowering_holds_one_weight_at_a_time_in_both_forms(tmp_path, external):
 
 _SAVE_GROWTH = """
 import sys, numpy as np, onnx_ir as ir
-from dql_pass import modelfiles
+from dql_pass.files import models
 def peak():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
 x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 1024]))
@@ -133,7 +134,7 @@ for i in range(16):  # 64 MiB of float32
     graph.append(node)
     graph.outputs.append(node.outputs[0])
 before = peak()
-modelfiles.save_model(ir.Model(graph, ir_version=8), sys.argv[1])
+models.save_model(ir.Model(graph, ir_version=8), sys.argv[1])
 print(peak() - before)
 """
 
@@ -152,7 +153,7 @@ def test_a_one_file_model_is_written_without_a_whole_copy_of_its_tensors(tmp_pat
 def test_a_one_file_model_written_tensor_by_tensor_is_the_model_ir_save_writes(tmp_path):
     model = ir.load(int8_model(tmp_path, 9, external=False))
     dql_pass.lower(model)
-    modelfiles.save_model(model, tmp_path / "streamed.onnx")
+    models.save_model(model, tmp_path / "streamed.onnx")
     ir.save(model, tmp_path / "whole.onnx")
     streamed, whole = (onnx.load(tmp_path / name) for name in ("streamed.onnx", "whole.onnx"))
     onnx.checker.check_model(tmp_path / "streamed.onnx", full_check=True)

@@ -20,9 +20,9 @@ from onnx import numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
 from dql_pass import inputs, runtimes, suites
-from dql_pass.suites import generate, layout
+from dql_pass.suites import layout
 from dql_pass.errors import InputError
-from dql_pass.modelfiles import FolderLock
+from dql_pass.files import FolderLock, safe
 
 SMALL = 2 * len(suites.FORMS)  # the folders of the small_suite fixture
 FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic|float64|residual|portable))?_opset\d+$")
@@ -477,7 +477,7 @@ def test_without_a_one_step_swap_the_two_renames_still_leave_a_whole_suite(small
     swap is covered against kill -9 at every step in test_adversarial.py.)
     """
     old = _suite_folders(small_suite)
-    monkeypatch.setattr(generate, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(safe, "exchange", lambda a, b: False)
     rename, calls = os.rename, []
 
     def failing(source, target):

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass import runtimes, suites
-from dql_pass.modelfiles import one_line
+from dql_pass.errors import one_line
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
 from helpers import dql_model, sample

@@ -61,7 +61,7 @@ import onnx_ir as ir
 
 import dql_pass
 from dql_pass import op, runtimes
-from dql_pass.modelfiles import external_tensors
+from dql_pass.files import external_tensors
 from tools import harness, models
 from tools.harness import Section, Target, format_time
 from tools.models import MINILM, TransformerShape

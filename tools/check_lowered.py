@@ -28,7 +28,7 @@ import onnx
 
 import dql_pass
 from dql_pass import runtimes
-from dql_pass.modelfiles import one_line
+from dql_pass.errors import one_line
 from tools import harness, models
 
 DEFAULT_RUNTIMES = ("onnxruntime", "onnx2torch", "onnx2pytorch", "tract")

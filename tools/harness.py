@@ -57,7 +57,7 @@ import numpy as np
 
 import dql_pass
 from dql_pass.compare import bit_difference
-from dql_pass.modelfiles import atomic_path
+from dql_pass.files import atomic_path
 from dql_pass.runtimes import Session
 
 REPO = Path(__file__).resolve().parent.parent

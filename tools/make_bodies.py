@@ -7,7 +7,7 @@ Run from the repository root after changing a variant: ``python -m tools.make_bo
 from __future__ import annotations
 
 from dql_pass import decomposition
-from dql_pass.modelfiles import atomic_path
+from dql_pass.files import atomic_path
 from dql_pass.op import VARIANTS, ZERO_RANGE_POLICIES
 
 

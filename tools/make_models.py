@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dql_pass import op, runtimes
-from dql_pass.modelfiles import atomic_path
+from dql_pass.files import atomic_path
 from tools.models import quantize, random_feeds
 
 # Written into every model: changing it changes the committed files' bytes.

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from dql_pass.modelfiles import ExternalData, in_memory
+from dql_pass.files import ExternalData, in_memory
 from dql_pass.runtimes.base import RuntimeFailure, Session, failures_of
 
 _IN_MEMORY_BYTES = 1 << 20

@@ -17,7 +17,7 @@
   happens. Where the system cannot swap in one step, it takes two renames with SIGINT and SIGTERM
   held back and the first undone if the second fails; only a kill -9 between the two leaves no
   suite at OUTDIR. Stage folders are locked while in use; a successful run removes those that
-  earlier runs left (:func:`dql_pass.modelfiles.sweep`).
+  earlier runs left. All of it is :mod:`dql_pass.files.safe`'s (``staged``, ``put_folder``, ``tidy_up``).
 - An existing OUTDIR is replaced only when it is empty or a suite written here that holds nothing
   else (with ``force``, also when it holds files added since); a folder that holds no suite, never.
 """
@@ -27,20 +27,14 @@ from __future__ import annotations
 __all__ = ["DEFAULT_OPSETS", "GeneratedSuite", "generate_suite"]
 
 import contextlib
-import ctypes
 import dataclasses
-import errno
-import functools
 import json
 import logging
 import os
-import secrets
 import shutil
 import stat
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +45,7 @@ from onnx import numpy_helper
 from dql_pass import inputs, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
-from dql_pass.modelfiles import FolderLock, check_not_system, default_file_mode, signals_deferred, sweep
+from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged, tidy_up
 from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, check_choice, one_node_model, version
 from dql_pass.suites.defaults import DEFAULT_OPSETS
 from dql_pass.suites.layout import (
@@ -63,9 +57,6 @@ logger = logging.getLogger(__name__)
 
 # The backend each zero-range policy's expected outputs are meant for: the folders it cannot run are left out.
 _POLICY_RUNTIME = {"onnxruntime": "onnxruntime", "onnx-reference": "reference"}
-# renameat2(2): both paths relative to the current folder, and swapped rather than moved.
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,47 +211,6 @@ def _check_replaceable(outdir: Path, force: bool) -> None:
         )
 
 
-@functools.cache
-def _renameat2() -> Callable[..., int] | None:
-    """The C library's renameat2, or None where there is none (before glibc 2.28, or not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if function is not None:
-        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    return function
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap the existing entries ``a`` and ``b`` in one step; False where the system or the file system cannot."""
-    renameat2 = _renameat2()
-    if renameat2 is None:
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    error = ctypes.get_errno()
-    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a kernel or file system without the exchange
-        return False
-    raise OSError(error, os.strerror(error), os.fspath(a), None, os.fspath(b))
-
-
-def _swap(stage: Path, outdir: Path) -> None:
-    """Swap the folders ``stage`` and ``outdir``, in one step as seen from ``outdir``: the old suite ends up at ``stage``."""
-    if _exchange(stage, outdir):
-        return
-    # Between the first two renames there is no suite at outdir: hold Ctrl-C and SIGTERM back, undo on failure.
-    old = outdir.with_name(f".{outdir.name}.{secrets.token_hex(4)}.stage")
-    with signals_deferred():
-        os.rename(outdir, old)
-        try:
-            os.rename(stage, outdir)
-        except BaseException:
-            os.rename(old, outdir)
-            raise
-        with contextlib.suppress(OSError):  # else the sweep removes it
-            os.rename(old, stage)
-
-
 def _install(stage: Path, outdir: Path, force: bool) -> None:
     """Move the staged suite to ``outdir``, replacing an empty folder or an older suite, then tidy up.
 
@@ -268,43 +218,11 @@ def _install(stage: Path, outdir: Path, force: bool) -> None:
     sweep takes the old suite before it is gone.
     """
     folder = outdir.parent.resolve()
-    lock = FolderLock(folder)
-    try:
+    with FolderLock(folder):
         _check_replaceable(outdir, force)  # again: the folder may have changed while the suite was written
-        if outdir.exists():
-            _swap(stage, outdir)
-            shutil.rmtree(stage, ignore_errors=True)  # the old suite
-        else:
-            os.rename(stage, outdir)
-        try:
-            sweep(folder, outdir.name, set())
-        except OSError as error:  # the new suite is in place: what is left is tidying up
-            logger.warning("%s: written, but not tidied up: %s", outdir, error.strerror or error)
-    finally:
-        lock.release()
-
-
-@contextlib.contextmanager
-def _staged(outdir: Path) -> Iterator[Path]:
-    """A new stage folder beside ``outdir``, locked while in use, and removed on the way out whatever happens."""
-    folder = outdir.parent.resolve()
-    stage = stage_lock = None
-    try:
-        # Made and locked under the folder lock, so that no sweep sees it unlocked.
-        lock = FolderLock(folder)
-        try:
-            with signals_deferred():
-                stage = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.", suffix=".stage", dir=folder))
-                stage_lock = FolderLock(stage)
-            os.chmod(stage, default_file_mode(folder=True))  # mkdtemp's 0700 would become the suite's
-        finally:
-            lock.release()
-        yield stage
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-        if stage_lock is not None:
-            stage_lock.release()
+        put_folder(stage, outdir)
+        shutil.rmtree(stage, ignore_errors=True)  # the old suite, if there was one
+        tidy_up(folder, outdir.name, set())
 
 
 def generate_suite(
@@ -349,7 +267,7 @@ def generate_suite(
     try:
         for folder in created:
             folder.mkdir()
-        with _staged(outdir) as stage:
+        with staged(outdir.parent.resolve(), outdir.name, mode=default_file_mode(folder=True)) as stage:
             entries, left_out = _write_cases(stage, cases, opsets, forms, zero_range)
             manifest = {
                 "format": FORMAT,

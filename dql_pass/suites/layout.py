@@ -49,8 +49,7 @@ import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper
 
-from dql_pass.errors import InputError
-from dql_pass.modelfiles import one_line
+from dql_pass.errors import InputError, one_line
 from dql_pass.op import OUTPUTS
 from dql_pass.suites.defaults import FORMS
 

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from dql_pass import runtimes
 from dql_pass.compare import bit_difference
-from dql_pass.errors import InputError
-from dql_pass.modelfiles import one_line
+from dql_pass.errors import InputError, one_line
 from dql_pass.suites.layout import MANIFEST, MODEL, Refused, data_set_tensors, read_manifest, read_model
 
 

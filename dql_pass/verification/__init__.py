@@ -41,7 +41,7 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.errors import InputError
-from dql_pass.modelfiles import as_ir_model, external_tensors
+from dql_pass.files import as_ir_model, external_tensors
 from dql_pass.op import check_choice
 from dql_pass.verification.extract import kept_differences, original_sites
 from dql_pass.verification.inputs import (

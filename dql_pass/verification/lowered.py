@@ -42,12 +42,12 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.compare import WORST, SiteDifference, bit_difference
+from dql_pass.errors import one_line
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, live, op_key
 from dql_pass.lowering.operands import Unsynthesizable
 from dql_pass.lowering.rules import RULES
-from dql_pass.modelfiles import one_line
 from dql_pass.op import DOMAINS
 from dql_pass.verification.extract import Scopes, reader
 from dql_pass.verification.progress import advance

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dql_pass.compare import SiteDifference
 from dql_pass.inputs import describe
-from dql_pass.modelfiles import atomic_path
+from dql_pass.files import atomic_path
 
 
 @dataclasses.dataclass

@@ -31,11 +31,11 @@ import onnx_ir as ir
 from dql_pass import runtimes
 from dql_pass.inputs import Case, cases, describe, large_cases
 from dql_pass.compare import WORST, SiteDifference, compare_site, same_bits
-from dql_pass.errors import InputError
+from dql_pass.errors import InputError, one_line
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.graph.slice import NotReachable
 from dql_pass.graph.walk import graph_scopes
-from dql_pass.modelfiles import external_tensors, one_line
+from dql_pass.files import external_tensors
 from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verification.extract import LostOutput, Scopes, Site, extract, values_by_name

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dql_pass.errors import MissingDependency
+from dql_pass.files import put_folder
 from dql_pass.runtimes.web import ORT_WEB, cache, dist, missing
 from dql_pass.runtimes.web.browser import chromium
 
@@ -67,16 +68,8 @@ def _unpack_ort_web() -> None:
         unpacked = Path(folder, "unpacked")
         with tarfile.open(tarball) as archive:
             archive.extractall(unpacked, filter="data")  # no links out, no absolute paths, no devices
-        # The old install goes aside and is removed only once the new one is in place.
-        old = Path(folder, "old")
-        if target.exists():
-            os.replace(target, old)
-        try:
-            os.replace(unpacked / "package", target)
-        except OSError:
-            if old.exists():
-                os.replace(old, target)
-            raise
+        # In one step where the system can; the old install comes here and goes with the folder.
+        put_folder(unpacked / "package", target)
 
 
 def setup() -> None:

@@ -1,0 +1,333 @@
+"""Load and save models safely: checked on the way in, written atomically with their external data
+on the way out, through :mod:`dql_pass.files.safe`.
+
+Failures raise :class:`~dql_pass.errors.InputError` with a one-line message. The input is never
+written to, and a failed save leaves no partial file behind.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model"]
+
+import contextlib
+import dataclasses
+import errno
+import math
+import os
+import stat
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from dql_pass.errors import InputError, one_line
+from dql_pass.files.safe import (
+    FolderLock, check_output_path, data_file_name, default_file_mode, directory_entry, fsync, is_data_file,
+    signals_deferred, staged, tidy_up,
+)
+
+
+
+@dataclasses.dataclass
+class ExternalData:
+    """The model's tensors kept in external data, found in one walk over every graph and function."""
+
+    values: list[ir.Value]
+    attributes: list[tuple[ir.Node, ir.Attr]]
+
+    @classmethod
+    def of(cls, model: ir.Model) -> ExternalData:
+        graphs = [model.graph, *(function.graph for function in model.functions.values())]
+        found = cls([], [])
+        for root in graphs:
+            found._add_initializers(root)
+            for node in ir.traversal.RecursiveGraphIterator(root):
+                for attr in node.attributes.values():
+                    if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
+                        found.attributes.append((node, attr))
+                    elif attr.type == ir.AttributeType.GRAPH:
+                        found._add_initializers(attr.value)
+                    elif attr.type == ir.AttributeType.GRAPHS:
+                        for graph in attr.value:
+                            found._add_initializers(graph)
+        return found
+
+    def _add_initializers(self, graph: ir.Graph) -> None:
+        self.values += [v for v in graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
+
+    @property
+    def initializers(self) -> list[ir.ExternalTensor]:
+        return [value.const_value for value in self.values]
+
+    @property
+    def tensors(self) -> list[ir.ExternalTensor]:
+        return self.initializers + [attr.value for _, attr in self.attributes]
+
+
+def external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
+    """Every tensor of the model kept in external data: initializers and attributes, all graphs."""
+    return ExternalData.of(model).tensors
+
+
+def in_memory(tensor: ir.ExternalTensor) -> ir.Tensor:
+    """The tensor's values, read from its file."""
+    return ir.tensor(tensor.numpy(), name=tensor.name)
+
+
+def _read_attributes(attributes: list[tuple[ir.Node, ir.Attr]]) -> None:
+    for node, attr in attributes:
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, in_memory(attr.value))
+
+
+def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
+    """``tensor`` with its offset and length spelled out, once its file is known to hold them.
+
+    The spec makes both optional (offset 0, length to the end of the file); a declared length
+    must be the tensor's size, or the output would declare bytes that are not there.
+    """
+    data = Path(tensor.path)
+    if not data.is_file():
+        raise InputError(f"{path}: the external data file {data} is missing")
+    offset = tensor.offset or 0
+    size = (tensor.dtype.bitwidth * math.prod(tensor.shape.numpy()) + 7) // 8
+    if tensor.length is not None and tensor.length != size:
+        raise InputError(
+            f"{path}: the external tensor {tensor.name!r} declares {tensor.length} bytes, but its type and shape take {size}"
+        )
+    if data.stat().st_size < offset + size:
+        raise InputError(f"{path}: the external data file {data} is shorter than the model says")
+    if tensor.offset == offset and tensor.length == size:
+        return tensor
+    return ir.ExternalTensor(
+        tensor.location, offset, size, tensor.dtype, shape=tensor.shape, name=tensor.name, base_dir=tensor.base_dir
+    )
+
+
+def _check_external_files(model: ir.Model, path: Path) -> None:
+    external = ExternalData.of(model)
+    for value in external.values:
+        value.const_value = _checked(value.const_value, path)
+    for node, attr in external.attributes:
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, _checked(attr.value, path))
+
+
+def load_model(path: str | os.PathLike) -> ir.Model:
+    """Check the file with onnx's full checker, then load it; external data stays on disk, unread."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: cannot read the file")
+    try:
+        onnx.checker.check_model(os.fspath(path), full_check=True)
+    except onnx.shape_inference.InferenceError as error:
+        raise InputError(f"{path}: the model fails ONNX shape inference: {one_line(error)}") from None
+    except onnx.checker.ValidationError as error:
+        raise InputError(f"{path}: not a valid ONNX model: {one_line(error)}") from None
+    try:
+        model = _read(path)
+    except Exception as error:  # a file the checker accepted but onnx_ir cannot read
+        raise InputError(f"{path}: cannot load the model: {one_line(error)}") from None
+    _check_external_files(model, path)
+    # What the file consists of, before a pass drops weights: save_model protects it all.
+    model.meta[_LOADED_FROM] = (path.resolve(), _data_files(model))
+    return model
+
+
+_LOADED_FROM = "dql_pass.loaded_from"
+
+
+def _read(path: Path) -> ir.Model:
+    model = ir.load(path)
+    # ir.load sets the folder of the main graph's external tensors only.
+    for function in model.functions.values():
+        ir.external_data.set_base_dir(function.graph, path.parent)
+    return model
+
+
+def _data_files(model: ir.Model) -> frozenset[Path]:
+    return frozenset(Path(tensor.path).resolve() for tensor in external_tensors(model))
+
+
+def _input_files(model: ir.Model, source: str | os.PathLike) -> set[Path]:
+    """The files the model at ``source`` consists of, resolved: the model and every data file it
+    refers to, whatever the pass dropped. Known from the load when ``model`` was read from there."""
+    resolved = Path(source).resolve()
+    loaded_from, files = model.meta.get(_LOADED_FROM, (None, None))
+    if loaded_from != resolved:
+        files = _data_files(_read(Path(source)))
+    return {resolved, directory_entry(Path(source)), *files}  # a link named as the input is the input too
+
+
+def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Model:
+    """The ``ir.Model`` behind a model argument of the public API.
+
+    An ``ir.Model`` is taken as it is. A ModelProto is copied first: onnx_ir wraps its tensors, so
+    a pass that renames a value would write into the caller's proto. A path is checked and loaded
+    with :func:`load_model`.
+    """
+    if isinstance(model, ir.Model):
+        return model
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return ir.serde.deserialize_model(copy)
+    return load_model(model)
+
+
+
+
+def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]:
+    """Permission bits for the new model and its data: the input's, so private weights stay private."""
+    model_mode = default_file_mode() if source is None else stat.S_IMODE(os.stat(source).st_mode)
+    data_mode = model_mode
+    for tensor in external_tensors(model):
+        data_mode &= stat.S_IMODE(os.stat(tensor.path).st_mode)
+    return model_mode, data_mode
+
+
+def _may_refer_to(tensor: ir.ExternalTensor, folder: Path) -> bool:
+    """Whether a model saved in ``folder`` may refer to ``tensor``'s file where it is: in that
+    folder, and not the data file of another output, which the next write of that output removes."""
+    return Path(tensor.base_dir).resolve() == folder and not is_data_file(Path(tensor.location).name)
+
+
+# Protobuf refuses a message of 2 GiB or more; the graph around the tensors gets the rest.
+INLINE_LIMIT = (1 << 31) - (1 << 27)
+_THRESHOLD = 256  # bytes: smaller tensors stay in the model (ir.save's threshold)
+_STREAMED = 1 << 20  # bytes: larger tensors of a one-file model are serialised one at a time
+
+
+def save_model(
+    model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None, external: bool = False
+) -> None:
+    """Write ``model`` to ``path`` atomically, with its external data as one unit.
+
+    External weights are referenced where they are when ``path`` sits in their folder, so nothing
+    is copied; elsewhere, or when they are another output's data file, they are streamed into a new
+    ``<path>.<12 hex>.data`` beside the output. So are the tensors held in memory when ``external``
+    (the input kept its weights in external data) or when they would take the model past
+    :data:`INLINE_LIMIT`.
+    ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
+    its data or the complete new one. Nothing is written through a link, and no file the input
+    consists of is replaced: ``source`` and every data file it refers to, though ``model`` may no
+    longer use them (lower and fuse drop weights). The new data file's name must be free. A
+    successful write removes the data files and stage folders that earlier writes of ``path``
+    left, unless the input, the new model or another file of the folder refers to them (see
+    :func:`~dql_pass.files.safe.sweep`).
+    """
+    path = check_output_path(path)
+    entry = directory_entry(path)
+    found = ExternalData.of(model)
+    # The input as it is on disk, not what is left of it in the model: lower and fuse drop weights.
+    inputs = set(_data_files(model))
+    if source is not None:
+        if entry in (Path(source).resolve(), directory_entry(Path(source))):
+            raise InputError(f"{path}: the output path is the input path; choose another output")
+        try:
+            inputs |= _input_files(model, source)
+        except Exception as error:  # a source that is gone, or not a model
+            raise InputError(f"{path}: cannot write the output: cannot read the input {source}: {one_line(error)}") from None
+    if entry in inputs:
+        raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
+    folder = entry.parent
+    moved = [value for value in found.values if not _may_refer_to(value.const_value, folder)]
+    held = [value for graph in model.graphs() for value in graph.initializers.values()
+            if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
+            and value.const_value.nbytes > _THRESHOLD]
+    if not external and sum(value.const_value.nbytes for value in held) <= INLINE_LIMIT:
+        held = []
+    data_name = data_file_name(path.name) if moved or held else None
+    try:
+        if not all(_may_refer_to(attr.value, folder) for _, attr in found.attributes):
+            _read_attributes(found.attributes)
+        model_mode, data_mode = _modes(model, source)
+        _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
+
+
+def _save(model: ir.Model, path: Path, data_name: str | None, values: list[ir.Value]) -> None:
+    """``ir.save`` of ``model`` with ``values``' tensors streamed, one at a time, into ``data_name``
+    beside ``path``; the model is left as it was."""
+    tensors = [value.const_value for value in values]
+    if data_name is not None:
+        written = ir.external_data.convert_tensors_to_external(tensors, path.parent, data_name)
+        for value, tensor in zip(values, written):
+            value.const_value = tensor
+    try:
+        protobuf = onnx.serialization.registry.get_format_from_file_extension(path.suffix) in (None, "protobuf")
+        if data_name is None and protobuf:
+            _save_streamed(model, path)
+        else:
+            ir.save(model, path)
+    finally:
+        for value, tensor in zip(values, tensors):
+            value.const_value = tensor
+
+
+def _save_streamed(model: ir.Model, path: Path) -> None:
+    """``ir.save`` of a model whose tensors stay in it, without a second and a third copy of them.
+
+    The model goes out without its large initializers, then each of them as a message of its own:
+    protobuf merges a message field that occurs twice (here ``graph``) and appends to a repeated
+    one (``initializer``), so the file parses as one model. Each tensor is serialised alone.
+    """
+    large = [value for value in model.graph.initializers.values()
+             if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
+             and value.const_value.nbytes > _STREAMED]
+    tensors = [value.const_value for value in large]
+    for value in large:  # a stand-in that serialises without its bytes, dropped from the proto below
+        value.const_value = ir.ExternalTensor("", 0, 0, value.const_value.dtype, shape=value.const_value.shape, name=value.name)
+    try:
+        proto = ir.serde.serialize_model(model)
+    finally:
+        for value, tensor in zip(large, tensors):
+            value.const_value = tensor
+    names = {value.name for value in large}
+    for index in reversed(range(len(proto.graph.initializer))):
+        if proto.graph.initializer[index].name in names:
+            del proto.graph.initializer[index]
+    with open(path, "wb") as file:
+        file.write(proto.SerializeToString())
+        del proto
+        for value, tensor in zip(large, tensors):
+            piece = onnx.ModelProto()
+            tensor.name = value.name  # as ir.serde does for initializers
+            ir.serde.serialize_tensor_into(piece.graph.initializer.add(), tensor)
+            file.write(piece.SerializeToString())
+
+
+def _write(
+    model: ir.Model, folder: Path, name: str, data_name: str | None, values: list[ir.Value], model_mode: int,
+    data_mode: int, keep: set[Path],
+) -> None:
+    """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted;
+    ``values``' tensors go to ``data_name``, the model's other external tensors stay where they are."""
+    with staged(folder, name) as stage:
+        placed = None  # the new data file, once beside the output and until its model is in place
+        try:
+            staged_model = stage / name
+            _save(model, staged_model, data_name, values)
+            os.chmod(staged_model, model_mode)
+            fsync(staged_model)
+            if data_name is not None:
+                os.chmod(stage / data_name, data_mode)
+                fsync(stage / data_name)
+            # Under the folder lock, so that no sweep takes the new data before its model is in place.
+            with FolderLock(folder):
+                if data_name is not None:
+                    data = folder / data_name
+                    if os.path.lexists(data):  # a fresh name is no file's: neither the input's data nor the old output's
+                        raise FileExistsError(errno.EEXIST, "the new data file's name is taken", os.fspath(data))
+                    with signals_deferred():  # else Ctrl-C could land between the rename and the assignment
+                        os.rename(stage / data_name, data)
+                        placed = data
+                with signals_deferred():  # the data is the new model's once it is in place: not ours to undo
+                    os.replace(staged_model, folder / name)
+                    placed = None
+                tidy_up(folder, name, keep | ({folder / data_name} if data_name else set()))
+        finally:
+            if placed is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(placed)

@@ -1,0 +1,117 @@
+"""Issue 18 item 5: safe writing has one home, dql_pass/files/; gen-tests and the model save share
+its stage folders, their names and the sweep. (That no other module writes safely on its own is
+tests/test_layers.py's.)"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+
+import onnx_ir as ir
+import pytest
+from test_files_round3 import files_of, quantized_model
+
+import dql_pass
+from dql_pass import files, suites
+from dql_pass.files import models, safe
+
+ONE_FOLDER = {"opsets": (13,), "forms": ("native",), "names": ("rank_0",)}
+
+
+def test_the_package_exports_what_its_modules_do():
+    assert files.__all__ == sorted(safe.__all__ + models.__all__)
+    assert all(getattr(files, name) is getattr(safe if name in safe.__all__ else models, name) for name in files.__all__)
+
+
+@pytest.mark.parametrize("one_step", [True, False])
+def test_a_suite_folder_with_a_long_name_is_written_and_replaced(tmp_path, monkeypatch, one_step):
+    """A stage beside OUTDIR must fit the 255-byte limit of a file name: gen-tests named its stages
+    .OUTDIR.<random>.stage whatever OUTDIR's length, and failed for a name of 240 bytes or more."""
+    if not one_step:
+        monkeypatch.setattr(safe, "exchange", lambda a, b: False)
+    outdir = tmp_path / ("s" * 250)
+    for opset in (13, 11):  # the second run replaces the first suite
+        suites.generate_suite(outdir, **{**ONE_FOLDER, "opsets": (opset,)})
+        assert [p.name for p in tmp_path.iterdir()] == [outdir.name]
+    assert [p.name for p in outdir.iterdir() if p.is_dir()] == ["test_dynamicquantizelinear_rank_0_opset11"]
+
+
+_KILLED_WHILE_WRITING = textwrap.dedent("""
+    import os, signal, sys
+    from dql_pass import suites
+    from dql_pass.suites import generate
+
+    def killed(*args, **kwargs):  # kill -9 while the suite is being written into its stage
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    generate._write_cases = killed
+    suites.generate_suite(sys.argv[1], opsets=(13,), forms=("native",), names=("rank_0",))
+""")
+
+
+@pytest.mark.parametrize("length", [3, 220])
+def test_a_stage_that_a_killed_gen_tests_left_is_swept_by_the_next_run(tmp_path, length):
+    """The sweep looks for the stages that the writes make: gen-tests made its own names, which for
+    an OUTDIR of more than 200 bytes the sweep never matched, so what a kill -9 left stayed."""
+    outdir = tmp_path / ("s" * length)
+    run = subprocess.run([sys.executable, "-c", _KILLED_WHILE_WRITING, str(outdir)], capture_output=True, text=True)
+    assert run.returncode == -9, run.stderr
+    assert [p.name.endswith(".stage") for p in tmp_path.iterdir()] == [True]
+    suites.generate_suite(outdir, **ONE_FOLDER)
+    assert [p.name for p in tmp_path.iterdir()] == [outdir.name]
+
+
+def test_a_failed_write_never_removes_a_file_that_holds_the_new_data_name(tmp_path, monkeypatch):
+    """The new data file's name is drawn at random; when the draw hits the input's data file and
+    the write then fails before the name is checked, the clean-up removed that file: the input's.
+    Only the data file that this write put in place is its to remove."""
+    quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data", kept_weight=True)
+    os.rename(tmp_path / "a.onnx", tmp_path / "in.onnx")
+    before = files_of(tmp_path)
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "0123456789ab")  # the draw: the input's data file
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ir, "save", full_disk)
+    with pytest.raises(dql_pass.InputError, match="No space left"):
+        dql_pass.lower_file(tmp_path / "in.onnx", tmp_path / "a.onnx")
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize("one_step", [True, False])
+def test_put_folder_replaces_a_folder_whole_or_not_at_all(tmp_path, monkeypatch, one_step):
+    """What gen-tests and the web setup (onnxruntime-web's unpacked package) put in place: the new
+    folder at the target and the old one at the stage, and where the second of two renames fails,
+    the old folder back at the target."""
+    if not one_step:
+        monkeypatch.setattr(safe, "exchange", lambda a, b: False)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "old").write_text("old")
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / "new").write_text("new")
+    safe.put_folder(tmp_path / "stage", tmp_path / "target")
+    assert [p.name for p in (tmp_path / "target").iterdir()] == ["new"]
+    assert [p.name for p in (tmp_path / "stage").iterdir()] == ["old"]
+    safe.put_folder(tmp_path / "stage", tmp_path / "fresh")  # no folder there yet: one rename
+    assert [p.name for p in (tmp_path / "fresh").iterdir()] == ["old"] and not (tmp_path / "stage").exists()
+    if one_step:
+        return
+    (tmp_path / "stage").mkdir()
+    rename, calls = os.rename, []
+
+    def second_fails(source, target):
+        calls.append(source)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        rename(source, target)
+
+    monkeypatch.setattr(os, "rename", second_fails)
+    with pytest.raises(OSError):
+        safe.put_folder(tmp_path / "stage", tmp_path / "target")
+    assert [p.name for p in (tmp_path / "target").iterdir()] == ["new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "stage", "target"]
