@@ -155,13 +155,15 @@ def test_the_lowered_mlp_runs_on_mnn_with_orts_bits():
 
 
 def test_matmul_near_two_to_the_24_is_exact_and_conv_is_not():
-    """The measurements behind :attr:`Mnn.inexact_products`, on integer-valued float32 operands."""
+    """The measurements behind :attr:`Mnn.inexact_products`, on integer-valued float32 operands.
+    At this size a MatMul by a constant that the converter turned into a 1x1 Conv was 1 off on
+    146,880 of its 2,097,152 sums."""
     runtime = installed("mnn")
     rng = np.random.default_rng(0)
-    x = np.where(rng.random((64, 512)) < 0.5, -255, 255).astype(_F)
-    w = np.where(rng.random((512, 64)) < 0.5, -128, 127).astype(_F)
-    x[0], w[:, 0] = 255, 127  # 255 * 127 * 512, just below 2^24
-    exact = x.astype(np.int64) @ w.astype(np.int64)
+    x = np.where(rng.random((2048, 512)) < 0.5, -255, 255).astype(_F)
+    w = np.where(rng.random((512, 1024)) < 0.5, -128, 127).astype(_F)
+    x[:1024], w[:, :512] = 255, 127  # sums up to 255 * 127 * 512, just below 2^24
+    exact = x.astype(np.float64) @ w.astype(np.float64)  # integers below 2^53: exact
     (got,) = runtime.load(_product("MatMul", w)).run({"x": x})
     assert np.array_equal(got, exact)
     x = rng.integers(-255, 256, (1, 16, 32, 32)).astype(_F)
