@@ -190,7 +190,8 @@ class Mnn(Runtime):
     inexact_products = (
         InexactProduct("mnn", "ConvInteger", "3.6.1",
                        "MNN's float32 Conv of integer values is not their integer sum (a 3x3 Conv of 16 to 32 channels "
-                       "over 32x32: 1,072 of 28,800 outputs exact, up to 271 off on sums below 2^20)"),
+                       "over 32x32: 1,072 of 28,800 outputs exact, up to 271 off on sums below 2^20): its Winograd "
+                       "kernels, which MNN uses unless the app sets the hint WINOGRAD_MEMORY_LEVEL to 0 or 1"),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
