@@ -142,6 +142,12 @@ def test_lower_for_mnn_leaves_conv_integer_alone_and_lowers_matmul_integer():
     assert "ConvInteger" in {n.op_type for n in report.lowered}
 
 
+def test_list_targets_says_what_lower_leaves_alone_for_mnn():
+    from dql_pass import cli
+
+    assert any(line.startswith("  lower leaves ConvInteger alone: MNN's float32 Conv") for line in cli._targets())
+
+
 def test_the_lowered_mlp_runs_on_mnn_with_orts_bits():
     """MatMul is exact on MNN's integer sums (kept as MatMul: the 1x1 Conv it would become is not)."""
     from tools import models
