@@ -123,10 +123,14 @@ def _answer(process: subprocess.Popen) -> tuple[str, object]:
 
 
 def _stop(process: subprocess.Popen) -> None:
+    """The worker ended: at the end of its input, or killed when it does not end by itself."""
     with contextlib.suppress(OSError):
         process.stdin.close()
-    process.kill()
-    process.wait()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
     process.stdout.close()
 
 
