@@ -115,7 +115,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                     report.left_alone.append(UnloweredNode(path, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
                     continue
                 if node.op_type in self.inexact:
-                    report.left_alone.append(UnloweredNode(path, where, node.op_type, self.inexact[node.op_type].describe()))
+                    reason = self.inexact[node.op_type].describe()
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, reason))
                     continue
                 store = stores.setdefault(id(root), SharedConstants(root, names))
                 constant = lambda role, array, store=store: store.get(role, ir.tensor(np.asarray(array, order="C")))  # noqa: E731

@@ -5,8 +5,8 @@ A :class:`Runtime` says whether it is installed and which extra installs it, loa
 cannot run (:class:`Lack`) and where its outputs are known to differ from the contract
 (:class:`KnownDifference`), each with the measured reason, which expansion variant is exact on
 it (:attr:`Runtime.variant`), and which integer products it does not compute exactly in float32
-(:class:`InexactProduct`), which ``lower`` then leaves alone. What adapters share to get there (model conversion, dtype conforming,
-compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
+(:class:`InexactProduct`), which ``lower`` then leaves alone. What adapters share to get there
+(model conversion, dtype conforming, compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
 
 An adapter imports its runtime only when a model is loaded on it, so the expand path reads the
 limits without loading any runtime. A version of a runtime newer than the one a limit was measured on is

@@ -59,7 +59,8 @@ def worker_command(*arguments: str) -> list[str]:
 def _why(output: str) -> str:
     """The converter's complaint in one line: its lines that name an error or an unsupported op."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    telling = [line for line in lines if any(w in line.lower() for w in ("error", "not support", "don't support", "fail"))]
+    words = ("error", "not support", "don't support", "fail")
+    telling = [line for line in lines if any(word in line.lower() for word in words)]
     return "; ".join(dict.fromkeys(telling or lines[-1:]))[:400]
 
 
@@ -71,8 +72,8 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
     """ONNX file ``source`` converted into MNN file ``target`` by a process working in ``target``'s
     folder; :class:`RuntimeFailure` with the reason when the converter refuses, crashes or hangs."""
     try:
-        done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=target.parent,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=timeout)
+        done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=target.parent, timeout=timeout,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
         raise RuntimeFailure(f"MNN's converter did not finish in {timeout:.0f} s") from error
     output = done.stdout + done.stderr
@@ -102,7 +103,8 @@ class _Worker:
             status, answer = _answer(self._process)
         except (EOFError, BrokenPipeError, subprocess.TimeoutExpired) as error:
             self._stop()
-            why = "did not answer" if isinstance(error, subprocess.TimeoutExpired) else f"crashed ({_crash(self._process.returncode)})"
+            hung = isinstance(error, subprocess.TimeoutExpired)
+            why = "did not answer" if hung else f"crashed ({_crash(self._process.returncode)})"
             raise RuntimeFailure(f"MNN {why} {'loading the model' if arrays is None else 'on this input'}") from None
         if status != "ok":
             self._stop()  # a failed run can leave MNN's module giving no outputs to the next ones (measured)
@@ -164,7 +166,8 @@ class Mnn(Runtime):
     module = "MNN"
     distribution = "MNN"
     extra = "mnn"
-    variant = "portable"  # no Round, Div by a constant, float64, empty reduction, or Less that an int32 compare gets wrong
+    # No Round, Div by a constant, float64, empty reduction, or Less that an int32 compare of the bits gets wrong.
+    variant = "portable"
     lacks = (
         Lack("mnn", "DynamicQuantizeLinear", 11, "3.6.1",
              "MNN's DynamicQuantizeLinear is its own int8 scheme: y as int8, the zero point as a float32 minus 128, "
