@@ -413,9 +413,10 @@ def _targets() -> list[str]:
         version = runtime.version()
         installed = f"{runtime.distribution} {version}" if version else f"not installed: {runtime.install_hint()}"
         lines.append(f"{name}: variant {runtime.variant} ({installed})")
-        lines += [f"  differs on {d.inputs} inputs: {d.reason}" for d in runtime.known_differences
+        lines += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in runtime.known_differences
                   if runtime.variant in d.forms]
         lines += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
+        lines += [f"  lower leaves {p.op_type} alone: {p.reason}" for p in runtime.inexact_products]
     return lines
 
 

@@ -5,7 +5,9 @@ Rules the pass applies:
 - In the ai.onnx domain, in the main graph, If/Loop/Scan bodies at any depth and every
   model-local function: MatMulInteger, ConvInteger, QuantizeLinear and DequantizeLinear are
   rewritten by :mod:`dql_pass.lowering.rules`, each under the proof of :mod:`dql_pass.lowering.proof`;
-  a node that cannot be lowered exactly is left alone, with the reason in the report.
+  a node that cannot be lowered exactly is left alone, with the reason in the report, and so is an
+  integer product whose float32 form ``target`` was measured not to compute exactly
+  (:attr:`~dql_pass.runtimes.Runtime.inexact_products`).
 - Then every DynamicQuantizeLinear goes through :class:`~dql_pass.expansion.ExpandDynamicQuantizeLinearPass`
   with the variant that is exact on ``target`` (``arithmetic``, which has no quantization op, when
   there is no target); the QuantizeLinear that variant may stamp is the target's to run.
@@ -94,6 +96,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         super().__init__()
         self.target = None if target is None else runtimes.get(target).name
         self.variant = "arithmetic" if target is None else runtimes.get(target).variant
+        # The integer products the target does not compute exactly in float32 stay as they are.
+        self.inexact = {} if target is None else {p.op_type: p for p in runtimes.get(target).inexact_products}
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")
@@ -109,6 +113,10 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                 where = label(node)
                 if opset < _MIN_OPSET:
                     report.left_alone.append(UnloweredNode(path, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
+                    continue
+                if node.op_type in self.inexact:
+                    reason = self.inexact[node.op_type].describe()
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, reason))
                     continue
                 store = stores.setdefault(id(root), SharedConstants(root, names))
                 constant = lambda role, array, store=store: store.get(role, ir.tensor(np.asarray(array, order="C")))  # noqa: E731

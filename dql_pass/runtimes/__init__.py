@@ -8,7 +8,7 @@ loaded, so listing them, reading their limits and picking a target cost no runti
 from __future__ import annotations
 
 __all__ = [
-    "RUNTIMES", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
+    "RUNTIMES", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
 ]
 
 from collections.abc import Iterable
@@ -16,8 +16,9 @@ from collections.abc import Iterable
 import onnx
 
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
 from dql_pass.runtimes.iree import Iree
+from dql_pass.runtimes.mnn import Mnn
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
 from dql_pass.runtimes.reference import OnnxReference
@@ -41,6 +42,7 @@ RUNTIMES: dict[str, Runtime] = {
         OnnxToPytorch(),
         WebGpu(),
         Wasm(),
+        Mnn(),
     )
 }
 

@@ -3,9 +3,10 @@
 A :class:`Runtime` says whether it is installed and which extra installs it, loads a model into a
 :class:`Session` that runs feeds and gives outputs as ONNX types, and declares as data what it
 cannot run (:class:`Lack`) and where its outputs are known to differ from the contract
-(:class:`KnownDifference`), each with the measured reason, and which expansion variant is exact on
-it (:attr:`Runtime.variant`). What adapters share to get there (model conversion, dtype conforming,
-compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
+(:class:`KnownDifference`), each with the measured reason, which expansion variant is exact on
+it (:attr:`Runtime.variant`), and which integer products it does not compute exactly in float32
+(:class:`InexactProduct`), which ``lower`` then leaves alone. What adapters share to get there
+(model conversion, dtype conforming, compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
 
 An adapter imports its runtime only when a model is loaded on it, so the expand path reads the
 limits without loading any runtime. A version of a runtime newer than the one a limit was measured on is
@@ -15,7 +16,7 @@ writing one that does not load costs the user a deployment.
 
 from __future__ import annotations
 
-__all__ = ["KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "failures_of"]
+__all__ = ["InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "failures_of"]
 
 import contextlib
 import dataclasses
@@ -66,16 +67,33 @@ class Lack:
 
 
 @dataclasses.dataclass(frozen=True)
+class InexactProduct:
+    """An integer product (MatMulInteger, ConvInteger) whose float32 lowering the runtime was measured
+    not to compute exactly, though every sum is an integer below 2^24: ``lower`` leaves it alone."""
+
+    runtime: str
+    op_type: str
+    measured: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"its float32 lowering is not exact on {self.runtime} ({self.measured}): {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
 class KnownDifference:
     """Where a runtime's outputs differ from the contract: a form, a class of inputs, a policy."""
 
     forms: tuple[str, ...]  # "native" (the DQL node) or expansion variants
-    inputs: str  # one of :data:`dql_pass.inputs.CLASSES`, checked here: a misspelt class would never match
+    # One of :data:`dql_pass.inputs.CLASSES`, checked here: a misspelt class would never match.
+    # None: any input, for a form the runtime gets wrong on inputs of no class in particular.
+    inputs: str | None
     reason: str
     policy: str | None = None  # the zero-range policy under which it shows; None: any
 
     def __post_init__(self) -> None:
-        check_class(self.inputs)
+        if self.inputs is not None:
+            check_class(self.inputs)
 
 
 class Session:
@@ -101,6 +119,7 @@ class Runtime:
     variant: str = "quantizelinear"  # the expansion variant that is exact on it (`expand --target`)
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
+    inexact_products: tuple[InexactProduct, ...] = ()
 
     def installed(self) -> bool:
         try:
@@ -143,5 +162,5 @@ class Runtime:
         classes = input_classes(x, policy)
         return [
             d.reason for d in self.known_differences
-            if form in d.forms and d.inputs in classes and d.policy in (None, policy)
+            if form in d.forms and d.inputs in (None, *classes) and d.policy in (None, policy)
         ]
