@@ -92,21 +92,28 @@ def fuse(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[onnx.Mo
 
 
 @overload
-def lower(model: onnx.ModelProto, *, target: str | None = ...) -> tuple[onnx.ModelProto, LowerReport]: ...
-@overload
-def lower(model: ir.Model | str | os.PathLike, *, target: str | None = ...) -> tuple[ir.Model, LowerReport]: ...
 def lower(
-    model: onnx.ModelProto | ir.Model | str | os.PathLike, *, target: str | None = None
+    model: onnx.ModelProto, *, target: str | None = ..., weights: str | None = ...
+) -> tuple[onnx.ModelProto, LowerReport]: ...
+@overload
+def lower(
+    model: ir.Model | str | os.PathLike, *, target: str | None = ..., weights: str | None = ...
+) -> tuple[ir.Model, LowerReport]: ...
+def lower(
+    model: onnx.ModelProto | ir.Model | str | os.PathLike, *, target: str | None = None, weights: str | None = None
 ) -> tuple[onnx.ModelProto | ir.Model, LowerReport]:
     """Lower the quantization ops of ``model`` (DynamicQuantizeLinear, MatMulInteger, ConvInteger,
     QuantizeLinear, DequantizeLinear) to float32 primitives, bit-exact.
 
     Returns the model and a :class:`~dql_pass.lowering.LowerReport` (per node, the proof that applied;
     what was left alone and why; what ``target`` still lacks). ``target`` names a runtime of
-    :mod:`dql_pass.runtimes`, whose exact expansion variant is used; None: ``arithmetic``. Models
-    are taken and given back as in :func:`expand`.
+    :mod:`dql_pass.runtimes`, whose exact expansion variant is used; None: ``arithmetic``.
+    ``weights``: ``"integer"`` keeps constant int8/uint8 weights as they are, cast and shifted in
+    the graph (runtimes fold that at load), ``"float"`` stores them cast and shifted as float32,
+    four times larger; None: the target's default (integer for ``webgpu`` and ``wasm``), float
+    without a target. Models are taken and given back as in :func:`expand`.
     """
-    model, result = _apply(LowerQuantizationPass(target), model)
+    model, result = _apply(LowerQuantizationPass(target, weights), model)
     return model, result.report
 
 
@@ -138,9 +145,12 @@ def fuse_file(source: str | os.PathLike, output: str | os.PathLike) -> FuseResul
     return _rewrite_file(FuseDynamicQuantizeLinearPass(), source, output)
 
 
-def lower_file(source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None) -> LowerResult:
-    """Lower the model at ``source`` into ``output``; the result's report gives each node's proof."""
-    return _rewrite_file(LowerQuantizationPass(target), source, output)
+def lower_file(
+    source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None, weights: str | None = None
+) -> LowerResult:
+    """Lower the model at ``source`` into ``output``; the result's report gives each node's proof.
+    The options are :func:`lower`'s."""
+    return _rewrite_file(LowerQuantizationPass(target, weights), source, output)
 
 
 def _rewrite_file(rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike):

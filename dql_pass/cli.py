@@ -78,13 +78,13 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.lower_file(args.input, args.output, target=args.target)
+    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights)
     elapsed = time.perf_counter() - start
     report = result.report
     if result.modified:
         counts = collections.Counter(node.op_type for node in report.lowered)
         _say(args, f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())}) "
-                   f"into {args.output} in {elapsed:.2f} s")
+                   f"into {args.output} in {elapsed:.2f} s (weights {report.weights})")
     else:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     if report.format():
@@ -412,7 +412,7 @@ def _targets() -> list[str]:
     for name, runtime in runtimes.RUNTIMES.items():
         version = runtime.version()
         installed = f"{runtime.distribution} {version}" if version else f"not installed: {runtime.install_hint()}"
-        lines.append(f"{name}: variant {runtime.variant} ({installed})")
+        lines.append(f"{name}: variant {runtime.variant} ({installed}), lower's weights {runtime.weights}")
         lines += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in runtime.known_differences
                   if runtime.variant in d.forms]
         lines += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
@@ -503,6 +503,10 @@ def _parser() -> argparse.ArgumentParser:
     lower.add_argument("--target", metavar="RUNTIME", type=_runtime_name,
                        help="the runtime to lower for: its exact DynamicQuantizeLinear variant, and the ops it "
                             "still lacks in the report (default: no target, variant arithmetic)" + target_help)
+    lower.add_argument("--weights", choices=variants.WEIGHTS,
+                       help="integer: keep constant int8/uint8 weights as they are, cast and shifted in the graph, "
+                            "which runtimes fold at load; float: store them cast and shifted as float32, four times "
+                            "larger (default: the target's, see --list-targets; float without a target)")
     lower.add_argument("--verify", action="store_true",
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)

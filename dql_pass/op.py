@@ -45,7 +45,9 @@ MAX_OPSET = onnx.defs.onnx_opset_version()
 VARIANTS: tuple[str, ...] = variants.NAMES
 MODES, ZERO_RANGE_POLICIES = variants.MODES, variants.ZERO_RANGE_POLICIES
 
-_CHOICES: dict[str, tuple[str, ...]] = {"variant": VARIANTS, "mode": MODES, "zero-range policy": ZERO_RANGE_POLICIES}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "variant": VARIANTS, "mode": MODES, "zero-range policy": ZERO_RANGE_POLICIES, "weights": variants.WEIGHTS,
+}
 
 
 def check_choice(kind: str, value: str, choices: Sequence[str] | None = None) -> str:

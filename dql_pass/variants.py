@@ -1,5 +1,6 @@
-"""The expansion variants, one record each and the only list of them, and the other choices every
-form of DynamicQuantizeLinear is built under (mode, zero-range policy).
+"""The expansion variants, one record each and the only list of them, the other choices every
+form of DynamicQuantizeLinear is built under (mode, zero-range policy), and the forms ``lower``
+stores constant weights in.
 
 A leaf with no onnx import, so that the command line can list the variants in its help without
 loading a graph library. Each record says what the variant is for and how ``lower`` may divide
@@ -9,7 +10,7 @@ when a target's model uses it; its body is the onnxscript function of the same n
 
 from __future__ import annotations
 
-__all__ = ["BY_NAME", "MODES", "NAMES", "REGISTRY", "Variant", "ZERO_RANGE_POLICIES"]
+__all__ = ["BY_NAME", "MODES", "NAMES", "REGISTRY", "Variant", "WEIGHTS", "ZERO_RANGE_POLICIES"]
 
 import dataclasses
 
@@ -47,3 +48,6 @@ BY_NAME: dict[str, Variant] = {variant.name: variant for variant in REGISTRY}
 MODES: tuple[str, ...] = ("inline", "function")  # the ops where each DQL was, or a call to one model-local function
 # The scale of an all-zero or empty input: 1.0 as ORT's kernel gives it, or 1/255 as onnx.reference does.
 ZERO_RANGE_POLICIES: tuple[str, ...] = ("onnxruntime", "onnx-reference")
+# How lower stores a constant int8 or uint8 weight: as it is, cast and shifted in the graph (which
+# runtimes fold at load), or cast and shifted once, as float32, four times its size.
+WEIGHTS: tuple[str, ...] = ("integer", "float")

@@ -8,6 +8,10 @@ Rules the pass applies:
   a node that cannot be lowered exactly is left alone, with the reason in the report, and so is an
   integer product whose float32 form ``target`` was measured not to compute exactly
   (:attr:`~dql_pass.runtimes.Runtime.inexact_products`).
+- Constant int8 and uint8 weights are kept as they are in the file (``weights="integer"``, a Cast
+  and Sub in the graph that runtimes fold at load) or stored cast and shifted as float32
+  (``"float"``, four times their size); the default is the target's
+  (:attr:`dql_pass.runtimes.Runtime.weights`), ``float`` without a target.
 - Then every DynamicQuantizeLinear goes through :class:`~dql_pass.expansion.ExpandDynamicQuantizeLinearPass`
   with the variant that is exact on ``target`` (``arithmetic``, which has no quantization op, when
   there is no target); the QuantizeLinear that variant may stamp is the target's to run.
@@ -32,14 +36,13 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
 from dql_pass.graph.constants import drop_unused
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
-from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
 from dql_pass.graph.names import SharedConstants, UniqueNames
 from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, label, ops_used
 from dql_pass.lowering.rules import LOWERED, Builder, CannotLower, lower_node
-from dql_pass.op import DOMAINS, ai_onnx_opset
+from dql_pass.op import DOMAINS, ai_onnx_opset, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,7 @@ class LowerReport:
 
     target: str | None
     variant: str
+    weights: str = "float"  # how constant integer weights were stored: dql_pass.variants.WEIGHTS
     lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
     left_alone: list[UnloweredNode] = dataclasses.field(default_factory=list)
     lacking: list[str] = dataclasses.field(default_factory=list)
@@ -92,17 +96,20 @@ class LowerResult(ir.passes.PassResult):
 class LowerQuantizationPass(ir.passes.InPlacePass):
     """Rewrite the quantization ops of ``quantize_dynamic`` into float32 primitives (see the module docstring)."""
 
-    def __init__(self, target: str | None = None):
+    def __init__(self, target: str | None = None, weights: str | None = None):
         super().__init__()
-        self.target = None if target is None else runtimes.get(target).name
-        self.variant = "arithmetic" if target is None else runtimes.get(target).variant
+        runtime = None if target is None else runtimes.get(target)
+        self.target = None if runtime is None else runtime.name
+        self.variant = "arithmetic" if runtime is None else runtime.variant
         # The integer products the target does not compute exactly in float32 stay as they are.
-        self.inexact = {} if target is None else {p.op_type: p for p in runtimes.get(target).inexact_products}
+        self.inexact = {} if runtime is None else {p.op_type: p for p in runtime.inexact_products}
+        default = "float" if runtime is None else runtime.weights
+        self.weights = check_choice("weights", default if weights is None else weights)
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")
         check_sites(find_sites(model))  # before anything is rewritten
-        report = LowerReport(self.target, self.variant)
+        report = LowerReport(self.target, self.variant, self.weights)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}
         for graph, (path, root) in graph_scopes(model).items():
@@ -121,7 +128,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                 store = stores.setdefault(id(root), SharedConstants(root, names))
                 constant = lambda role, array, store=store: store.get(role, ir.tensor(np.asarray(array, order="C")))  # noqa: E731
                 try:
-                    lowering = lower_node(node, Builder(names.prefix(where), constant, self.variant))
+                    lowering = lower_node(node, Builder(names.prefix(where), constant, self.variant, self.weights))
                 except CannotLower as reason:
                     report.left_alone.append(UnloweredNode(path, where, node.op_type, str(reason)))
                     continue

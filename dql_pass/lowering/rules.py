@@ -4,11 +4,13 @@ Rules, one per op (ai.onnx domain; each keeps its output name), each one :class:
 :data:`REGISTRY` that holds all there is of it: its rewrite, the exact reference verify checks the
 rewrite against, its operand types and the generator of the operands it is checked on:
 
-- MatMulInteger(A, B, a_zp, b_zp): ``Cast(MatMul(Cast(A) - a_zp, B - b_zp), int32)``. Constant
-  ``B - b_zp`` is computed once, as a float32 constant; other weights are cast and shifted at run
-  time. A reduction whose bound exceeds 2^24 (:mod:`dql_pass.lowering.proof`) is cut along K (a 1-D
-  B's only axis) into Slices whose products are cast to int32 and added. A per-row ``a_zp`` is
-  left alone; ``b_zp`` lies per column, along B's last axis.
+- MatMulInteger(A, B, a_zp, b_zp): ``Cast(MatMul(Cast(A) - a_zp, B - b_zp), int32)``. Constant B
+  stays as it is in the file, with ``Cast(B) - b_zp`` in the graph for the runtime to fold at load
+  (weights ``integer``), or ``B - b_zp`` is computed once, as a float32 constant four times its
+  size (``float``); other weights are cast and shifted at run time. A reduction whose bound
+  exceeds 2^24 (:mod:`dql_pass.lowering.proof`) is cut along K (a 1-D B's only axis) into Slices
+  (of the shifted float32 B, under ``integer``) whose products are cast to int32 and added. A
+  per-row ``a_zp`` is left alone; ``b_zp`` lies per column, along B's last axis.
 - ConvInteger(X, W, x_zp, w_zp): the same with Conv and its attributes; ORT pads with ``x_zp``,
   which is 0 once shifted, as Conv pads. ``w_zp`` lies per output channel, along W's axis 0. The
   cut runs along the input channels, and only when ``group`` is 1.
@@ -79,11 +81,16 @@ class Lowering:
 class Builder:
     """New nodes for one site, named under one fresh prefix; constants come from ``constant``
     (role, array), which shares them within the node's root. ``variant``: the DQL variant exact on
-    the target, whose division QuantizeLinear uses."""
+    the target, whose division QuantizeLinear uses; ``weights``: how constant integer weights are
+    stored (:data:`dql_pass.variants.WEIGHTS`)."""
 
-    def __init__(self, prefix: str, constant: Callable[[str, np.ndarray], ir.Value], variant: str = "arithmetic"):
+    def __init__(
+        self, prefix: str, constant: Callable[[str, np.ndarray], ir.Value], variant: str = "arithmetic",
+        weights: str = "float",
+    ):
         self.prefix = prefix
         self.variant = variant
+        self.weights = weights
         self.nodes: list[ir.Node] = []
         self._constant = constant
 
@@ -244,19 +251,24 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
                             f"{'no known rank' if rank is None else f'rank {rank}'}")
         along = _along((w_points,), axis, w if weights is None else weights, "zero point")
     axes = kind.axes(2 if rank is None else rank)
-    if weights is not None and (w_zp is None or w_points is not None):
+    known = weights is not None and (w_zp is None or w_points is not None)  # B - b_zp, before any run
+    if known:
         # int16 holds every difference of two 8-bit values: the weights are widened once, to twice
         # their size, and each chunk becomes float32 straight from them.
         centred = weights.astype(np.int16) - (0 if w_points is None else _shaped(w_points, along).astype(np.int16))
         del weights
         proof = _planned(lambda: plan(kind.terms(np.abs(centred), axes[1]), a_span, "constant weights"))
-        part = lambda start, stop: b.const(  # noqa: E731
-            f"weight_{start}_{stop}", centred[_chunk(centred.ndim, axes[1], start, stop)].astype(np.float32))
     else:
         depth, window = kind.worst(node, axes[1])
         proof = _planned(lambda: plan_uniform(depth, a_span * w_span * window, f"worst case of {w_dtype.name.lower()} weights"))
         if len(proof.chunks) > 1 and rank is None:
             raise CannotLower(f"the bound {proof.bound:,} exceeds 2^24 and {kind.names[1]}'s rank, along which it is cut, is unknown")
+    if known and b.weights == "float":
+        part = lambda start, stop: b.const(  # noqa: E731
+            f"weight_{start}_{stop}", centred[_chunk(centred.ndim, axes[1], start, stop)].astype(np.float32))
+    else:
+        # Integer weights stay in the file as they are; constant ones are folded by the runtime at
+        # load, chunks included (the cast tensor is sliced: exact, as it holds small integers).
         shifted_w = _shifted(b, w, w_zp, w_points, along)
         part = lambda start, stop: (  # noqa: E731
             shifted_w if len(proof.chunks) == 1 else _slice(b, shifted_w, start, stop, axes[1]))

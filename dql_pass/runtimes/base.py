@@ -117,6 +117,9 @@ class Runtime:
     distribution: str  # the PyPI distribution whose version is reported
     extra: str | None = None  # the dql_pass extra that installs it; None: installed with dql_pass
     variant: str = "quantizelinear"  # the expansion variant that is exact on it (`expand --target`)
+    # How `lower --target` stores constant int8/uint8 weights by default (dql_pass.variants.WEIGHTS):
+    # float32 where nobody downloads the file; "integer" where the file's size matters.
+    weights: str = "float"
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
     inexact_products: tuple[InexactProduct, ...] = ()
