@@ -149,15 +149,17 @@ def test_list_targets_says_what_lower_leaves_alone_for_mnn():
     assert any(line.startswith("  lower leaves ConvInteger alone: MNN's float32 Conv") for line in cli._targets())
 
 
-def test_the_lowered_mlp_runs_on_mnn_with_orts_bits():
-    """MatMul is exact on MNN's integer sums (kept as MatMul: the 1x1 Conv it would become is not)."""
+@pytest.mark.parametrize("weights", ["integer", "float"])
+def test_the_lowered_mlp_runs_on_mnn_with_orts_bits(weights):
+    """MatMul is exact on MNN's integer sums (kept as MatMul: the 1x1 Conv it would become is not),
+    with the weights kept as int8 (mnn's default) or stored as float32."""
     from tools import models
 
     runtime = installed("mnn")
     original = sample("mlp_dynamic")
     feeds = models.random_feeds(original, np.random.default_rng(0), size=2)
     expected = runtimes.get("onnxruntime").load(original).run(feeds)
-    got = runtime.load(dql_pass.lower(original, target="mnn")[0]).run(feeds)
+    got = runtime.load(dql_pass.lower(original, target="mnn", weights=weights)[0]).run(feeds)
     assert [g.tobytes() for g in got] == [e.tobytes() for e in expected]
 
 
