@@ -50,6 +50,13 @@ class TransformerShape:
 MINILM = TransformerShape(layers=6, hidden=384, heads=12, intermediate=1536, seq=128)
 
 
+
+def _model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    """``graph`` as a model at ai.onnx ``opset``, of the lowest IR version that opset needs, as exporters
+    write it (onnx's default is its newest, 14 for onnx 1.23, which onnxruntime-web 1.30 does not load)."""
+    opsets = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets))
+
 def inline_onnx_function(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's own function body of DynamicQuantizeLinear, inlined at every site."""
     return onnx.inliner.inline_selected_functions(model, [("", op.NAME)], inline_schema_functions=True)
@@ -68,7 +75,7 @@ def chain_model(sites: int, width: int = 16, opset: int = 13) -> onnx.ModelProto
         [helper.make_tensor_value_info("x0", FLOAT, [width])],
         [helper.make_tensor_value_info(f"x{sites}", FLOAT, [width])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 def big_external_model(folder: Path, sites: int, side: int, opset: int = 13) -> Path:
@@ -99,7 +106,7 @@ def big_external_model(folder: Path, sites: int, side: int, opset: int = 13) -> 
         [*weights, numpy_helper.from_array(np.array(0, np.uint8), "W_zp")],
     )
     path = folder / "big.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    onnx.save(_model(graph, opset), path)
     return path
 
 
@@ -185,7 +192,7 @@ def minilm_model(
         [helper.make_tensor_value_info(x, FLOAT, [*dims, hidden])],
         inits,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 def cnn_model(channels: int = 8, side: int = 16, classes: int = 10, opset: int = 13, seed: int = 0) -> onnx.ModelProto:
@@ -223,7 +230,7 @@ def cnn_model(channels: int = 8, side: int = 16, classes: int = 10, opset: int =
         nodes, "cnn", [helper.make_tensor_value_info("image", FLOAT, ["batch", 3, side, side])],
         [helper.make_tensor_value_info("logits", FLOAT, ["batch", classes])], inits,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _model(graph, opset)
 
 
 def quantize(
