@@ -2,7 +2,10 @@
 
 Run from the repository root::
 
-    python -m tools.runtimes [--quick] [--out RUNTIMES.md]
+    python -m tools.runtimes [--quick] [--out RUNTIMES.md] [--runtime NAME ...]
+
+``--runtime`` measures only the runtimes named, and the report has only their rows: RUNTIMES.md is
+one run at one commit, so it is rewritten whole, never merged from runs at different commits.
 
 What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 
@@ -18,6 +21,9 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 4. Whether the sample models in ``models/`` and a ``quantize_dynamic`` transformer load and run
    once expanded for the runtime's target, the op that blocks them where they do not, and whether
    their outputs equal ORT's on the original, bit for bit.
+5. On the runtimes that tell where each node runs (the web runtimes' ``placement``), how many nodes
+   of each form, at every opset, and of each expanded model go to each execution provider, and the
+   op types that fall back to the CPU.
 
 Rules:
 
@@ -35,8 +41,8 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "RuntimeResult", "main",
-           "measure_runtime", "render", "run"]
+__all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "Placement", "RuntimeResult", "main",
+           "measure_runtime", "placement", "render", "run"]
 
 import argparse
 import collections
@@ -50,11 +56,13 @@ import multiprocessing
 import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -66,15 +74,21 @@ from dql_pass.compare import bit_difference, compare_site
 from dql_pass.graph.walk import ops_used
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
+from dql_pass.runtimes.web.browser import chromium
 from tools import harness, models
 
 logger = logging.getLogger("runtimes")
+T = TypeVar("T")
 
 POLICY = "onnxruntime"
 NATIVE = "native"
 TARGET = "--target"
 PARTS = ("finite", "±inf", "empty", "independent")
 COMPILERS = ("tinygrad", "tvm", "iree")  # compile per input shape: fewer independent inputs
+# A browser start and a model load per rank of every form (the catalogue has six ranks), and runs on
+# SwiftShader: some ten minutes a runtime, so their processes start first and may take this much longer.
+BROWSERS = ("webgpu", "wasm")
+BROWSER_TIMEOUT = 2.0
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
 
 
@@ -84,7 +98,7 @@ class Config:
     independent: int  # inputs built apart from the catalogue, for the target and on fast runtimes every form
     independent_on_compilers: int  # for the other forms on compilers
     transformer: models.TransformerShape
-    timeout: float  # seconds per runtime before its process is stopped
+    timeout: float  # seconds per runtime before its process is stopped (BROWSER_TIMEOUT times it on BROWSERS)
 
 
 CONFIGS: dict[str, Config] = {
@@ -124,6 +138,7 @@ class FormResult:
     failure: str | None = None  # the first load or run refusal, one line
     known: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> inputs
     unknown: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # classes -> example input names + detail
+    adapter: str | None = None  # the GPU adapter the sessions ran on, where the runtime names one
 
     @property
     def passed(self) -> int:
@@ -135,12 +150,24 @@ class FormResult:
 
 
 @dataclasses.dataclass
+class Placement:
+    """Where a model's nodes ran: the nodes each execution provider was given (the Memcpy nodes the
+    runtime added apart), and the op types of those on the CPU; or why the model did not load."""
+
+    providers: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # provider -> nodes
+    memcpy: int = 0
+    on_cpu: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # op type -> nodes
+    failure: str | None = None
+
+
+@dataclasses.dataclass
 class ModelResult:
     model: str
     runs: bool
     same_as_ort: str  # the model's outputs against ORT's on the original: "yes" or the first difference
     sites: str  # DQL sites of the main graph whose three outputs equal ORT's, "k/n"
     detail: str  # the blocking op and the reason, or empty
+    placement: Placement | None = None  # on a runtime that tells where nodes run
 
 
 @dataclasses.dataclass
@@ -151,6 +178,7 @@ class RuntimeResult:
     variant: str  # the runtime's exact expansion variant
     import_error: str | None = None
     forms: dict[tuple[str, int], FormResult] = dataclasses.field(default_factory=dict)  # (form, opset)
+    placements: dict[tuple[str, int], Placement] = dataclasses.field(default_factory=dict)  # (form, opset)
     models: list[ModelResult] = dataclasses.field(default_factory=list)
     error: str | None = None  # the process failed: crashed, timed out or raised
     seconds: float = 0.0
@@ -177,12 +205,14 @@ class _Sessions:
         self._runtime, self._form, self._opset = runtime, form, opset
         self._sessions: dict[int, runtimes.Session | str] = {}
         self._refusals: dict[tuple[int, ...], tuple[str, int]] = {}  # shape -> last refusal, times in a row
+        self.adapter: str | None = None
 
     def run(self, x: np.ndarray) -> list[np.ndarray] | str:
         rank = x.ndim
         if rank not in self._sessions:
             try:
                 self._sessions[rank] = self._runtime.load(_form_model(self._form, rank, self._opset))
+                self.adapter = self.adapter or getattr(self._sessions[rank], "adapter", None)
             except Exception as error:  # noqa: BLE001 - any refusal, an adapter's bug included, is a row
                 self._sessions[rank] = f"does not load: {_line(error)}"
         session = self._sessions[rank]
@@ -228,6 +258,29 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
                 # A refusal is one difference whatever the input; wrong bits are told apart by input class.
                 key = actual if isinstance(actual, str) else inputs.describe(inputs.input_classes(x, POLICY))
                 result.unknown.setdefault(key, []).append(f"{name}: {_line(detail)}")
+    result.adapter = sessions.adapter
+    return result
+
+
+CPU = "CPUExecutionProvider"
+MEMCPY = ("MemcpyFromHost", "MemcpyToHost")
+
+
+def placement(runtime: Runtime, model: onnx.ModelProto) -> Placement | None:
+    """Where ``runtime`` runs the nodes of ``model``; None for a runtime that does not tell."""
+    if not hasattr(runtime, "placement"):
+        return None
+    try:
+        placed = runtime.placement(model)
+    except Exception as error:  # noqa: BLE001 - a refusal is the row's content
+        return Placement(failure=f"does not load: {_line(error)}")
+    result = Placement()
+    for provider, nodes in placed.items():
+        op_types = [node.split(" ")[0] for node in nodes]
+        result.memcpy += sum(op_type in MEMCPY for op_type in op_types)
+        result.providers[provider] = sum(op_type not in MEMCPY for op_type in op_types)
+        if provider == CPU:
+            result.on_cpu.update(op_type for op_type in op_types if op_type not in MEMCPY)
     return result
 
 
@@ -286,7 +339,7 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     first = len(differences) - 3 * site_count
     model_difference = next((d.text for d in differences[:first] if d is not None), None)
     sites = sum(all(d is None for d in differences[first + 3 * i:first + 3 * i + 3]) for i in range(site_count))
-    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "")
+    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "", placement(runtime, expanded))
 
 
 def _sample_models(transformer: Path) -> dict[str, onnx.ModelProto]:
@@ -315,6 +368,8 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
                 config.independent if form == runtime.variant or name not in COMPILERS else config.independent_on_compilers)
             logger.info("%s: %s at opset %d", name, form, opset)
             result.forms[(form, opset)] = _measure_form(runtime, form, opset, {**parts, "independent": parts["independent"][:count]})
+            if (placed := placement(runtime, _form_model(form, 1, opset))) is not None:
+                result.placements[(form, opset)] = placed
     for model_name, model in _sample_models(transformer).items():
         logger.info("%s: %s", name, model_name)
         result.models.append(_check_model(runtime, model_name, model))
@@ -334,8 +389,8 @@ def _child(name: str, config: Config, transformer: Path, send) -> None:
 def _in_processes(names: Sequence[str], config: Config, transformer: Path, parallel: int) -> dict[str, RuntimeResult]:
     """Each runtime measured in its own process, ``parallel`` at a time."""
     context = multiprocessing.get_context("spawn")
-    # The compilers take longest: they start first, the others share the remaining processes.
-    waiting, running, results = sorted(names, key=lambda n: n not in COMPILERS), {}, {}
+    # The compilers and the browsers take longest: they start first, the others share the remaining processes.
+    waiting, running, results = sorted(names, key=lambda n: n not in COMPILERS + BROWSERS), {}, {}
     while waiting or running:
         while waiting and len(running) < parallel:
             name = waiting.pop(0)
@@ -355,10 +410,10 @@ def _in_processes(names: Sequence[str], config: Config, transformer: Path, paral
                 error = f"the measurement raised {answer}"
             elif not process.is_alive():
                 error = f"the process died (exit code {process.exitcode})"
-            elif time.perf_counter() - began > config.timeout:
+            elif time.perf_counter() - began > (timeout := config.timeout * (BROWSER_TIMEOUT if name in BROWSERS else 1)):
                 process.kill()
                 process.join()
-                error = f"stopped after {config.timeout:.0f} s"
+                error = f"stopped after {timeout:.0f} s"
             if error is not None:
                 runtime = runtimes.get(name)
                 results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant, error=error)
@@ -380,6 +435,14 @@ def _cell(passed: int, total: int) -> str:
 def _forms(result: RuntimeResult) -> list[tuple[str, str]]:
     """(label, form) of each column: native, each variant, and --target (its variant)."""
     return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.variant})", result.variant)]
+
+
+def _each_form(result: RuntimeResult, opsets: Sequence[int], found: Mapping[tuple[str, int], T]) -> Iterator[tuple[int, str, T]]:
+    """(opset, column label, what ``found`` holds for the form at that opset), in the report's order."""
+    for opset in opsets:
+        for label, form in _forms(result):
+            if (value := found.get((form, opset))) is not None:
+                yield opset, label, value
 
 
 def _version(result: RuntimeResult) -> str:
@@ -410,15 +473,12 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
     if result.error or not result.forms:
         lines += [f"Not measured: {result.error or _version(result)}.", ""]
         return lines
-    lines += [f"Version {result.version}; target variant `{result.variant}`; measured in {result.seconds:.0f} s.", ""]
-    rows = []
-    for opset in opsets:
-        for label, form in _forms(result):
-            form_result = result.forms.get((form, opset))
-            if form_result is None:
-                continue
-            rows.append([str(opset), label, *[_cell(*form_result.counts[p]) for p in PARTS],
-                         _cell(form_result.passed, form_result.total), form_result.failure or ""])
+    adapters = sorted({f.adapter for f in result.forms.values() if f.adapter})
+    lines += [f"Version {result.version}; target variant `{result.variant}`; measured in {result.seconds:.0f} s"
+              + (f"; WebGPU adapter {', '.join(adapters)} (vendor, architecture)" if adapters else "") + ".", ""]
+    rows = [[str(opset), label, *[_cell(*form_result.counts[p]) for p in PARTS],
+             _cell(form_result.passed, form_result.total), form_result.failure or ""]
+            for opset, label, form_result in _each_form(result, opsets, result.forms)]
     lines += harness.table(["opset", "form", *PARTS, "all", "first refusal"], rows) + [""]
     differing = []
     for opset in opsets:
@@ -434,12 +494,60 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
                                  f"({what}), e.g. {examples[0]}")
     lines += (["Inputs that still differ, and why:", "", *differing, ""] if differing
               else ["Every input is bit-exact in every form.", ""])
+    lines += _placement_table(result, opsets)
+    placed = any(m.placement for m in result.models)
     rows = [[m.model, "yes" if m.runs else "**no**", m.sites, m.same_as_ort if m.same_as_ort in ("yes", "-")
-             else f"**no**: {m.same_as_ort}", m.detail] for m in result.models]
+             else f"**no**: {m.same_as_ort}", *([_on_cpu(m.placement)] if placed else []), m.detail]
+            for m in result.models]
     lines += [f"Models expanded with `--target {result.name}` (variant `{result.variant}`):", "",
               *harness.table(["model", "loads and runs", "DQL sites with ORT's bits", "outputs with ORT's bits",
-                              "what blocks"], rows), ""]
+                              *(["nodes on the CPU"] if placed else []), "what blocks"], rows), ""]
     return lines
+
+
+def _op_counts(counts: collections.Counter) -> str:
+    return ", ".join(f"{count} {op_type}" for op_type, count in sorted(counts.items(), key=lambda c: (-c[1], c[0])))
+
+
+def _on_cpu(placed: Placement | None) -> str:
+    """The nodes on the CPU of all the runtime placed, and their op types: "0 of 95", "2 of 20: 2 Round"."""
+    if placed is None:
+        return "-"
+    if placed.failure:
+        return placed.failure
+    cpu, total = placed.providers[CPU], sum(placed.providers.values())
+    if cpu == total:
+        return f"all {total}"
+    return f"{cpu} of {total}" + (f": {_op_counts(placed.on_cpu)}" if cpu else "")
+
+
+def _placement_table(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
+    """Per form and opset, the nodes each execution provider ran and the op types that fell back to the CPU."""
+    if not result.placements:
+        return []
+    providers = sorted({p for placed in result.placements.values() for p in placed.providers}, key=lambda p: (p == CPU, p))
+    fallback = providers != [CPU]  # on a CPU-only runtime nothing falls back
+    rows = []
+    for opset, label, placed in _each_form(result, opsets, result.placements):
+        if placed.failure:
+            rows.append([str(opset), label, *["-"] * (len(providers) + 1 + fallback), placed.failure])
+            continue
+        rows.append([str(opset), label, *[str(placed.providers[p]) for p in providers], str(placed.memcpy),
+                     *([_op_counts(placed.on_cpu) or "none"] if fallback else []), ""])
+    headers = ["opset", "form", *[f"nodes on {p}" for p in providers], "Memcpy nodes added",
+               *(["op types on the CPU"] if fallback else []), "refusal"]
+    return ["Where the nodes run (the rank-1 model of each form, after the runtime's own optimizations, as "
+            "onnxruntime's verbose placement log gives them):", "", *harness.table(headers, rows), ""]
+
+
+def _chromium_version() -> str:
+    path = chromium()
+    if path is None:
+        return "not installed"
+    try:
+        return subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"{path}: --version failed ({_line(error)})"
 
 
 def unknown_count(results: Sequence[RuntimeResult]) -> int:
@@ -477,6 +585,12 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "difference shows where it starts: at the sites, or only in the float ops after them (MatMul, "
         "LayerNormalization, Erf, which runtimes round differently).",
         "",
+        "The web runtimes `webgpu` and `wasm` are onnxruntime-web in headless Chromium (set up by `python -m "
+        "dql_pass.runtimes.web setup`), one page per model; their tables of where the nodes run come from "
+        "onnxruntime's verbose placement log. Without a GPU, Chromium's WebGPU adapter is SwiftShader, which runs "
+        "on the CPU: `webgpu`'s rows are what the WebGPU provider computes there. SwiftShader divides exactly, "
+        "where a GPU may be 2.5 ulp off; `tools/gpu_divider.py` checks the variants against such a divider on ORT.",
+        "",
         "## Machine and versions",
         "",
         *harness.table(["item", "value"], [
@@ -484,6 +598,7 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
             ["OS", platform.platform()],
             ["python", platform.python_version()],
             *[[d, harness.version(d)] for d in ("onnx", "onnxruntime", "numpy")],
+            ["Chromium (webgpu, wasm)", _chromium_version()],
             ["dql_pass commit", harness.git_commit()],
         ]),
         "",
