@@ -23,7 +23,8 @@ from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, output_types
 
 
 _REWRITES = ("measured: tinygrad rewrites float algebra before it runs ((v + e) - v becomes e), which undoes the "
-             "residual variant's exact remainders")
+             "residual and portable variants' exact remainders (those two rewrites alone, made on ORT, break 53 of "
+             "the 62 inputs portable loses on tinygrad 0.14)")
 
 
 class Tinygrad(Runtime):
@@ -47,7 +48,7 @@ class Tinygrad(Runtime):
                         "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even"),
         KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
                         "measured: tinygrad divides by a constant (range / 255) through its reciprocal"),
-        *(KnownDifference(("residual",), inputs, _REWRITES) for inputs in ("reciprocal", "near tie")),
+        *(KnownDifference(("residual", "portable"), inputs, _REWRITES) for inputs in ("reciprocal", "near tie")),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
