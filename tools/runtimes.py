@@ -74,7 +74,7 @@ POLICY = "onnxruntime"
 NATIVE = "native"
 TARGET = "--target"
 PARTS = ("finite", "±inf", "empty", "independent")
-COMPILERS = ("tinygrad", "tvm", "iree")  # compile per input shape: fewer independent inputs
+COMPILERS = ("tinygrad", "tvm", "iree", "litert", "litert-xnnpack")  # build per input shape: fewer independent inputs
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
 
 

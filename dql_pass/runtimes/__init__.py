@@ -18,6 +18,7 @@ import onnx
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session
 from dql_pass.runtimes.iree import Iree
+from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
 from dql_pass.runtimes.reference import OnnxReference
@@ -41,6 +42,7 @@ RUNTIMES: dict[str, Runtime] = {
         OnnxToPytorch(),
         WebGpu(),
         Wasm(),
+        LiteRt(), LiteRtXnnpack(),
     )
 }
 
