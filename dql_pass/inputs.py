@@ -43,7 +43,7 @@ _F = np.float32
 # The classes of inputs, as :func:`input_classes` computes them.
 CLASSES: frozenset[str] = frozenset({
     "empty", "all zero", "zero range", "x/scale overflows to +inf", "subnormal", "reciprocal", "infinite", "tiny scale",
-    "near tie",
+    "near tie", "range overflows",
 })
 
 
@@ -101,6 +101,8 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
       subnormals to zero compute another range, scale or quotient);
     - ``reciprocal``: dividing through a float32 reciprocal instead changes an output;
     - ``infinite``: x holds +inf or -inf;
+    - ``range overflows``: x is finite, and its range (max(x, 0) - min(x, 0)) overflows to +inf,
+      so the scale is +inf (runtimes that clamp inf to the largest float compute a finite one);
     - ``tiny scale``: the scale is below 2^-120, where remainders of the scale fall out of the
       normal range;
     - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
@@ -122,6 +124,8 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
                 value_range = np.float32(max(np.float32(0), x.max()) - min(np.float32(0), x.min()))
                 if _subnormal(x) or _subnormal(value_range) or _subnormal(scale):
                     classes.add("subnormal")
+                if np.isinf(value_range) and np.isfinite(x).all():
+                    classes.add("range overflows")
             if 0 < scale < 2.0**-120:
                 classes.add("tiny scale")
             if _reciprocal_changes(x.ravel(), scale):

@@ -93,6 +93,8 @@ LEFT_OUT_OF_CI = {
     "iree": "480 MB and some 45 s of tests, to stay well inside its 10-minute budget",
     "onnx2torch": _TORCHVISION,
     "onnx2pytorch": _TORCHVISION,
+    **dict.fromkeys(("litert", "litert-xnnpack"), "onnx2tf's environment takes 660 MB and 80 to 150 s to install, "
+                    "and a conversion 1 to 4 s per input shape: python -m tools.runtimes --runtime litert measures it"),
 }
 
 

@@ -84,11 +84,12 @@ POLICY = "onnxruntime"
 NATIVE = "native"
 TARGET = "--target"
 PARTS = ("finite", "±inf", "empty", "independent")
-COMPILERS = ("tinygrad", "tvm", "iree")  # compile per input shape: fewer independent inputs
-# A browser start and a model load per rank of every form (the catalogue has six ranks), and runs on
-# SwiftShader: some ten minutes a runtime, so their processes start first and may take this much longer.
-BROWSERS = ("webgpu", "wasm")
-BROWSER_TIMEOUT = 2.0
+COMPILERS = ("tinygrad", "tvm", "iree", "litert", "litert-xnnpack")  # build per input shape: fewer independent inputs
+# Runtimes given more than the config's timeout, whose processes start first: the browsers start
+# Chromium and load a model per rank of every form (the catalogue has six ranks) and run on
+# SwiftShader, some ten minutes a runtime; LiteRT converts each input shape in an onnx2tf process
+# of its own (1 to 4 s each, some 200 shapes).
+SLOWER = {"webgpu": 2, "wasm": 2, "litert": 4, "litert-xnnpack": 4}
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
 
 
@@ -98,7 +99,7 @@ class Config:
     independent: int  # inputs built apart from the catalogue, for the target and on fast runtimes every form
     independent_on_compilers: int  # for the other forms on compilers
     transformer: models.TransformerShape
-    timeout: float  # seconds per runtime before its process is stopped (BROWSER_TIMEOUT times it on BROWSERS)
+    timeout: float  # seconds per runtime before its process is stopped (times SLOWER's factor for the runtimes it names)
 
 
 CONFIGS: dict[str, Config] = {
@@ -390,7 +391,7 @@ def _in_processes(names: Sequence[str], config: Config, transformer: Path, paral
     """Each runtime measured in its own process, ``parallel`` at a time."""
     context = multiprocessing.get_context("spawn")
     # The compilers and the browsers take longest: they start first, the others share the remaining processes.
-    waiting, running, results = sorted(names, key=lambda n: n not in COMPILERS + BROWSERS), {}, {}
+    waiting, running, results = sorted(names, key=lambda n: n not in COMPILERS and n not in SLOWER), {}, {}
     while waiting or running:
         while waiting and len(running) < parallel:
             name = waiting.pop(0)
@@ -410,7 +411,7 @@ def _in_processes(names: Sequence[str], config: Config, transformer: Path, paral
                 error = f"the measurement raised {answer}"
             elif not process.is_alive():
                 error = f"the process died (exit code {process.exitcode})"
-            elif time.perf_counter() - began > (timeout := config.timeout * (BROWSER_TIMEOUT if name in BROWSERS else 1)):
+            elif time.perf_counter() - began > (timeout := config.timeout * SLOWER.get(name, 1)):
                 process.kill()
                 process.join()
                 error = f"stopped after {timeout:.0f} s"

@@ -18,6 +18,7 @@ import onnx
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
 from dql_pass.runtimes.iree import Iree
+from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack
 from dql_pass.runtimes.mnn import Mnn
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
@@ -42,6 +43,8 @@ RUNTIMES: dict[str, Runtime] = {
         OnnxToPytorch(),
         WebGpu(),
         Wasm(),
+        LiteRt(),
+        LiteRtXnnpack(),
         Mnn(),
     )
 }

@@ -2,11 +2,12 @@
 
 A :class:`Runtime` says whether it is installed and which extra installs it, loads a model into a
 :class:`Session` that runs feeds and gives outputs as ONNX types, and declares as data what it
-cannot run (:class:`Lack`) and where its outputs are known to differ from the contract
-(:class:`KnownDifference`), each with the measured reason, which expansion variant is exact on
-it (:attr:`Runtime.variant`), and which integer products it does not compute exactly in float32
-(:class:`InexactProduct`), which ``lower`` then leaves alone. What adapters share to get there
-(model conversion, dtype conforming, compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
+cannot run (:class:`Lack`, and :attr:`Runtime.unloadable` for a variant that does not run at all)
+and where its outputs are known to differ from the contract (:class:`KnownDifference`), each
+with the measured reason, which expansion variant is exact on it (:attr:`Runtime.variant`), and
+which integer products it does not compute exactly in float32 (:class:`InexactProduct`), which
+``lower`` then leaves alone. What adapters share to get there (model conversion, dtype
+conforming, compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
 
 An adapter imports its runtime only when a model is loaded on it, so the expand path reads the
 limits without loading any runtime. A version of a runtime newer than the one a limit was measured on is
@@ -45,6 +46,8 @@ def failures_of(origin: str | None = None) -> Iterator[None]:
     """Raise what the runtime raises (from module ``origin``; any exception when None) as RuntimeFailure."""
     try:
         yield
+    except RuntimeFailure:
+        raise  # an adapter's own refusal, already in one line
     except Exception as error:
         if origin is not None and not type(error).__module__.startswith(origin):
             raise
@@ -123,6 +126,7 @@ class Runtime:
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
     inexact_products: tuple[InexactProduct, ...] = ()
+    unloadable: dict[str, str] = {}  # expansion variants that do not load or run at all: the measured reason
 
     def installed(self) -> bool:
         try:
@@ -163,7 +167,8 @@ class Runtime:
     def differences(self, x: np.ndarray, form: str, policy: str) -> list[str]:
         """The reasons this runtime is known to give other outputs for ``x`` in ``form`` under ``policy``."""
         classes = input_classes(x, policy)
-        return [
+        found = [
             d.reason for d in self.known_differences
             if form in d.forms and d.inputs in (None, *classes) and d.policy in (None, policy)
         ]
+        return [self.unloadable[form], *found] if form in self.unloadable else found

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __all__ = [
     "Compiled", "ShapeCachedSession", "as_file", "as_proto", "compiled_per_rank", "conform", "fed_inputs",
-    "output_types", "with_ranks",
+    "output_types", "with_ranks", "with_shapes",
 ]
 
 import contextlib
@@ -156,14 +156,25 @@ def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto
 def with_ranks(proto: onnx.ModelProto, ranks: tuple[int, ...]) -> onnx.ModelProto:
     """A copy of ``proto`` whose inputs have symbolic dimensions of ``ranks``, and whose other shapes
     are left to inference (what they say was for no rank in particular)."""
+    names = [value.name for value in fed_inputs(proto)]
+    return with_shapes(proto, [[f"{name}_{axis}" for axis in range(rank)] for name, rank in zip(names, ranks)])
+
+
+def with_shapes(proto: onnx.ModelProto, shapes: Sequence[Sequence[int | str]]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose fed inputs have ``shapes`` (a number fixes a dimension, a name
+    keeps it symbolic), and whose other shapes are left to inference."""
     fixed = onnx.ModelProto()
     fixed.CopyFrom(proto)
     del fixed.graph.value_info[:]
     for value in fixed.graph.output:
         value.type.tensor_type.ClearField("shape")
-    for value, rank in zip(fed_inputs(fixed), ranks):
+    for value, dims in zip(fed_inputs(fixed), shapes):
         shape = value.type.tensor_type.shape
+        shape.ClearField("dim")
         shape.SetInParent()  # rank 0 too is a known rank
-        for axis in range(rank):
-            shape.dim.add().dim_param = f"{value.name}_{axis}"
+        for dim in dims:
+            if isinstance(dim, str):
+                shape.dim.add().dim_param = dim
+            else:
+                shape.dim.add().dim_value = dim
     return fixed

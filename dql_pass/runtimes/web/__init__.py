@@ -194,12 +194,7 @@ class WebRuntime(Runtime):
     bundle: str  # the dist file that `import 'onnxruntime-web/<build>'` resolves to
     load_timeout: float = 120
     run_timeout: float = 60
-    unloadable: dict[str, str] = {}  # expansion variants that do not load at all: the measured reason
     weights = "integer"  # a browser downloads the model: int8 weights, a quarter of float32's size
-
-    def differences(self, x: np.ndarray, form: str, policy: str) -> list[str]:
-        found = super().differences(x, form, policy)
-        return [self.unloadable[form], *found] if form in self.unloadable else found
 
     def installed(self) -> bool:
         return missing() is None

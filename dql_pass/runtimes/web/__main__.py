@@ -13,7 +13,6 @@ A missing piece or a failed step is one line and exit code 2.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import logging
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from dql_pass.errors import MissingDependency
 from dql_pass.files import put_folder
+from dql_pass.runtimes import setup_command
 from dql_pass.runtimes.web import ORT_WEB, cache, dist, missing
 from dql_pass.runtimes.web.browser import chromium
 
@@ -87,20 +87,10 @@ def setup() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dql_pass.runtimes.web", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["setup", "check"])
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    try:
-        if args.command == "setup":
-            setup()
-        elif (problem := missing()) is not None:
-            raise MissingDependency(problem)
-    except MissingDependency as error:
-        print(f"dql_pass.runtimes.web: error: {error}", file=sys.stderr)
-        return 2
-    print(f"the web runtimes are ready: {chromium()}, onnxruntime-web {ORT_WEB} in {dist().parent}")
-    return 0
+    def ready() -> str:
+        return f"the web runtimes are ready: {chromium()}, onnxruntime-web {ORT_WEB} in {dist().parent}"
+
+    return setup_command.main("dql_pass.runtimes.web", __doc__.split("\n\n")[0], setup, missing, ready, argv)
 
 
 if __name__ == "__main__":
