@@ -150,7 +150,7 @@ def test_the_default_weights_are_the_targets_and_one_attribute_of_its_adapter(mo
     for name, runtime in runtimes.RUNTIMES.items():
         assert LowerQuantizationPass(name).weights == runtime.weights
     assert {name: runtimes.get(name).weights for name in ("webgpu", "wasm", "mnn", "onnxruntime", "openvino")} == {
-        "webgpu": "integer", "wasm": "integer", "mnn": "integer", "onnxruntime": "float", "openvino": "float"}
+        "webgpu": "integer", "wasm": "integer", "mnn": "float", "onnxruntime": "float", "openvino": "float"}
     # What an adapter declares is all it takes.
     monkeypatch.setattr(type(runtimes.get("tract")), "weights", "integer")
     kept = lambda target, weights=None: "W_quantized" in {  # noqa: E731

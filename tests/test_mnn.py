@@ -152,7 +152,7 @@ def test_list_targets_says_what_lower_leaves_alone_for_mnn():
 @pytest.mark.parametrize("weights", ["integer", "float"])
 def test_the_lowered_mlp_runs_on_mnn_with_orts_bits(weights):
     """MatMul is exact on MNN's integer sums (kept as MatMul: the 1x1 Conv it would become is not),
-    with the weights kept as int8 (mnn's default) or stored as float32."""
+    with the weights kept as int8 or stored as float32 (mnn's default: its converter folds them anyway)."""
     from tools import models
 
     runtime = installed("mnn")
