@@ -361,11 +361,13 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
     began = time.perf_counter()
     runtime = runtimes.get(name)
     result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant)
-    if not runtime.installed():
-        try:
-            importlib.import_module(runtime.module)
-        except Exception as error:  # noqa: BLE001 - the import error is what the report gives
-            result.import_error = _line(error)
+    # Imported even when installed: a package that is found may still fail to import (onnx2torch
+    # without torchvision), and is then not installable here, not a runtime that fails every input.
+    try:
+        importlib.import_module(runtime.module)
+    except Exception as error:  # noqa: BLE001 - the import error is what the report gives
+        result.import_error = _line(error)
+    if result.import_error or not runtime.installed():
         return result
     parts = _parts(config.independent)
     # Older opsets only where a form compiles fast: on compilers each shape of the catalogue costs a build.
