@@ -25,6 +25,8 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
    of each form, at every opset, and of each expanded model go to each execution provider, and the
    op types that fall back to the CPU.
 
+It also lists the runtimes left out (:data:`LEFT_OUT`) with the reason, measured once by hand, not here.
+
 Rules:
 
 - Each runtime runs in its own process: a runtime that crashes or hangs costs its own rows only
@@ -91,6 +93,11 @@ COMPILERS = ("tinygrad", "tvm", "iree", "litert", "litert-xnnpack")  # build per
 # of its own (1 to 4 s each, some 200 shapes).
 SLOWER = {"webgpu": 2, "wasm": 2, "litert": 4, "litert-xnnpack": 4}
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
+# Runtimes without an adapter, and why: measured once by hand, not re-run here (runtime, version, reason).
+LEFT_OUT = (
+    ("ncnn", "pnnx 20261020", "nothing loads, not even the expansions: no Equal, Less, Where or uint8 Cast layers, "
+     "division up to 2 ulp off, a float literal pnnx cannot parse back"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,11 +361,13 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
     began = time.perf_counter()
     runtime = runtimes.get(name)
     result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant)
-    if not runtime.installed():
-        try:
-            importlib.import_module(runtime.module)
-        except Exception as error:  # noqa: BLE001 - the import error is what the report gives
-            result.import_error = _line(error)
+    # Imported even when installed: a package that is found may still fail to import (onnx2torch
+    # without torchvision), and is then not installable here, not a runtime that fails every input.
+    try:
+        importlib.import_module(runtime.module)
+    except Exception as error:  # noqa: BLE001 - the import error is what the report gives
+        result.import_error = _line(error)
+    if result.import_error or not runtime.installed():
         return result
     parts = _parts(config.independent)
     # Older opsets only where a form compiles fast: on compilers each shape of the catalogue costs a build.
@@ -614,7 +623,10 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
     ]
     for opset in config.opsets:
         lines += [f"All inputs, opset {opset}:", "", *_summary(results, opset), ""]
-    lines += ["## Per runtime", ""]
+    lines += ["## Left out", "",
+              "Runtimes with no adapter, for the reason given; measured by a previous session, not re-run by this tool.",
+              "", *harness.table(["runtime", "version", "reason"], [[f"`{n}`", v, r] for n, v, r in LEFT_OUT]), "",
+              "## Per runtime", ""]
     for result in results:
         lines += _details(result, config.opsets)
     return "\n".join(lines).rstrip() + "\n"
