@@ -149,6 +149,9 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
             handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
             if fcntl is not None:
                 fcntl.flock(handle, fcntl.LOCK_EX)
+            else:  # Windows: no lock, and an open file cannot be renamed there
+                os.close(handle)
+                handle = None
     except OSError as error:
         if handle is not None:
             os.close(handle)
@@ -165,7 +168,8 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        os.close(handle)
+        if handle is not None:
+            os.close(handle)
 
 
 def _stem(name: str) -> str:
