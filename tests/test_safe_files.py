@@ -115,3 +115,25 @@ def test_put_folder_replaces_a_folder_whole_or_not_at_all(tmp_path, monkeypatch,
         safe.put_folder(tmp_path / "stage", tmp_path / "target")
     assert [p.name for p in (tmp_path / "target").iterdir()] == ["new"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "stage", "target"]
+
+
+def test_the_temporary_file_that_a_killed_small_write_left_is_swept_by_the_next_write(tmp_path):
+    """atomic_path's temporary files were never swept: a kill -9 inside the block left one for good.
+    One in flight (locked by its writer) is kept."""
+    report = tmp_path / "r.json"
+    killed = textwrap.dedent(f"""
+        import os, signal
+        from dql_pass.files import atomic_path
+        with atomic_path({str(report)!r}) as temporary:
+            open(temporary, "w").write("half")
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    assert subprocess.run([sys.executable, "-c", killed]).returncode == -9
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".r.json.") and left[0].endswith(".tmp")
+    with safe.atomic_path(report) as in_flight, open(in_flight, "w") as file:
+        file.write("a")
+        with safe.atomic_path(report) as temporary:  # a second writer, done while the first is in flight
+            open(temporary, "w").write("b")
+        assert os.path.exists(in_flight) and report.read_text() == "b"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"] and report.read_text() == "a"

@@ -135,24 +135,41 @@ def default_file_mode(folder: bool = False) -> int:
 def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     """Yield a temporary path beside ``path`` that replaces ``path`` once the block succeeds.
 
-    On any failure or interruption the temporary file is removed and ``path`` is left as it was.
+    On any failure or interruption the temporary file is removed and ``path`` is left as it was;
+    what a kill -9 left, the next write of ``path`` removes (see :func:`sweep`). The temporary
+    file is made and locked under the folder lock, so that no sweep removes it in flight.
     Only an ``OSError`` becomes :class:`InputError`: anything else is a bug, and surfaces as one.
     """
     path = check_output_path(path, what)
+    folder = directory_entry(path).parent
+    handle = None
+    temporary = folder / _temporary_name(path.name)
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{_stem(path.name)}.", suffix=".tmp", dir=path.parent)
+        with FolderLock(folder), signals_deferred():
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            else:  # Windows: no lock, and an open file cannot be renamed there
+                os.close(handle)
+                handle = None
     except OSError as error:
+        if handle is not None:
+            os.close(handle)
+            os.unlink(temporary)
         raise InputError(f"{path}: cannot write the {what}: {error.strerror}") from None
-    os.close(handle)
     try:
-        yield temporary
+        yield os.fspath(temporary)
         os.chmod(temporary, default_file_mode())
-        os.replace(temporary, path)
+        with FolderLock(folder):
+            os.replace(temporary, path)
+            tidy_up(folder, path.name, set())
     except OSError as error:
         raise InputError(f"{path}: cannot write the {what}: {one_line(error)}") from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        if handle is not None:
+            os.close(handle)
 
 
 def _stem(name: str) -> str:
@@ -165,9 +182,11 @@ def _stem(name: str) -> str:
 
 # The names of what a write of OUTPUT leaves beside it, made here and matched by the sweep alone:
 # its data file OUTPUT.<12 hex>.data, a fresh name for every write, so that a model is never renamed
-# next to data that is not its own; and its stage folders .OUTPUT.<random>.stage.
+# next to data that is not its own; its stage folders .OUTPUT.<random>.stage; and the temporary
+# files of atomic_path, .OUTPUT.<8 hex>.tmp.
 _DATA = re.compile(r"(.+)\.[0-9a-f]{12}\.data")
 _STAGE = ".stage"
+_TEMPORARY = ".tmp"
 
 
 def data_file_name(name: str) -> str:
@@ -192,11 +211,21 @@ def _stage_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"{re.escape(_stage_prefix(name))}[^/]*{re.escape(_STAGE)}")
 
 
-class FolderLock:
-    """An advisory lock (flock) on a folder; the kernel drops it when the process dies."""
+def _temporary_name(name: str) -> str:
+    return f"{_stage_prefix(name)}{secrets.token_hex(4)}{_TEMPORARY}"
 
-    def __init__(self, path: Path, *, block: bool = True) -> None:
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+
+def _temporary_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"{re.escape(_stage_prefix(name))}[0-9a-f]{{8}}{re.escape(_TEMPORARY)}")
+
+
+class FolderLock:
+    """An advisory lock (flock) on a folder, or with ``folder=False`` a file; the kernel drops it
+    when the process dies."""
+
+    def __init__(self, path: Path, *, block: bool = True, folder: bool = True) -> None:
+        kind = getattr(os, "O_DIRECTORY", 0) if folder else 0
+        self.fd = os.open(path, os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0))
         if fcntl is not None:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
@@ -332,15 +361,16 @@ def tidy_up(folder: Path, name: str, keep: set[Path]) -> None:
 
 
 def sweep(folder: Path, name: str, keep: set[Path]) -> None:
-    """Remove what earlier writes of ``name`` left: unreferenced data files and stage folders.
+    """Remove what earlier writes of ``name`` left: unreferenced data files, stage folders and
+    :func:`atomic_path`'s temporary files.
 
     Runs under the folder lock, which every writer holds from moving its data in to renaming its
     model. A data file is kept if it is in ``keep`` (the input's files and the new model's), or if
     another file of the folder may refer to it (see :func:`_referred_to`): a model that survives
-    keeps its data, whoever wrote it. A stage folder that its writer still holds locked is in
-    flight, and kept. Links are never ours.
+    keeps its data, whoever wrote it. A stage folder or temporary file that its writer still
+    holds locked is in flight, and kept. Links are never ours.
     """
-    data, stage = _data_pattern(name), _stage_pattern(name)
+    data, stage, temporary = _data_pattern(name), _stage_pattern(name), _temporary_pattern(name)
     entries = list(os.scandir(folder))
     unused = {folder / e.name for e in entries if data.fullmatch(e.name) and e.is_file(follow_symlinks=False)} - keep
     unused -= _referred_to(folder, entries, unused, skip=keep | {folder / name})
@@ -349,12 +379,14 @@ def sweep(folder: Path, name: str, keep: set[Path]) -> None:
         try:
             if path in unused:
                 os.unlink(path)
-            elif path not in keep and stage.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
-                held = FolderLock(path, block=False)
-                try:
+            elif path in keep:
+                continue
+            elif stage.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                with FolderLock(path, block=False):
                     shutil.rmtree(path)
-                finally:
-                    held.release()
+            elif temporary.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with FolderLock(path, block=False, folder=False):
+                    os.unlink(path)
             else:
                 continue
             logger.info("removed %s, left by an earlier write", path)
