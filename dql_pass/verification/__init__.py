@@ -43,7 +43,7 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.files import as_ir_model, external_tensors
 from dql_pass.op import check_choice
-from dql_pass.verification.extract import kept_differences, original_sites
+from dql_pass.verification.extract import Scopes, kept_differences, original_sites
 from dql_pass.verification.inputs import (
     FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, chosen_dims, input_sets,
 )
@@ -124,7 +124,8 @@ def _verify(
         sets, unsynthesizable = input_sets(original_model, samples, seed, inputs, dims), None
     except Unsynthesizable as reason:
         sets, unsynthesizable = None, str(reason)
-    tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner)
+    scopes = Scopes(rewritten_model)  # its graphs and what is live, walked once for every check below
+    tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner, scopes)
     if sets is None:
         check = not_checked(tallies, unsynthesizable)
     else:
@@ -133,8 +134,8 @@ def _verify(
             if batch_is_default(original_model, inputs, dims) else None
         )
         check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
-    lowered = check_lowered(original_model, rewritten_model, seed, runner)
-    kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"))
+    lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
+    kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)
     report = VerifyReport(
         original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
         check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime, kept,

@@ -264,11 +264,11 @@ def _wiring(node: ir.Node) -> tuple:
     return (*op_key(node), tuple(None if v is None else v.name for v in node.inputs), tuple(v.name for v in node.outputs))
 
 
-def _kept_nodes(model: ir.Model, key: Callable[[ir.Node], tuple] = _identity) -> dict[tuple[str, tuple], ir.Node]:
-    """The nodes of ``model`` by graph path and ``key``; one that shares its key with another in
-    its graph is left out."""
+def _kept_nodes(labels: Mapping[ir.Graph, str], key: Callable[[ir.Node], tuple] = _identity) -> dict[tuple[str, tuple], ir.Node]:
+    """The nodes of the graphs ``labels`` names (graph to path) by graph path and ``key``; one that
+    shares its key with another in its graph is left out."""
     found: dict[tuple[str, tuple], ir.Node | None] = {}
-    for graph, (label, _) in graph_scopes(model).items():
+    for graph, label in labels.items():
         for node in graph:
             found[label, key(node)] = None if (label, key(node)) in found else node
     return {key: node for key, node in found.items() if node is not None}
@@ -335,14 +335,18 @@ def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None
     return None if same else f"{name} differs"
 
 
-def kept_differences(original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime) -> list[str]:
+def kept_differences(
+    original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime, scopes: Scopes | None = None
+) -> list[str]:
     """For every node REWRITTEN keeps (see the module docstring), each constant input or attribute
     that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
-    REWRITTEN computes from constants run on ``runtime``."""
-    alive = live(rewritten)[0]
-    kept, wired = _kept_nodes(rewritten), _kept_nodes(rewritten, _wiring)
+    REWRITTEN computes from constants run on ``runtime``. ``scopes``: REWRITTEN's, when already built."""
+    scopes = scopes or Scopes(rewritten)
+    alive = scopes.live_nodes
+    kept, wired = _kept_nodes(scopes.labels), _kept_nodes(scopes.labels, _wiring)
     found = []
-    for key, node in _kept_nodes(original).items():
+    original_labels = {graph: label for graph, (label, _) in graph_scopes(original).items()}
+    for key, node in _kept_nodes(original_labels).items():
         twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
             continue

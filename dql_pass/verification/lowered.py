@@ -210,10 +210,12 @@ def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: n
     return result
 
 
-def check_lowered(original: ir.Model, rewritten: ir.Model, seed: int, runtime: runtimes.Runtime) -> list[SiteResult]:
+def check_lowered(
+    original: ir.Model, rewritten: ir.Model, seed: int, runtime: runtimes.Runtime, scopes: Scopes | None = None
+) -> list[SiteResult]:
     """One row per integer op of ORIGINAL that REWRITTEN replaced, its replacement run on ``runtime``
-    against the reference."""
-    scopes = Scopes(rewritten)
+    against the reference; ``scopes``: REWRITTEN's, when already built."""
+    scopes = scopes or Scopes(rewritten)
     rng = np.random.default_rng(seed)
     results = []
     sites = lowered_sites(original)

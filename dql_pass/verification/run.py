@@ -123,14 +123,16 @@ class _SiteRunner:
 
 
 def check_sites(
-    model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT
+    model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT,
+    scopes: Scopes | None = None,
 ) -> list[SiteTally]:
-    """Each site of ORIGINAL, as REWRITTEN (``model``) computes what its readers read, on the catalogue."""
+    """Each site of ORIGINAL, as REWRITTEN (``model``, whose ``scopes`` these are when given)
+    computes what its readers read, on the catalogue."""
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     catalogue += large_cases()
     runner = _SiteRunner(catalogue, zero_range, runtime)
     classes = [case.classes(zero_range) for case in catalogue]
-    scopes = Scopes(model)
+    scopes = scopes or Scopes(model)
     tallies = [SiteTally(site) for site in sites]
     for done, tally in enumerate(tallies):
         advance("sites", done, len(tallies))
