@@ -31,6 +31,7 @@ __all__ = ["CONVERT_SECONDS", "RUN_SECONDS", "Mnn", "worker_command"]
 
 import contextlib
 import json
+import os
 import pickle
 import selectors
 import signal
@@ -72,8 +73,11 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
     """ONNX file ``source`` converted into MNN file ``target`` by a process working in ``target``'s
     folder; :class:`RuntimeFailure` with the reason when the converter refuses, crashes or hangs."""
     try:
-        done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=target.parent, timeout=timeout,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+        # Its home and scratch folder too are the temporary one: whatever it writes, it writes there.
+        folder = str(target.parent)
+        env = {**os.environ, "HOME": folder, "TMPDIR": folder, "XDG_CACHE_HOME": folder}
+        done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=folder, env=env,
+                              timeout=timeout, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
         raise RuntimeFailure(f"MNN's converter did not finish in {timeout:.0f} s") from error
     output = done.stdout + done.stderr
