@@ -88,8 +88,8 @@ class _WebSession(Session):
         self._runtime = runtime
         self._output_types = dict(zip(self.output_names, output_types(proto)))
         # What the placement log means by "all nodes": the graph's, functions inlined, Constant
-        # nodes left out (onnxruntime makes them initializers).
-        inlined = onnx.inliner.inline_local_functions(proto).graph.node
+        # nodes left out (onnxruntime makes them initializers). Only placement (verbose) reads it.
+        inlined = onnx.inliner.inline_local_functions(proto).graph.node if verbose else []
         self.graph_nodes = [f"{n.op_type} ({n.name})" for n in inlined if n.op_type != "Constant"]
         self._server = Server()
         data = path.with_name(path.name + ".data")
