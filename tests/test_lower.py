@@ -1,9 +1,8 @@
 """dql-pass lower: every quantization op of a quantize_dynamic model as float32 primitives, bit-exact.
 
-The reference of each integer op is the exact int64 result (dql_pass.reference). It equals ORT's
-only where ORT's u8s8 kernels do not saturate: on x86 CPUs with AVX512-VNNI or AVX-VNNI (this
-machine), or with u8 weights. On older x86 ORT's u8s8 MatMulInteger adds pairs of products in int16
-and saturates them (ORT PR #12088); a lowered model then gives the exact result, not ORT's.
+The reference of each integer op is the exact int64 result (dql_pass.reference). ORIGINAL runs on
+ORT through ``load_exact``: on x86 without VNNI ORT's u8s8 MatMulInteger adds pairs of products in
+int16 and saturates them (ORT PR #12088), and there its int8 operands are shifted to uint8.
 Models are compared on ORT with optimisation "basic", which runs every kernel as written: at "all",
 ORT fuses float ops (LayerNormalization, GELU, MatMulIntegerToFloat) and changes the original's own
 float bits.
@@ -70,7 +69,7 @@ def _assert_lowered_exact(original: onnx.ModelProto) -> dql_pass.LowerReport:
     lowered, report = dql_pass.lower(original)
     onnx.checker.check_model(lowered, full_check=True)
     assert not GONE & set(_ops(lowered)), _ops(lowered)
-    before, after = ORT.load(original, threads=1, optimize="basic"), ORT.load(lowered, threads=1, optimize="basic")
+    before, after = ORT.load_exact(original, threads=1, optimize="basic"), ORT.load(lowered, threads=1, optimize="basic")
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
     return report
@@ -200,13 +199,13 @@ def test_matmul_integer_equals_int64_reference(a_type, b_type, b_zero_point, con
     node = helper.make_node("MatMulInteger", ["a", "b", "a_zp"] + ([] if b_zp is None else ["b_zp"]), ["y"])
     model = _one_node(node, inputs, TensorProto.INT32, constants, {"b": [37, 5]})
     lowered = _lowered_session(model, "MatMulInteger")
-    native = ORT.load(model, threads=1, optimize="none")
+    native = ORT.load_exact(model, threads=1, optimize="none")
     for a in _extremes(NP[a_type], (3, 37), rng):
         for a_zp in (a_info.min, a_info.max, a.flat[0]):
             feeds = {"a": a, "a_zp": np.array(a_zp, NP[a_type]), "b": b}
             expected = reference.matmul_integer(a, b, feeds["a_zp"], b_zp)
             assert_outputs_bits_equal(lowered.run(feeds), [expected])
-            assert_outputs_bits_equal(native.run(feeds), [expected])  # VNNI: ORT's u8s8 does not saturate here
+            assert_outputs_bits_equal(native.run(feeds), [expected])
 
 
 @pytest.mark.parametrize("w_type", [U8, S8])
@@ -225,7 +224,7 @@ def test_conv_integer_equals_int64_reference(w_type, w_zero_point, attributes):
     model = _one_node(node, {"x": U8, "x_zp": U8}, TensorProto.INT32, {"w": w, "w_zp": w_zp})
     lowered = _lowered_session(model, "ConvInteger")
     # ORT refuses a per-channel w_zp ("Non per-tensor quantization is not supported"): the reference alone decides.
-    native = ORT.load(model, threads=1, optimize="none") if w_zero_point == "tensor" else None
+    native = ORT.load_exact(model, threads=1, optimize="none") if w_zero_point == "tensor" else None
     pads = attributes.get("pads")
     if attributes.get("auto_pad") == "SAME_UPPER":
         pads = [1, 0, 1, 1]  # 9x8 input, stride 2, kernel 3: 5x4 outputs need 2 rows and 1 column, the odd one at the end
@@ -486,7 +485,7 @@ def test_lowered_models_run_bit_exact_on_other_runtimes(quantized, name, model_n
     original = sample(model_name) if model_name in SAMPLES else quantized[model_name]
     lowered, report = dql_pass.lower(original, target=name)
     assert not report.lacking, report.lacking
-    before, after = ORT.load(original, threads=1, optimize="basic"), runtime.load(lowered, threads=1, optimize="basic")
+    before, after = ORT.load_exact(original, threads=1, optimize="basic"), runtime.load(lowered, threads=1, optimize="basic")
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
 

@@ -45,7 +45,7 @@ def _lowered(model: onnx.ModelProto, target: str | None = None, gone: bool = Tru
 
 
 def _native(model: onnx.ModelProto) -> runtimes.Session:
-    return ORT.load(model, threads=1, optimize="none")
+    return ORT.load_exact(model, threads=1, optimize="none")
 
 
 def _bits_equal_ort(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -40,7 +40,7 @@ def _data_files(path: Path) -> set[str]:
 
 
 def _run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ORT.load(path, threads=1, optimize="basic").run(feeds)
+    return ORT.load_exact(path, threads=1, optimize="basic").run(feeds)
 
 
 def _feeds() -> dict[str, np.ndarray]:

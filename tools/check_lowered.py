@@ -65,7 +65,7 @@ def check(runtime: str, model: onnx.ModelProto) -> str:
         return f"refused: {error}"
     if report.lacking:
         return "refused: lacks " + "; ".join(report.lacking)
-    expected = runtimes.get("onnxruntime").load(model, threads=1, optimize="basic")
+    expected = runtimes.get("onnxruntime").load_exact(model, threads=1, optimize="basic")
     try:
         session = runtimes.get(runtime).load(lowered, threads=1, optimize="basic")
         for label, feeds in _inputs(model, np.random.default_rng(0)).items():

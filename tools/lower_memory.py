@@ -110,7 +110,7 @@ def _exact(source: Path, lowered: Path) -> bool:
     ort = runtimes.get("onnxruntime")
     rng = np.random.default_rng(1)
     feeds = {"h0": rng.standard_normal((1, SIDE), dtype=np.float32)}
-    expected = ort.load(source, threads=1, optimize="basic").run(feeds)
+    expected = ort.load_exact(source, threads=1, optimize="basic").run(feeds)
     actual = ort.load(lowered, threads=1, optimize="basic").run(feeds)
     return harness.same_outputs(expected, actual)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = ["OnnxRuntime"]
 
+import functools
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto
+from dql_pass.runtimes.unsaturated import unsaturated
 
 
 class _OrtSession(Session):
@@ -42,6 +45,24 @@ class OnnxRuntime(Runtime):
         KnownDifference(("native",), "zero range", "ORT's kernel gives a zero range the scale 1.0; the "
                         "onnx-reference policy expects 1/255", policy="onnx-reference"),
     )
+
+    def saturating_products(self) -> frozenset[tuple[str, int, int]]:
+        """The integer products whose ORT kernel saturates on this CPU, as (op type, operand type,
+        weight type) with ONNX element types: on x86 without VNNI, MLAS sums pairs of uint8 x int8
+        products in int16 (ORT PR #12088), so ORT's results there are not the ONNX op's."""
+        return _saturating_products()
+
+    def load_exact(
+        self, model: ir.Model | onnx.ModelProto | str | os.PathLike, *, threads: int = 0, optimize: str = "all"
+    ) -> Session:
+        """Load ``model`` as :meth:`load` does, with every integer product whose kernel saturates on
+        this CPU given uint8 operands, which ORT computes exactly: the ops as ONNX defines them."""
+        saturating = self.saturating_products()
+        if saturating:
+            if not isinstance(model, ir.Model):
+                model = ir.load(model) if isinstance(model, (str, os.PathLike)) else ir.from_proto(model)
+            model = unsaturated(model, saturating)
+        return self.load(model, threads=threads, optimize=optimize)
 
     def optimized(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The graph ORT runs for ``model`` after all its optimizations (fusions included), one thread."""
@@ -78,3 +99,31 @@ class OnnxRuntime(Runtime):
             source = proto.SerializeToString()
         with failures_of("onnxruntime"):
             return _OrtSession(ort.InferenceSession(source, options, providers=["CPUExecutionProvider"]))
+
+
+_INTEGER_PRODUCTS = {"MatMulInteger": ([4, 64], [64, 4]), "ConvInteger": ([1, 8, 5, 5], [4, 8, 3, 3])}
+
+
+@functools.cache
+def _saturating_products() -> frozenset[tuple[str, int, int]]:
+    """Each integer product and operand types with an int8 among them, run once on operands at
+    their types' maximum, where every pair sum passes int16: saturating if the result is not exact."""
+    import onnxruntime as ort
+
+    found = set()
+    types = {onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
+    for op_type, shapes in _INTEGER_PRODUCTS.items():
+        for a_type, b_type in ((a, b) for a in types for b in types if onnx.TensorProto.INT8 in (a, b)):
+            operands = [np.full(shape, np.iinfo(types[t]).max, types[t]) for shape, t in zip(shapes, (a_type, b_type))]
+            graph = onnx.helper.make_graph(
+                [onnx.helper.make_node(op_type, ["a", "b"], ["y"])], "probe",
+                [onnx.helper.make_tensor_value_info(n, t, s) for n, t, s in zip("ab", (a_type, b_type), shapes)],
+                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.INT32, None)])
+            model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            got = session.run(None, dict(zip("ab", operands)))[0]
+            terms = np.prod(shapes[1][1:]) if op_type == "ConvInteger" else shapes[1][0]  # no padding: all inside
+            exact = int(operands[0].flat[0]) * int(operands[1].flat[0]) * int(terms)
+            if not (got == exact).all():
+                found.add((op_type, a_type, b_type))
+    return frozenset(found)

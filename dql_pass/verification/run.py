@@ -38,6 +38,7 @@ from dql_pass.graph.walk import graph_scopes
 from dql_pass.files import external_tensors
 from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.runtimes.unsaturated import saturating_nodes
 from dql_pass.verification.extract import LostOutput, Scopes, Site, extract, values_by_name
 from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
 from dql_pass.verification.progress import advance
@@ -197,7 +198,8 @@ def _run_all(
 ) -> dict[str, dict[str, object]]:
     """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
     with _exposed(model, names):
-        session = runtime.load(model, optimize=optimize)
+        # On ORT, the integer products as ONNX defines them, not a kernel that saturates on this CPU.
+        session = _ORT.load_exact(model, optimize=optimize) if runtime is _ORT else runtime.load(model, optimize=optimize)
     fetched = session.output_names
     values = values_by_name(model.graph)
     constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
@@ -340,6 +342,16 @@ def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
     return [f"{note}: there ORIGINAL itself gives {differing} of {total} output elements otherwise on these input sets"]
 
 
+def _saturation_note(original: ir.Model) -> list[str]:
+    """Where ORT's kernels for some of ORIGINAL's integer products saturate on this CPU: how it ran."""
+    nodes = saturating_nodes(original, _ORT.saturating_products())
+    if not nodes:
+        return []
+    return [f"ORT's kernels for {', '.join(sorted({n.split()[0] for n in nodes}))} with these operand types saturate "
+            f"on this CPU (x86 without VNNI, ORT PR #12088): {len(nodes)} such node(s) ran on ORT with their int8 "
+            "operands shifted to uint8, which ORT computes exactly, as ONNX defines the op"]
+
+
 def not_checked(tallies: Sequence[SiteTally], reason: str) -> ModelCheck:
     """The model level when it cannot run at all."""
     for tally in tallies:
@@ -407,7 +419,7 @@ def check_model(
             for values in tally.read:
                 diff = compare_site([actual_runs[label][v.name] for v in values], expected)
                 tally.add(label, ["model input"], diff, known=known[0] if known else None)
-    notes += _qdq_note(original, sets, expected_runs)
+    notes += _qdq_note(original, sets, expected_runs) + _saturation_note(original)
     held_to, from_ort = expected_runs, []
     if elsewhere:
         held_to, note = _original_on(original, sets, runtime, expected_runs)
