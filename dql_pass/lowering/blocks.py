@@ -21,7 +21,7 @@ Rules (``lower`` applies them where its ``blocks`` option, the target's by defau
 
 from __future__ import annotations
 
-__all__ = ["Block", "centred_name", "fold_cast_pair", "keep_in_float", "reading_products"]
+__all__ = ["Block", "cast_reader", "centred_name", "fold_cast_pair", "keep_in_float", "reading_products"]
 
 import dataclasses
 
@@ -42,6 +42,14 @@ def centred_name(y: str) -> str:
 def _cast_to(node: ir.Node | None, dtype: ir.DataType) -> bool:
     return (node is not None and node.domain in DOMAINS and node.op_type == "Cast"
             and "to" in node.attributes and node.attributes["to"].as_int() == dtype)
+
+
+def cast_reader(value: ir.Value) -> str | None:
+    """The output name of the Cast to float32 that alone reads ``value`` (in its graph, which does
+    not output it): where ``value`` is a lowered product's, the Cast pair a block may drop."""
+    uses = value.uses()
+    node = uses[0].node if len(uses) == 1 and not value.is_graph_output() else None
+    return node.outputs[0].name if _cast_to(node, FLOAT) and node.graph is value.graph else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +109,12 @@ def fold_cast_pair(graph: ir.Graph, output: ir.Value) -> bool:
     """Drop Cast(int32) and the Cast to float32 that alone reads it, after a lowered product in one
     float32 piece whose int32 ``output`` that is; False, and nothing changed, otherwise."""
     cast = output.producer()
-    if not _cast_to(cast, INT32) or output.is_graph_output() or len(output.uses()) != 1:
+    if not _cast_to(cast, INT32):
         return False
     product = cast.inputs[0].producer()
-    reader = next(iter(output.uses())).node
-    if product is None or product.op_type not in _PRODUCTS or not _cast_to(reader, FLOAT) or reader.graph is not graph:
+    if product is None or product.op_type not in _PRODUCTS or cast_reader(output) is None:
         return False
+    reader = output.uses()[0].node
     value, result = cast.inputs[0], reader.outputs[0]
     result.replace_all_uses_with(value, replace_graph_outputs=True)
     graph.remove([reader, cast], safe=True)

@@ -50,7 +50,7 @@ from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import Root, described, graph_scopes, live, op_key, sites_by_graph
 from dql_pass.lowering import LOWERED
-from dql_pass.lowering.blocks import centred_name
+from dql_pass.lowering.blocks import cast_reader, centred_name
 from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, OUTPUT_TYPES, OUTPUTS
 
 
@@ -68,6 +68,7 @@ class _Use:
     live: bool
     op: tuple[str, str] | None = None
     node_outputs: tuple[str, ...] = ()
+    cast: str | None = None  # the output of the Cast to float32 that alone reads that node's (a block may drop the pair)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,8 @@ def _uses(
     found = [_Use(label, i, value.graph in graphs) for i, output in enumerate(value.graph.outputs) if output is value] \
         if value.is_graph_output() else []
     found += [
-        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node), tuple(v.name for v in use.node.outputs))
+        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node), tuple(v.name for v in use.node.outputs),
+             cast_reader(use.node.outputs[0]) if len(use.node.outputs) == 1 else None)
         for use in value.uses()
     ]
     return tuple(found)
@@ -238,11 +240,19 @@ class Scopes:
         first = tuple(values[0] for values in found)
         return graph, [first] + [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
 
+    def _dropped(self, use: _Use) -> bool:
+        """Whether REWRITTEN makes the output of ``use``'s reader's Cast to float32 by another op:
+        a block dropped the Cast pair after that lowered reader."""
+        graph = self.counterpart(use.graph, [use.cast], use.live)
+        producer = None if graph is None else self.values[graph][use.cast].producer()
+        return producer is not None and producer.op_type != "Cast"
+
     def _read(self, holder: ir.Graph, use: _Use, name: str) -> ir.Value:
         """The value that REWRITTEN reads where ORIGINAL reads the site output ``name`` (``use``).
 
-        A reader that a rewrite lowered (a MatMulInteger that became float ops, say, its output
-        renamed where a block dropped a Cast pair) is checked as a site of its own by
+        A reader that a rewrite lowered (a MatMulInteger that became float ops, say, or whose output
+        went with the Cast to float32 that alone read it, a block's Cast pair: that Cast's output
+        name is then made by another op) is checked as a site of its own by
         :mod:`dql_pass.verification.lowered`, from the values named like its inputs: what it reads
         is the value of this name.
         """
@@ -255,7 +265,7 @@ class Scopes:
         wanted = f"{use.op[1]} node making {', '.join(map(repr, names))} in {use.graph}"
         if graph is None and use.live and names:
             self._dead(use.graph, names)
-        if graph is None and use.op in _LOWERED:  # a block also dropped its output's Cast pair
+        if graph is None and use.op in _LOWERED and use.cast is not None and self._dropped(use):
             return self.values[holder][name]
         node = reader(self.values[graph], use.op, use.node_outputs) if graph is not None else None
         if node is None and graph is not None and use.op in _LOWERED:

@@ -54,7 +54,7 @@ from dql_pass.errors import one_line
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, live, op_key
-from dql_pass.lowering.blocks import centred_name
+from dql_pass.lowering.blocks import cast_reader, centred_name
 from dql_pass.lowering.operands import Unsynthesizable
 from dql_pass.lowering.rules import RULES
 from dql_pass.op import DOMAINS
@@ -85,13 +85,6 @@ class LoweredSite:
     cast: str | None = None  # the output of ORIGINAL's only reader of the output, when that is a Cast to float32
 
 
-def _cast_reader(output: ir.Value) -> str | None:
-    uses = output.uses()
-    node = uses[0].node if len(uses) == 1 and not output.is_graph_output() else None
-    if node is None or node.domain not in DOMAINS or node.op_type != "Cast" or node.graph is not output.graph:
-        return None
-    return node.outputs[0].name if "to" in node.attributes and node.attributes["to"].as_int() == ir.DataType.FLOAT else None
-
 
 def _static(value: ir.Value) -> tuple[int, ...] | None:
     shape = value.shape
@@ -117,7 +110,7 @@ def lowered_sites(original: ir.Model) -> list[LoweredSite]:
                 node in alive,
                 tuple((op_key(use.node), tuple(v.name for v in use.node.outputs), use.idx)
                       for use in node.outputs[0].uses() if use.node.graph is graph),
-                _cast_reader(node.outputs[0]),
+                cast_reader(node.outputs[0]),
             ))
     return sites
 
