@@ -54,9 +54,8 @@ def cast_reader(value: ir.Value) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """A DQL whose y and y_zero_point only lowered products read: the Subs they read it through."""
+    """A DQL whose y and y_zero_point only lowered products read: the Subs they read them through."""
 
-    dql: ir.Node
     shifts: tuple[ir.Node, ...]  # Sub(Cast(y, float), Cast(y_zero_point, float)), one per product
 
 
@@ -80,7 +79,7 @@ def reading_products(dql: ir.Node, lowered: set[ir.Node]) -> Block | None:
     for sub in shifts:  # each reads this site's y and zero point, both through lower's Casts
         if [v.producer().inputs[0] if v.producer() is not None else None for v in sub.inputs] != [y, zero_point]:
             return None
-    return Block(dql, tuple(shifts))
+    return Block(tuple(shifts))
 
 
 def keep_in_float(block: Block, names: UniqueNames) -> bool:
