@@ -97,14 +97,17 @@ def _off_by_one_product(graph: ir.Graph) -> None:
     product.replace_input_with(0, add.outputs[0])
 
 
-@pytest.mark.parametrize(("edit", "row"), [(_swap_centred, "input_QuantizeLinear"),
-                                           (_off_by_one_product, "MatMulInteger 'MatMul1_quant'")])
-def test_verify_fails_a_wrong_block(edit, row):
+@pytest.mark.parametrize(("edit", "row", "detail"), [
+    (_swap_centred, "input_QuantizeLinear", "y_centred differs"),
+    (_off_by_one_product, "MatMulInteger 'MatMul1_quant'", "output differs"),
+])
+def test_verify_fails_a_wrong_block(edit, row, detail):
     original = sample("mlp_dynamic")
     wrong = edit_graph(_lowered(original)[0], edit)
     report = dql_pass.verify(original, wrong, samples=1)
     assert report.verdict == "FAIL"
-    assert {s.name: s.mismatches for s in report.sites}[row] > 0, report.format()
+    (site,) = [s for s in report.sites if s.name == row]
+    assert site.mismatches and detail in site.detail, report.format()
 
 
 def _dql_also_read_elsewhere() -> onnx.ModelProto:
