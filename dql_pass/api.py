@@ -93,14 +93,16 @@ def fuse(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> tuple[onnx.Mo
 
 @overload
 def lower(
-    model: onnx.ModelProto, *, target: str | None = ..., weights: str | None = ...
+    model: onnx.ModelProto, *, target: str | None = ..., weights: str | None = ..., blocks: bool | None = ...
 ) -> tuple[onnx.ModelProto, LowerReport]: ...
 @overload
 def lower(
-    model: ir.Model | str | os.PathLike, *, target: str | None = ..., weights: str | None = ...
+    model: ir.Model | str | os.PathLike, *, target: str | None = ..., weights: str | None = ...,
+    blocks: bool | None = ...
 ) -> tuple[ir.Model, LowerReport]: ...
 def lower(
-    model: onnx.ModelProto | ir.Model | str | os.PathLike, *, target: str | None = None, weights: str | None = None
+    model: onnx.ModelProto | ir.Model | str | os.PathLike, *, target: str | None = None, weights: str | None = None,
+    blocks: bool | None = None,
 ) -> tuple[onnx.ModelProto | ir.Model, LowerReport]:
     """Lower the quantization ops of ``model`` (DynamicQuantizeLinear, MatMulInteger, ConvInteger,
     QuantizeLinear, DequantizeLinear) to float32 primitives, bit-exact.
@@ -111,9 +113,12 @@ def lower(
     ``weights``: ``"integer"`` keeps constant int8/uint8 weights as they are, cast and shifted in
     the graph (runtimes fold that at load), ``"float"`` stores them cast and shifted as float32,
     four times larger; None: the target's default (integer for ``webgpu`` and ``wasm``), float
-    without a target. Models are taken and given back as in :func:`expand`.
+    without a target. ``blocks``: where only lowered products read a DynamicQuantizeLinear's y and
+    zero point, keep y - zero point in float32 (:mod:`dql_pass.lowering.blocks`); None: the
+    target's (on for ``webgpu`` and ``wasm``), off without a target. Models are taken and given
+    back as in :func:`expand`.
     """
-    model, result = _apply(LowerQuantizationPass(target, weights), model)
+    model, result = _apply(LowerQuantizationPass(target, weights, blocks), model)
     return model, result.report
 
 
@@ -146,11 +151,12 @@ def fuse_file(source: str | os.PathLike, output: str | os.PathLike) -> FuseResul
 
 
 def lower_file(
-    source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None, weights: str | None = None
+    source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None, weights: str | None = None,
+    blocks: bool | None = None,
 ) -> LowerResult:
     """Lower the model at ``source`` into ``output``; the result's report gives each node's proof.
     The options are :func:`lower`'s."""
-    return _rewrite_file(LowerQuantizationPass(target, weights), source, output)
+    return _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output)
 
 
 def _rewrite_file(rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike):

@@ -78,7 +78,7 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights)
+    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights, blocks=args.blocks)
     elapsed = time.perf_counter() - start
     report = result.report
     if result.modified:
@@ -412,7 +412,8 @@ def _targets() -> list[str]:
     for name, runtime in runtimes.RUNTIMES.items():
         version = runtime.version()
         installed = f"{runtime.distribution} {version}" if version else f"not installed: {runtime.install_hint()}"
-        lines.append(f"{name}: variant {runtime.variant} ({installed}), lower's weights {runtime.weights}")
+        lines.append(f"{name}: variant {runtime.variant} ({installed}), lower's weights {runtime.weights}"
+                     + (", lower keeps blocks in float32" if runtime.blocks else ""))
         lines += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in runtime.known_differences
                   if runtime.variant in d.forms]
         lines += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
@@ -507,6 +508,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="integer: keep constant int8/uint8 weights as they are, cast and shifted in the graph, "
                             "which runtimes fold at load; float: store them cast and shifted as float32, four times "
                             "larger (default: the target's, see --list-targets; float without a target)")
+    lower.add_argument("--blocks", action=argparse.BooleanOptionalAction,
+                       help="where only lowered MatMulInteger/ConvInteger read a DynamicQuantizeLinear's y and zero "
+                            "point, keep y - zero point in float32: no uint8 tensor, no Cast out and back, and no "
+                            "Cast pair after the product (default: the target's, on for webgpu and wasm; off "
+                            "without a target)")
     lower.add_argument("--verify", action="store_true",
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)

@@ -69,16 +69,19 @@ def bit_difference(name: str, actual: np.ndarray, expected: np.ndarray, *, any_n
     ))
 
 
-def compare_site(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> SiteDifference | None:
-    """Compare a site's three outputs with the reference's; None when every bit agrees."""
+def compare_site(
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], names: Sequence[str] = OUTPUTS
+) -> SiteDifference | None:
+    """Compare a site's outputs, called ``names`` (the whole tensor first), with the reference's;
+    None when every bit agrees."""
     problems, scalars, elements = [], 0, 0
-    for name, a, e in zip(OUTPUTS, actual, expected, strict=True):
+    for name, a, e in zip(names, actual, expected, strict=True):
         difference = bit_difference(name, a, e, any_nan=True)
         if difference is None:
             continue
         problems.append(difference.text)
         # Worse is a wrong scalar or type before more wrong elements of y.
-        if name == "y" and difference.elements is not None:
+        if name == names[0] and difference.elements is not None:
             elements = difference.elements
         else:
             scalars += 1

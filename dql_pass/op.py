@@ -9,6 +9,8 @@ zero-range choices with their one parser.
 from __future__ import annotations
 
 __all__ = [
+    "CENTRED_OUTPUTS",
+    "CENTRED_OUTPUT_TYPES",
     "INPUT",
     "MAX_OPSET",
     "MIN_OPSET",
@@ -39,6 +41,9 @@ DOMAINS: tuple[str, ...] = ("", "ai.onnx")
 INPUT = "x"
 OUTPUTS: tuple[str, ...] = ("y", "y_scale", "y_zero_point")
 OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)
+# What verify checks of a site that lower kept in float32 (a block): y - y_zero_point, and y_scale.
+CENTRED_OUTPUTS: tuple[str, ...] = ("y_centred", "y_scale")
+CENTRED_OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.FLOAT, ir.DataType.FLOAT)
 MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
 MAX_OPSET = onnx.defs.onnx_opset_version()
 

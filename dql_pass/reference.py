@@ -27,7 +27,7 @@ Per-axis scales and zero points lie along ``axis``.
 from __future__ import annotations
 
 __all__ = [
-    "ZERO_RANGE_POLICIES", "conv_integer", "dequantize_linear", "dynamic_quantize_linear", "matmul_integer",
+    "ZERO_RANGE_POLICIES", "centred", "conv_integer", "dequantize_linear", "dynamic_quantize_linear", "matmul_integer",
     "per_axis", "quantize_linear", "zero_range_scale",
 ]
 
@@ -63,6 +63,13 @@ def dynamic_quantize_linear(
         quotient = np.round(x / scale)
         y = np.clip(np.nan_to_num(quotient + zp, nan=0.0), 0, qmax)
     return np.asarray(y).astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)
+
+
+def centred(outputs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(y - y_zero_point, y_scale)`` in float32 from DynamicQuantizeLinear's outputs: what a site
+    lower kept in float32 computes; integers in [-255, 255], exact."""
+    y, scale, zero_point = outputs
+    return y.astype(np.float32) - zero_point.astype(np.float32), scale
 
 
 def per_axis(values: np.ndarray | None, rank: int, axis: int) -> np.ndarray:

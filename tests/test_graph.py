@@ -37,8 +37,9 @@ def test_a_lowered_site_model_imports_only_the_domains_it_uses():
     assert "local" in original.opset_imports
     rewritten, _ = dql_pass.lower(ir.from_proto(_with_quantize(sample("control_flow"))))
     (site,) = lowered_sites(original)
-    model = _replacement(rewritten, Scopes(rewritten), site)
-    assert model is not None
+    replacement = _replacement(rewritten, Scopes(rewritten), site)
+    assert replacement is not None
+    model = replacement.model
     used = {domain for domain, _ in ops_used(model)}
     assert set(model.opset_imports) == {""} | used
     assert "local" not in model.opset_imports
@@ -101,11 +102,11 @@ class _Wrong:
 def test_a_lowered_row_keeps_its_most_severe_mismatch():
     original, rewritten = _reader_in_another_domain()
     (site,) = lowered_sites(original)
-    model = _replacement(rewritten, Scopes(rewritten), site)
+    replacement = _replacement(rewritten, Scopes(rewritten), site)
     rule = RULES[site.op_type]
     cases = list(rule.cases(site, np.random.default_rng(0)))
     runtime = _Wrong([rule.expected(arrays, site.attributes) for _, _, arrays in cases])
-    result = _check(site, model, runtime, np.random.default_rng(0))
+    result = _check(site, replacement, runtime, np.random.default_rng(0))
     assert result.cases == len(cases) and result.mismatches == len(cases) - 1
     assert result.worst_case == cases[2][0], result.detail  # kept first, it was cases[1]
     assert "dtype int8" in result.detail

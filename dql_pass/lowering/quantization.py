@@ -15,7 +15,12 @@ Rules the pass applies:
 - Then every DynamicQuantizeLinear goes through :class:`~dql_pass.expansion.ExpandDynamicQuantizeLinearPass`
   with the variant that is exact on ``target`` (``arithmetic``, which has no quantization op, when
   there is no target); the QuantizeLinear that variant may stamp is the target's to run.
-- Every replaced node's output keeps its name; every new name is unique across the model.
+- With ``blocks`` (the target's :attr:`~dql_pass.runtimes.Runtime.blocks` by default, off without a
+  target), a DQL whose y and y_zero_point only lowered products read keeps its quantized activation
+  in float32, and a product's Cast to int32 that only a Cast to float32 reads goes with it
+  (:mod:`dql_pass.lowering.blocks`).
+- Every replaced node's output keeps its name, but for a Cast pair a block drops, whose float32 value
+  takes the name of the last Cast's output; every new name is unique across the model.
 - Constants (shifted weights, scales, zero points, Slice bounds) are shared per root: initializers
   of the main graph, Constant nodes at the top of a function. Weights and zero points that only
   the replaced nodes read are dropped as each node is replaced, so that one weight at a time is
@@ -38,6 +43,7 @@ import onnx_ir as ir
 from dql_pass import runtimes
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
 from dql_pass.graph.constants import drop_unused
+from dql_pass.lowering import blocks
 # expand's name and constant stores, so that lowered and expanded sites share one naming scheme.
 from dql_pass.graph.names import SharedConstants, UniqueNames
 from dql_pass.graph.walk import check_ir_model, find_sites, graph_scopes, label, ops_used
@@ -73,6 +79,7 @@ class LowerReport:
     target: str | None
     variant: str
     weights: str = "float"  # how constant integer weights were stored: dql_pass.variants.WEIGHTS
+    blocks: int = 0  # DQL sites whose quantized activation stays in float32 (dql_pass.lowering.blocks)
     lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
     left_alone: list[UnloweredNode] = dataclasses.field(default_factory=list)
     lacking: list[str] = dataclasses.field(default_factory=list)
@@ -80,6 +87,7 @@ class LowerReport:
     def format(self) -> str:
         lines = [f"  {n.op_type} {n.node!r} in {n.graph}: {n.proof}" for n in self.lowered]
         lines += [f"left alone: {n.op_type} {n.node!r} in {n.graph}: {n.reason}" for n in self.left_alone]
+        lines += [f"{self.blocks} DynamicQuantizeLinear sites keep y - y_zero_point in float32 (blocks)"] if self.blocks else []
         lines += [f"still blocks {self.target}: {lack}" for lack in self.lacking]
         return "\n".join(lines)
 
@@ -96,7 +104,7 @@ class LowerResult(ir.passes.PassResult):
 class LowerQuantizationPass(ir.passes.InPlacePass):
     """Rewrite the quantization ops of ``quantize_dynamic`` into float32 primitives (see the module docstring)."""
 
-    def __init__(self, target: str | None = None, weights: str | None = None):
+    def __init__(self, target: str | None = None, weights: str | None = None, blocks: bool | None = None):
         super().__init__()
         runtime = None if target is None else runtimes.get(target)
         self.target = None if runtime is None else runtime.name
@@ -105,6 +113,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         self.inexact = {} if runtime is None else {p.op_type: p for p in runtime.inexact_products}
         default = "float" if runtime is None else runtime.weights
         self.weights = check_choice("weights", default if weights is None else weights)
+        self.blocks = (runtime is not None and runtime.blocks) if blocks is None else blocks
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")
@@ -112,6 +121,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         report = LowerReport(self.target, self.variant, self.weights)
         names = UniqueNames.of_model(model)
         stores: dict[int, SharedConstants] = {}
+        made: set[ir.Node] = set()  # the nodes lower made: blocks only take the products' own Casts
         for graph, (path, root) in graph_scopes(model).items():
             opset = ai_onnx_opset(root.opset_imports) or 0
             for node in list(graph):
@@ -135,14 +145,22 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                 inputs = list(node.inputs)
                 ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
                 drop_unused(inputs)  # now, so that each weight is freed before the next is converted
+                made.update(lowering.nodes)
+                if self.blocks and lowering.proof is not None and len(lowering.proof.chunks) == 1:
+                    blocks.fold_cast_pair(graph, lowering.output)
                 proof = lowering.proof.describe() if lowering.proof else "elementwise, exact as ORT computes it"
                 report.lowered.append(LoweredNode(path, where, node.op_type, proof))
         sites = find_sites(model)
         for path, nodes in sites.items():
             proof = f"expanded, variant {self.variant}"
             report.lowered += [LoweredNode(path, n.name or n.outputs[0].name, n.op_type, proof) for n in nodes]
+        kept = [block for nodes in sites.values() for node in nodes
+                if (block := blocks.reading_products(node, made)) is not None] if self.blocks else []
         if sites:
             ExpandDynamicQuantizeLinearPass(variant=self.variant, runtime=self.target)(model)
+        if kept:
+            block_names = UniqueNames.of_model(model)
+            report.blocks = sum(blocks.keep_in_float(block, block_names) for block in kept)
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:

@@ -123,6 +123,9 @@ class Runtime:
     # How `lower --target` stores constant int8/uint8 weights by default (dql_pass.variants.WEIGHTS):
     # float32 where nobody downloads the file; "integer" where the file's size matters.
     weights: str = "float"
+    # Whether `lower --target` keeps a DQL's quantized activation in float32 where only lowered
+    # products read it (dql_pass.lowering.blocks): fewer nodes where each node is a kernel launch.
+    blocks: bool = False
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
     inexact_products: tuple[InexactProduct, ...] = ()

@@ -18,6 +18,11 @@ Rules:
   :mod:`dql_pass.graph.slice`, the one slice lowered ops go through too, taking in constants of
   outer scopes, subgraphs of the nodes on the way and the model-local functions they call; one
   that needs any other value cannot run alone: not reachable;
+- a site that lower kept in float32 (a block, :mod:`dql_pass.lowering.blocks`): only lowered ops
+  read its y and y_zero_point in ORIGINAL, and REWRITTEN lacks both but holds their float32
+  difference under :func:`~dql_pass.lowering.blocks.centred_name` of y; that difference and
+  y_scale are what is checked (against y - y_zero_point of the reference), and the lowered ops
+  are checked from that difference by :mod:`dql_pass.verification.lowered`;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 - a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
   no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
@@ -45,7 +50,8 @@ from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import Root, described, graph_scopes, live, op_key, sites_by_graph
 from dql_pass.lowering import LOWERED
-from dql_pass.op import OUTPUT_TYPES, OUTPUTS
+from dql_pass.lowering.blocks import cast_reader, centred_name
+from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, OUTPUT_TYPES, OUTPUTS
 
 
 _LOWERED = {("", op_type) for op_type in LOWERED}
@@ -62,6 +68,7 @@ class _Use:
     live: bool
     op: tuple[str, str] | None = None
     node_outputs: tuple[str, ...] = ()
+    cast: str | None = None  # the output of the Cast to float32 that alone reads that node's (a block may drop the pair)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +95,7 @@ def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
     return values
 
 
-def _canonical(graph: ir.Graph) -> None:
+def _canonical(graph: ir.Graph, block: bool) -> None:
     """Name everything by position, so that identical computations serialize to identical bytes."""
     values = [*graph.initializers.values()]
     values += [v for node in graph for v in node.outputs]
@@ -105,7 +112,8 @@ def _canonical(graph: ir.Graph) -> None:
         node.metadata_props.clear()
     graph.inputs[0].name = "x"
     graph.inputs[0].type, graph.inputs[0].shape = ir.TensorType(ir.DataType.FLOAT), None
-    for value, name, dtype in zip(graph.outputs, OUTPUTS, OUTPUT_TYPES):
+    names, types = (CENTRED_OUTPUTS, CENTRED_OUTPUT_TYPES) if block else (OUTPUTS, OUTPUT_TYPES)
+    for value, name, dtype in zip(graph.outputs, names, types, strict=True):
         value.name = name
         if value.type is None:
             value.type = ir.TensorType(dtype)
@@ -119,7 +127,8 @@ def _uses(
     found = [_Use(label, i, value.graph in graphs) for i, output in enumerate(value.graph.outputs) if output is value] \
         if value.is_graph_output() else []
     found += [
-        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node), tuple(v.name for v in use.node.outputs))
+        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node), tuple(v.name for v in use.node.outputs),
+             cast_reader(use.node.outputs[0]) if len(use.node.outputs) == 1 else None)
         for use in value.uses()
     ]
     return tuple(found)
@@ -181,18 +190,31 @@ class Scopes:
             raise NotReachable(f"only {self.labels[dead]} holds {', '.join(map(repr, names))} in REWRITTEN, and "
                                "nothing REWRITTEN outputs depends on it: what is computed in its place is unknown")
 
+    def block(self, site: Site) -> bool:
+        """Whether REWRITTEN keeps the site as a block (see the module docstring)."""
+        y, scale, zero_point = site.outputs
+        if not site.uses[0] or not all(use.op in _LOWERED for k in (0, 2) for use in site.uses[k]):
+            return False
+        graph = self.counterpart(site.graph, [centred_name(y), scale], site.live)
+        return graph is not None and y not in self.values[graph] and zero_point not in self.values[graph]
+
+    def outputs(self, site: Site) -> tuple[str, ...]:
+        """The names of what is checked of the site in REWRITTEN: its outputs, or a block's two."""
+        return (centred_name(site.outputs[0]), site.outputs[1]) if self.block(site) else site.outputs
+
     def holder(self, site: Site) -> ir.Graph:
         """The graph that holds the site's outputs; when no graph or several do, the one at the
         site's path is kept and reports them lost."""
-        graph = self.counterpart(site.graph, site.outputs, site.live)
+        outputs = self.outputs(site)
+        graph = self.counterpart(site.graph, outputs, site.live)
         if graph is None and site.live:
-            self._dead(site.graph, site.outputs)
+            self._dead(site.graph, outputs)
         if graph is None:
             graph = self.by_path.get(site.graph)
         if graph is None:
             raise LostOutput(f"REWRITTEN has no graph {site.graph!r}, and no one other graph holds its outputs")
         values = self.values[graph]
-        lost = [name for name in site.outputs if name not in values]
+        lost = [name for name in outputs if name not in values]
         if lost:
             raise LostOutput(f"REWRITTEN has no value named {', '.join(map(repr, lost))} in {site.graph}")
         return graph
@@ -202,22 +224,37 @@ class Scopes:
         outputs read there, as triples to check: the first readers' values, then each other value
         read, in place of the first.
 
-        An output that nothing reads in ORIGINAL is the value of its name.
+        An output that nothing reads in ORIGINAL is the value of its name; of a block, the pair
+        its lowered readers read: y - y_zero_point and y_scale.
         """
         graph = self.holder(site)
-        found = [
-            list(dict.fromkeys(self._read(graph, use, name) for use in uses)) or [self.values[graph][name]]
-            for name, uses in zip(site.outputs, site.uses, strict=True)
-        ]
+        if self.block(site):
+            centred = self.values[graph][centred_name(site.outputs[0])]
+            found = [[centred], list(dict.fromkeys(self._read(graph, use, site.outputs[1]) for use in site.uses[1]))
+                     or [self.values[graph][site.outputs[1]]]]
+        else:
+            found = [
+                list(dict.fromkeys(self._read(graph, use, name) for use in uses)) or [self.values[graph][name]]
+                for name, uses in zip(site.outputs, site.uses, strict=True)
+            ]
         first = tuple(values[0] for values in found)
         return graph, [first] + [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
+
+    def _dropped(self, use: _Use) -> bool:
+        """Whether REWRITTEN makes the output of ``use``'s reader's Cast to float32 by another op:
+        a block dropped the Cast pair after that lowered reader."""
+        graph = self.counterpart(use.graph, [use.cast], use.live)
+        producer = None if graph is None else self.values[graph][use.cast].producer()
+        return producer is not None and producer.op_type != "Cast"
 
     def _read(self, holder: ir.Graph, use: _Use, name: str) -> ir.Value:
         """The value that REWRITTEN reads where ORIGINAL reads the site output ``name`` (``use``).
 
-        A reader that a rewrite lowered (a MatMulInteger that became float ops, say) is checked as a
-        site of its own by :mod:`dql_pass.verification.lowered`, from the values named like its inputs:
-        what it reads is the value of this name.
+        A reader that a rewrite lowered (a MatMulInteger that became float ops, say, or whose output
+        went with the Cast to float32 that alone read it, a block's Cast pair: that Cast's output
+        name is then made by another op) is checked as a site of its own by
+        :mod:`dql_pass.verification.lowered`, from the values named like its inputs: what it reads
+        is the value of this name.
         """
         if use.op is None:
             if use.index >= len(holder.outputs):
@@ -228,6 +265,8 @@ class Scopes:
         wanted = f"{use.op[1]} node making {', '.join(map(repr, names))} in {use.graph}"
         if graph is None and use.live and names:
             self._dead(use.graph, names)
+        if graph is None and use.op in _LOWERED and use.cast is not None and self._dropped(use):
+            return self.values[holder][name]
         node = reader(self.values[graph], use.op, use.node_outputs) if graph is not None else None
         if node is None and graph is not None and use.op in _LOWERED:
             producer = self.values[graph][names[0]].producer()
@@ -243,11 +282,11 @@ class Scopes:
         return node.inputs[use.index]
 
 
-def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value]) -> ir.Model:
-    """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` computing ``outputs``, the
-    values read for the site in ``graph`` of ``model``."""
+def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value], block: bool = False) -> ir.Model:
+    """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` (a ``block``'s
+    ``y_centred, y_scale``) computing ``outputs``, the values read for the site in ``graph`` of ``model``."""
     extracted = site_model(model, graph, outputs, [site.input])  # outputs that ignore x still get compared
-    _canonical(extracted.graph)
+    _canonical(extracted.graph, block)
     return extracted
 
 

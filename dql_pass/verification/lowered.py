@@ -26,7 +26,15 @@ Rules:
   another runtime cannot load runs on ORT, and what that runtime cannot load or run is reported
   not checked there, with its reason;
 - operands whose shape cannot be told (a non-constant weight of unknown shape) are not checked,
-  with the reason: INCOMPLETE.
+  with the reason: INCOMPLETE;
+- a block (:mod:`dql_pass.lowering.blocks`): where REWRITTEN lacks an operand and its zero point
+  (a pair the rule's record names) but holds their float32 difference under
+  :func:`~dql_pass.lowering.blocks.centred_name` of the operand, the replacement is sliced back to
+  that difference and fed the operands' difference in float32; the DQL site's check holds that
+  value to the reference's y - y_zero_point, so the two checks cover the block;
+- where REWRITTEN lacks the op's output and ORIGINAL's only reader of it is a Cast to float32 (a
+  block drops that Cast pair), the value named like the Cast's output is checked against the
+  reference cast to float32: all that ORIGINAL reads of the op.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from dql_pass.errors import one_line
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, live, op_key
+from dql_pass.lowering.blocks import cast_reader, centred_name
 from dql_pass.lowering.operands import Unsynthesizable
 from dql_pass.lowering.rules import RULES
 from dql_pass.op import DOMAINS
@@ -73,6 +82,8 @@ class LoweredSite:
     live: bool
     # ORIGINAL's nodes in the same graph that read the output: ((domain, op type), their output names, input index).
     readers: tuple[tuple[tuple[str, str], tuple[str, ...], int], ...] = ()
+    cast: str | None = None  # the output of ORIGINAL's only reader of the output, when that is a Cast to float32
+
 
 
 def _static(value: ir.Value) -> tuple[int, ...] | None:
@@ -99,6 +110,7 @@ def lowered_sites(original: ir.Model) -> list[LoweredSite]:
                 node in alive,
                 tuple((op_key(use.node), tuple(v.name for v in use.node.outputs), use.idx)
                       for use in node.outputs[0].uses() if use.node.graph is graph),
+                cast_reader(node.outputs[0]),
             ))
     return sites
 
@@ -122,24 +134,59 @@ def _read(values: dict[str, ir.Value], site: LoweredSite) -> ir.Value:
     return read.pop() if read and None not in read else values[site.output]
 
 
-def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model | None:
+@dataclasses.dataclass(frozen=True)
+class _Replacement:
+    """REWRITTEN's computation of a site's output as a model, what feeds its inputs (per input, the
+    positions of the site's operands: one, or an operand and its zero point fed as their float32
+    difference), and whether the output is the op's result cast to float32."""
+
+    model: ir.Model
+    feeds: tuple[tuple[int, ...], ...]
+    cast: bool
+
+    def fed(self, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        return [arrays[i[0]] if len(i) == 1 else arrays[i[0]].astype(np.float32) - arrays[i[1]].astype(np.float32)
+                for i in self.feeds]
+
+
+def _feeds(site: LoweredSite, values: dict[str, ir.Value]) -> list[tuple[int, ...]]:
+    """The positions each replacement input is fed from: the site's non-constant operands, an operand
+    and its zero point that a block replaced by their difference (both absent, the difference there)
+    as one."""
+    fed = _fed(site)
+    for operand, zero_point in RULES[site.op_type].centred:
+        pair = [site.inputs[operand], site.inputs[zero_point] if zero_point < len(site.inputs) else None]
+        if (operand in fed and zero_point in fed and not any(name in values for name in pair)
+                and centred_name(pair[0]) in values):
+            fed[fed.index(operand)] = (operand, zero_point)
+            fed.remove(zero_point)
+    return [i if isinstance(i, tuple) else (i,) for i in fed]
+
+
+def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> _Replacement | None:
     """REWRITTEN's computation of the site's output from its non-constant inputs, as a model whose
     inputs are those in order; None when REWRITTEN still runs the op itself."""
     graph = scopes.counterpart(site.graph, [site.output], site.live)
+    cast = graph is None and site.cast is not None  # a block dropped the Cast pair: the Cast's output stands
+    if cast:
+        graph = scopes.counterpart(site.graph, [site.cast], site.live)
     if graph is None:
         raise NotReachable(f"no graph of REWRITTEN{' that its outputs depend on' if site.live else ''} "
                            f"holds {site.output!r}")
-    output = _read(scopes.values[graph], site)
+    values = scopes.values[graph]
+    output = values[site.cast] if cast else _read(values, site)
     producer = output.producer()
     if producer is not None and producer.op_type == site.op_type and producer.domain in DOMAINS:
         return None
-    fed = _fed(site)
-    replacement = site_model(model, graph, [output], [site.inputs[i] for i in fed])  # an input it ignores is still fed
+    feeds = _feeds(site, values)
+    names = [site.inputs[i[0]] if len(i) == 1 else centred_name(site.inputs[i[0]]) for i in feeds]
+    replacement = site_model(model, graph, [output], names)  # an input it ignores is still fed
     body = replacement.graph
-    for k, (value, i) in enumerate(zip(body.inputs, fed)):
-        if site.types[i] is None:
-            raise Unsynthesizable(f"the type of {site.inputs[i]!r} is unknown")
-        value.name, value.shape, value.type = f"input{k}", None, ir.TensorType(site.types[i])
+    for k, (value, i) in enumerate(zip(body.inputs, feeds)):
+        if site.types[i[0]] is None:
+            raise Unsynthesizable(f"the type of {site.inputs[i[0]]!r} is unknown")
+        dtype = site.types[i[0]] if len(i) == 1 else ir.DataType.FLOAT
+        value.name, value.shape, value.type = f"input{k}", None, ir.TensorType(dtype)
     if body.outputs[0].producer() is None:  # a stored value (a rewrite folded the op): renaming it renames the tensor
         identity = ir.node("Identity", [body.outputs[0]])
         body.append(identity)
@@ -147,7 +194,7 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> ir.Model
     body.outputs[0].name = "output"
     for value in [*body.outputs, *(v for node in body for v in node.outputs)]:
         value.shape = None  # the model's shapes do not hold for synthesized operands
-    return replacement
+    return _Replacement(replacement, tuple(feeds), cast)
 
 
 def _declare_shapes(model: ir.Model, operands: Sequence[Sequence[np.ndarray]]) -> None:
@@ -180,13 +227,18 @@ def _session(
         return None, ort, f"{reason}; onnxruntime cannot load it either: {one_line(error)}"
 
 
-def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: np.random.Generator) -> SiteResult:
+def _check(site: LoweredSite, replacement: _Replacement, runtime: runtimes.Runtime, rng: np.random.Generator) -> SiteResult:
     result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the exact "
                         "reference; the final outputs at the model level")
+    if replacement.cast or any(len(i) > 1 for i in replacement.feeds):
+        result.block = ("checked " + " and ".join(
+            [f"from {centred_name(site.inputs[i[0]])!r}, its operand minus its zero point in float32"
+             for i in replacement.feeds if len(i) > 1]
+            + [f"as {site.cast!r}, the reference cast to float32"] * replacement.cast))
     rule = RULES[site.op_type]
     cases = list(rule.cases(site, rng))
-    fed = _fed(site)
-    _declare_shapes(model, [[arrays[i] for i in fed] for _, _, arrays in cases])
+    model = replacement.model
+    _declare_shapes(model, [replacement.fed(arrays) for _, _, arrays in cases])
     session, runtime, reason = _session(model, runtime)
     if session is None:
         result.mismatches, result.detail = 1, reason
@@ -195,8 +247,10 @@ def _check(site: LoweredSite, model: ir.Model, runtime: runtimes.Runtime, rng: n
     tally = Tally(result)
     for name, category, arrays in cases:
         expected = rule.expected(arrays, site.attributes)
+        if replacement.cast:
+            expected = expected.astype(np.float32)
         try:
-            (actual,) = session.run({f"input{k}": arrays[i] for k, i in enumerate(fed)})
+            (actual,) = session.run({f"input{k}": array for k, array in enumerate(replacement.fed(arrays))})
             difference = bit_difference("output", actual, expected)
             # Worse is a wrong type or shape before more wrong elements.
             diff = None if difference is None else SiteDifference(
@@ -222,10 +276,10 @@ def check_lowered(
     for done, site in enumerate(sites):
         advance("lowered ops", done, len(sites))
         try:
-            model = _replacement(rewritten, scopes, site)
-            if model is None:
+            replacement = _replacement(rewritten, scopes, site)
+            if replacement is None:
                 continue  # REWRITTEN runs the op itself: the model level compares it
-            results.append(_check(site, model, runtime, rng))
+            results.append(_check(site, replacement, runtime, rng))
         except (NotReachable, Unsynthesizable) as reason:
             results.append(SiteResult(site.name, site.graph, not_reachable=str(reason),
                                       model_level="lowered op: not checked against the reference"))

@@ -4,7 +4,8 @@ Jobs:
 
 - site level: every extracted site model runs once per distinct computation (identical models
   share one ORT session) on the catalogue's comparable cases and two large cases, against the
-  reference under the chosen zero-range policy;
+  reference under the chosen zero-range policy; a site lower kept in float32 (a block) against the
+  reference's y - y_zero_point in float32 and y_scale;
 - model level: both models run on ORT (optimisation "basic" without the QDQ transformers, which
   keeps every kernel as written: for a QDQ model, the ops as ONNX defines them, not the integer
   kernels ORT fuses QDQ groups into at its default level; the report's note says so, with how
@@ -36,8 +37,8 @@ from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.graph.slice import NotReachable
 from dql_pass.graph.walk import graph_scopes
 from dql_pass.files import external_tensors
-from dql_pass.op import DOMAINS, OUTPUT_TYPES, OUTPUTS
-from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, DOMAINS, OUTPUT_TYPES, OUTPUTS
+from dql_pass.reference import centred, dynamic_quantize_linear
 from dql_pass.runtimes.unsaturated import saturating_nodes
 from dql_pass.verification.extract import LostOutput, Scopes, Site, extract, values_by_name
 from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
@@ -61,6 +62,16 @@ class SiteTally(Tally):
         self.site = site
         # The values that the site's readers read in REWRITTEN, as triples (see Scopes.read).
         self.read: list[tuple[ir.Value, ...]] = []
+        self.block = False  # REWRITTEN keeps it in float32: read holds pairs (y - y_zero_point, y_scale)
+
+    @property
+    def outputs(self) -> tuple[tuple[str, ...], tuple[ir.DataType, ...]]:
+        """The names and types of what is checked of the site."""
+        return (CENTRED_OUTPUTS, CENTRED_OUTPUT_TYPES) if self.block else (OUTPUTS, OUTPUT_TYPES)
+
+    def expected(self, outputs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """What the site is held to, from the reference's ``outputs``."""
+        return centred(outputs) if self.block else outputs
 
 
 # -- site level ------------------------------------------------------------------------------------
@@ -77,17 +88,18 @@ class _SiteRunner:
         self.expected = [dynamic_quantize_linear(c.x, zero_range) for c in catalogue]
         self._results: dict[bytes, tuple[list[tuple[SiteDifference | None, str | None]], str | None]] = {}
 
-    def run(self, model: ir.Model) -> tuple[list[tuple[SiteDifference | None, str | None]], str | None]:
+    def run(self, model: ir.Model, tally: SiteTally) -> tuple[list[tuple[SiteDifference | None, str | None]], str | None]:
         """Per case, the difference found (None: same bits) and the runtime's known reason for it, if
-        any; and why the site was not checked on the runtime, if it was not."""
+        any; and why the site was not checked on the runtime, if it was not. ``tally``'s site says
+        what is checked (its outputs, or a block's), which the model's output names tell apart."""
         proto = ir.serde.serialize_model(model)  # once: for the cache key and for the session
         key = proto.SerializeToString(deterministic=True)
         if key not in self._results:
             # Constants kept on disk go through the runtime's own loading, which reads them.
             loaded = model if external_tensors(model) else proto
-            results, unchecked = [(diff, None) for diff in self._run(loaded, _ORT)[0]], None
+            results, unchecked = [(diff, None) for diff in self._run(loaded, _ORT, tally)[0]], None
             if self.runtime is not _ORT:
-                diffs, unchecked = self._run(loaded, self.runtime)
+                diffs, unchecked = self._run(loaded, self.runtime, tally)
                 for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
                         known = self.runtime.differences(self.catalogue[i].x, self.runtime.variant, self.zero_range)
@@ -95,7 +107,9 @@ class _SiteRunner:
             self._results[key] = results, unchecked
         return self._results[key]
 
-    def _run(self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime) -> tuple[list[SiteDifference | None], str | None]:
+    def _run(
+        self, model: ir.Model | onnx.ModelProto, runtime: runtimes.Runtime, tally: SiteTally
+    ) -> tuple[list[SiteDifference | None], str | None]:
         """The difference of every case on ``runtime``, and why some were not checked there.
 
         What ORT, which runs the ops as ONNX defines them, refuses is the rewrite's fault: a
@@ -110,9 +124,10 @@ class _SiteRunner:
                 return [None] * len(self.catalogue), reason
             return [SiteDifference(WORST, reason)] * len(self.catalogue), None
         diffs, unchecked = [], None
+        names = tally.outputs[0]
         for case, expected in zip(self.catalogue, self.expected):
             try:
-                diff = compare_site(session.run({"x": case.x}, OUTPUTS), expected)
+                diff = compare_site(session.run({"x": case.x}, names), tally.expected(expected), names)
             except runtimes.RuntimeFailure as error:
                 if runtime is not _ORT:
                     unchecked = unchecked or f"{runtime.name} cannot run case {case.name}: {one_line(error)}"
@@ -138,17 +153,21 @@ def check_sites(
     for done, tally in enumerate(tallies):
         advance("sites", done, len(tallies))
         try:
+            tally.block = scopes.block(tally.site)
             graph, tally.read = scopes.read(tally.site)
             # A computation that cannot be extracted may still be checked in the models: read stays.
-            extracted = [extract(model, graph, tally.site, values) for values in tally.read]
+            extracted = [extract(model, graph, tally.site, values, tally.block) for values in tally.read]
         except LostOutput as lost:
             tally.add("-", ["lost output"], SiteDifference(WORST, str(lost)), run=False)
             continue
         except NotReachable as reason:
             tally.result.not_reachable = str(reason)
             continue
+        if tally.block:
+            tally.result.block = ("lower kept it in float32: y - y_zero_point (float32) and y_scale checked against the "
+                                  "reference, the lowered ops that read it checked from y - y_zero_point")
         for site_model in extracted:
-            results, unchecked = runner.run(site_model)
+            results, unchecked = runner.run(site_model, tally)
             tally.result.not_checked = tally.result.not_checked or unchecked
             for case, case_classes, (diff, known) in zip(catalogue, classes, results):
                 tally.add(case.name, case_classes, diff, known=known)
@@ -390,7 +409,7 @@ def check_model(
                 else "not checked in the models: what reads it in REWRITTEN is unknown"
             )
     original_names = {t.site.input: ir.DataType.FLOAT for t in exposed}
-    rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, OUTPUT_TYPES)}
+    rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, t.outputs[1])}
     elsewhere = runtime is not _ORT
     if elsewhere:  # the sites' inputs as the runtime computes them, where REWRITTEN still has them
         present = values_by_name(rewritten.graph)
@@ -417,7 +436,7 @@ def check_model(
             expected = dynamic_quantize_linear(x, zero_range)
             known = runtime.differences(np.asarray(x), runtime.variant, zero_range) if elsewhere else []
             for values in tally.read:
-                diff = compare_site([actual_runs[label][v.name] for v in values], expected)
+                diff = compare_site([actual_runs[label][v.name] for v in values], tally.expected(expected), tally.outputs[0])
                 tally.add(label, ["model input"], diff, known=known[0] if known else None)
     notes += _qdq_note(original, sets, expected_runs) + _saturation_note(original)
     held_to, from_ort = expected_runs, []
