@@ -193,6 +193,15 @@ def _op_types(nodes: Sequence[str]) -> str:
     return ", ".join(f"{op_type} {count}" for op_type, count in counts.most_common())
 
 
+def _launching(cost: web.Cost | str | None) -> str:
+    """The nodes on WebGPU but copies and the ops that launch no kernel (WebGpu.no_dispatch): what
+    the dispatches should number, one each; "-" where the placement log did not name them."""
+    listed = cost.placement.get("WebGpuExecutionProvider", []) if isinstance(cost, web.Cost) else ["?"]
+    if "?" in listed:
+        return "-"
+    return f"{sum(node.split(' ')[0] not in (*web.COPIES, *web.WebGpu.no_dispatch) for node in listed):,}"
+
+
 def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, np.ndarray], target: str,
            variant: str, repeats: int) -> str:
     """The report: a ``## `` section for BENCHMARKS.md."""
@@ -204,7 +213,7 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
         calls = [f"{getattr(cost.inference, key):,}" if isinstance(cost, web.Cost) else "-"
                  for key in ("dispatches", "submits", "readbacks")]
         nodes = ", ".join(f"{n:,} {p}" for p, n in cost.nodes.items()) + f", {cost.copies} copies" if isinstance(cost, web.Cost) else str(cost)
-        rows.append([form, *calls, nodes, _median(result.load["webgpu"]), _median(result.load["wasm"]),
+        rows.append([form, *calls, _launching(cost), nodes, _median(result.load["webgpu"]), _median(result.load["wasm"]),
                      _median(result.run["webgpu"]), _median(result.run["wasm"]), f"{result.size / 2**20:.2f} MiB",
                      *(["(another model)"] * 3 if form == "fp32" else [_same(results, key, form) for key in (*RUNTIMES, BASIC)])])
         if isinstance(cost, web.Cost):
@@ -214,7 +223,8 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
                     listed = [f"{node.op_type} ({node.name})" for node in graph if node.op_type != "Constant"]
                     provider += f" (all {len(cost.placement[provider]):,} after onnxruntime's optimizer; of the file's nodes)"
                 placed.append(f"- {form}, {provider}: {_op_types(listed)}")
-    headers = ["form", "dispatches / inference", "submits / inference", "readbacks / inference", "nodes per provider",
+    headers = ["form", "dispatches / inference", "submits / inference", "readbacks / inference",
+               "WebGPU nodes that launch a kernel", "nodes per provider",
                "load, webgpu (SwiftShader)", "load, wasm", "inference, webgpu (SwiftShader)", "inference, wasm",
                "file", "outputs = original's, webgpu", "outputs = original's, wasm", "outputs = original's, wasm at optimize basic"]
     lines = [

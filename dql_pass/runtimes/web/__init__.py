@@ -329,6 +329,11 @@ class WebGpu(WebRuntime):
         "QuantizeLinear": "float32", "Round": "float32", "Sign": "float32", "IsNaN": "float32",
         "Clip": "uint8 (float32 has one)",
     }
+    # Ops whose WebGPU kernel launches no compute dispatch (measured with cost(), 1.30.0): the output
+    # is a view of the input, or the shape, which the CPU knows. Every other op placed on WebGPU
+    # launches one, so a warm inference makes as many dispatches as the rest of its WebGPU nodes
+    # (all-MiniLM-L6-v2 as q8, lowered: 2,651 = 2,732 nodes - 56 Reshape - 1 Flatten - 24 Shape).
+    no_dispatch = {"Reshape": "a view", "Flatten": "a view", "Shape": "the shape, known on the CPU"}
     unloadable = {
         "float64": "measured (1.30.0): the /webgpu build's CPU provider has no Cast to or from double, so no provider "
                    "takes the float64 variant's Casts and the session is not created (transformer_memcpy.cc: "
