@@ -103,6 +103,29 @@ def test_the_models_table_gets_a_column_of_nodes_on_the_cpu_only_where_a_runtime
     assert "nodes on the CPU" not in "\n".join(tool._details(result, (21,)))
 
 
+def test_the_models_table_gets_the_gpu_calls_of_an_inference_where_a_runtime_counted_them():
+    """From a runtime's cost: one column of dispatches, submits and readbacks per inference; none
+    where nothing was submitted (wasm counts 0 of each: it makes no WebGPU call)."""
+    cost = web.Cost(web.GpuCalls(0, 6, 0), web.GpuCalls(297, 26, 7),
+                    {"CPUExecutionProvider": ["MatMulInteger (m)"], "WebGpuExecutionProvider": ["Mul (a)", "MemcpyToHost (c)"]})
+    assert cost.nodes == {"CPUExecutionProvider": 1, "WebGpuExecutionProvider": 1} and cost.copies == 1
+    assert cost.as_dict()["inference"] == {"dispatches": 297, "submits": 26, "readbacks": 7}
+
+    class Costing(_Placing):
+        def cost(self, model, feeds):
+            return cost
+
+    placed = tool.placement(Costing(None), None, {"x": None})
+    assert placed.inference == cost.inference and placed.providers == cost.nodes and placed.memcpy == 1
+    result = _result({})
+    result.forms[("native", 21)] = tool.FormResult()
+    result.models = [tool.ModelResult("mlp", True, "yes", "3/3", "", placed)]
+    text = "\n".join(tool._details(result, (21,)))
+    assert "| mlp | yes | 3/3 | yes | 1 of 2: 1 MatMulInteger | 297 dispatches, 26 submits, 7 readbacks |  |" in text
+    placed.inference = web.GpuCalls(0, 0, 0)
+    assert "GPU calls per inference" not in "\n".join(tool._details(result, (21,)))
+
+
 def test_the_models_the_tools_build_are_of_the_lowest_ir_version_their_opset_needs():
     """As exporters write them: onnx's default, its newest IR (14 for onnx 1.23), is one that
     onnxruntime-web 1.30 refuses, and the transformer of RUNTIMES.md did not load in the browser."""

@@ -262,3 +262,27 @@ def test_a_browser_that_cannot_start_leaves_no_pipe_or_profile(tmp_path, monkeyp
         Browser(str(tmp_path / "no-chromium"), "http://127.0.0.1:9/")
     assert set(os.listdir("/proc/self/fd")) <= before
     assert list(tmp_path.iterdir()) == []
+
+
+
+@needs_browser
+def test_the_cost_of_an_inference_is_a_dispatch_per_gpu_kernel_and_a_readback_per_copy_to_the_cpu():
+    """mlp_dynamic (3 DQL sites), before and after the portable expansion: per warm inference one
+    dispatch per node on WebGPU but those that launch none (here the Reshape of each portable site),
+    one readback per MemcpyToHost and one for the output (computed on WebGPU), and at least a
+    submit per readback. The original's DQL and MatMulInteger
+    run on the CPU; the expansion moves its 3 DQL onto WebGPU at some 95 nodes each."""
+    model = onnx.load("models/mlp_dynamic.onnx")
+    feeds = {"input": np.random.default_rng(0).standard_normal((2, 64), _F)}
+    costs = {}
+    for form, form_model in [("original", model), ("portable", dql_pass.expand(model, variant="portable", runtime=None)[0])]:
+        cost = costs[form] = runtimes.get("webgpu").cost(form_model, feeds)
+        gpu = [node.split(" ")[0] for node in cost.placement["WebGpuExecutionProvider"]]
+        launching = [op_type for op_type in gpu if op_type not in (*web.COPIES, *web.WebGpu.no_dispatch)]
+        assert cost.inference.dispatches == len(launching), form
+        assert cost.inference.readbacks == gpu.count("MemcpyToHost") + len(model.graph.output), form
+        assert cost.inference.readbacks <= cost.inference.submits <= cost.inference.dispatches + cost.inference.readbacks
+        assert cost.creation.dispatches == 0  # loading uploads the weights, it runs no kernel
+    assert costs["original"].nodes == {"WebGpuExecutionProvider": 15, "CPUExecutionProvider": 6}
+    assert costs["portable"].nodes["CPUExecutionProvider"] == 3  # the MatMulInteger
+    assert costs["portable"].inference.dispatches > costs["original"].inference.dispatches + 3 * 90

@@ -23,7 +23,8 @@ What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
    their outputs equal ORT's on the original, bit for bit.
 5. On the runtimes that tell where each node runs (the web runtimes' ``placement``), how many nodes
    of each form, at every opset, and of each expanded model go to each execution provider, and the
-   op types that fall back to the CPU.
+   op types that fall back to the CPU; for each expanded model, on the runtimes that count it (the
+   web runtimes' ``cost``), the GPU work of one inference: dispatches, submits and readbacks.
 
 It also lists the runtimes left out (:data:`LEFT_OUT`) with the reason, measured once by hand, not here.
 
@@ -76,6 +77,7 @@ from dql_pass.compare import bit_difference, compare_site
 from dql_pass.graph.walk import ops_used
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
+from dql_pass.runtimes.web import COPIES, GpuCalls
 from dql_pass.runtimes.web.browser import chromium
 from tools import harness, models
 
@@ -166,6 +168,7 @@ class Placement:
     memcpy: int = 0
     on_cpu: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # op type -> nodes
     failure: str | None = None
+    inference: GpuCalls | None = None  # the GPU work of one inference, where the runtime counts it
 
 
 @dataclasses.dataclass
@@ -271,24 +274,29 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
 
 
 CPU = "CPUExecutionProvider"
-MEMCPY = ("MemcpyFromHost", "MemcpyToHost")
 
 
-def placement(runtime: Runtime, model: onnx.ModelProto) -> Placement | None:
-    """Where ``runtime`` runs the nodes of ``model``; None for a runtime that does not tell."""
+def placement(runtime: Runtime, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None) -> Placement | None:
+    """Where ``runtime`` runs the nodes of ``model``, and with ``feeds`` the GPU work of an
+    inference on them where the runtime counts it; None for a runtime that does not tell."""
     if not hasattr(runtime, "placement"):
         return None
+    inference = None
     try:
-        placed = runtime.placement(model)
+        if feeds is not None and hasattr(runtime, "cost"):
+            cost = runtime.cost(model, feeds)
+            placed, inference = cost.placement, cost.inference
+        else:
+            placed = runtime.placement(model)
     except Exception as error:  # noqa: BLE001 - a refusal is the row's content
         return Placement(failure=f"does not load: {_line(error)}")
-    result = Placement()
+    result = Placement(inference=inference)
     for provider, nodes in placed.items():
         op_types = [node.split(" ")[0] for node in nodes]
-        result.memcpy += sum(op_type in MEMCPY for op_type in op_types)
-        result.providers[provider] = sum(op_type not in MEMCPY for op_type in op_types)
+        result.memcpy += sum(op_type in COPIES for op_type in op_types)
+        result.providers[provider] = sum(op_type not in COPIES for op_type in op_types)
         if provider == CPU:
-            result.on_cpu.update(op_type for op_type in op_types if op_type not in MEMCPY)
+            result.on_cpu.update(op_type for op_type in op_types if op_type not in COPIES)
     return result
 
 
@@ -347,7 +355,7 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     first = len(differences) - 3 * site_count
     model_difference = next((d.text for d in differences[:first] if d is not None), None)
     sites = sum(all(d is None for d in differences[first + 3 * i:first + 3 * i + 3]) for i in range(site_count))
-    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "", placement(runtime, expanded))
+    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "", placement(runtime, expanded, feeds))
 
 
 def _sample_models(transformer: Path) -> dict[str, onnx.ModelProto]:
@@ -506,12 +514,15 @@ def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
               else ["Every input is bit-exact in every form.", ""])
     lines += _placement_table(result, opsets)
     placed = any(m.placement for m in result.models)
+    counted = any(m.placement and m.placement.inference and m.placement.inference.submits for m in result.models)
     rows = [[m.model, "yes" if m.runs else "**no**", m.sites, m.same_as_ort if m.same_as_ort in ("yes", "-")
-             else f"**no**: {m.same_as_ort}", *([_on_cpu(m.placement)] if placed else []), m.detail]
+             else f"**no**: {m.same_as_ort}", *([_on_cpu(m.placement)] if placed else []),
+             *([_gpu_calls(m.placement)] if counted else []), m.detail]
             for m in result.models]
     lines += [f"Models expanded with `--target {result.name}` (variant `{result.variant}`):", "",
               *harness.table(["model", "loads and runs", "DQL sites with ORT's bits", "outputs with ORT's bits",
-                              *(["nodes on the CPU"] if placed else []), "what blocks"], rows), ""]
+                              *(["nodes on the CPU"] if placed else []),
+                              *(["GPU calls per inference"] if counted else []), "what blocks"], rows), ""]
     return lines
 
 
@@ -529,6 +540,14 @@ def _on_cpu(placed: Placement | None) -> str:
     if cpu == total:
         return f"all {total}"
     return f"{cpu} of {total}" + (f": {_op_counts(placed.on_cpu)}" if cpu else "")
+
+
+def _gpu_calls(placed: Placement | None) -> str:
+    """One inference's WebGPU calls: "297 dispatches, 26 submits, 7 readbacks"; "-" where not counted."""
+    calls = placed.inference if placed else None
+    if calls is None:
+        return "-"
+    return f"{calls.dispatches:,} dispatches, {calls.submits:,} submits, {calls.readbacks:,} readbacks"
 
 
 def _placement_table(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:

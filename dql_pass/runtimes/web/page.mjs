@@ -8,6 +8,36 @@ const ARRAYS = {
 let ort = null;
 let session = null;
 
+// The GPU work the page asks for, counted at the WebGPU API before onnxruntime-web loads (its
+// WebGPU provider calls these methods on the objects, so every call of it goes through here):
+// compute dispatches, queue submits, and readbacks (a buffer mapped for reading: how a tensor
+// comes back from the GPU to the CPU).
+const calls = {dispatches: 0, submits: 0, readbacks: 0};
+
+function counted(prototype, method, key, counts = () => true) {
+  const original = prototype?.[method];
+  if (!original) return;
+  prototype[method] = function (...args) {
+    if (counts(...args)) calls[key] += 1;
+    return original.apply(this, args);
+  };
+}
+
+counted(globalThis.GPUComputePassEncoder?.prototype, 'dispatchWorkgroups', 'dispatches');
+counted(globalThis.GPUComputePassEncoder?.prototype, 'dispatchWorkgroupsIndirect', 'dispatches');
+counted(globalThis.GPUQueue?.prototype, 'submit', 'submits');
+counted(globalThis.GPUBuffer?.prototype, 'mapAsync', 'readbacks', mode => (mode & GPUMapMode.READ) !== 0);
+
+// What `work` returned, the calls made while it ran, and the seconds it took (in the page: no
+// protocol round trip, no browser start).
+async function counting(work) {
+  const before = {...calls};
+  const began = performance.now();
+  const value = await work();
+  const seconds = (performance.now() - began) / 1000;
+  return {value, seconds, gpu: Object.fromEntries(Object.keys(calls).map(key => [key, calls[key] - before[key]]))};
+}
+
 function bytesOf(text) {
   const binary = atob(text);
   const bytes = new Uint8Array(binary.length);
@@ -30,12 +60,14 @@ export async function load({bundle, provider, model, externalData, optimize, ver
   if (externalData) options.externalData = externalData;
   // As the onnxruntime adapter does: below "all", no QDQ transformer moves or duplicates DequantizeLinear.
   if (optimize !== 'all') options.extra = {session: {disable_quant_qdq: '1'}};
-  session = await ort.InferenceSession.create(model, options);
+  const created = await counting(() => ort.InferenceSession.create(model, options));
+  session = created.value;
+  let adapter = null;
   if (provider === 'webgpu') {
     const info = (await navigator.gpu.requestAdapter())?.info;
-    return {inputs: session.inputNames, outputs: session.outputNames, adapter: info ? `${info.vendor} ${info.architecture}` : null};
+    adapter = info ? `${info.vendor} ${info.architecture}` : null;
   }
-  return {inputs: session.inputNames, outputs: session.outputNames, adapter: null};
+  return {inputs: session.inputNames, outputs: session.outputNames, adapter, gpu: created.gpu, seconds: created.seconds};
 }
 
 export async function run(feeds, fetches) {
@@ -44,11 +76,11 @@ export async function run(feeds, fetches) {
     const bytes = bytesOf(data);
     tensors[name] = new ort.Tensor(type, new ARRAYS[type](bytes.buffer, 0, bytes.length / ARRAYS[type].BYTES_PER_ELEMENT), dims);
   }
-  const results = await session.run(tensors, fetches);
-  const out = {};
+  const {value: results, gpu, seconds} = await counting(() => session.run(tensors, fetches));
+  const outputs = {};
   for (const name of fetches) {
     const t = results[name];
-    out[name] = {type: t.type, dims: t.dims, data: textOf(t.data)};
+    outputs[name] = {type: t.type, dims: t.dims, data: textOf(t.data)};
   }
-  return out;
+  return {outputs, gpu, seconds};
 }
