@@ -195,6 +195,7 @@ class WebRuntime(Runtime):
     load_timeout: float = 120
     run_timeout: float = 60
     weights = "integer"  # a browser downloads the model: int8 weights, a quarter of float32's size
+    where = "headless Chromium"  # what a check on it runs, for the command line to say
 
     def installed(self) -> bool:
         return missing() is None
