@@ -89,16 +89,57 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights)
     elapsed = time.perf_counter() - start
     report = result.report
+    before, after = _footprint(args.input), _footprint(args.output)  # the input is never written
     if result.modified:
         counts = collections.Counter(node.op_type for node in report.lowered)
         _say(args, f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())}) "
                    f"into {args.output} in {elapsed:.2f} s (weights {report.weights})")
+        for line in _lower_summary(args, report, before, after):
+            _say(args, line)
     else:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     if report.format():
-        _say(args, report.format())
+        if args.verbose:
+            _say(args, report.format())
+        else:  # the proof of each node is for -v; what was left alone and what still blocks, always
+            for line in report.format().splitlines():
+                if not line.startswith("  "):
+                    _say(args, line)
     return _deployable(args, {"input": args.input, "output": args.output, "seconds": elapsed,
-                              **dataclasses.asdict(report)})
+                              "nodes_before": before[0], "nodes_after": after[0], "bytes_before": before[1],
+                              "bytes_after": after[1], **dataclasses.asdict(report)})
+
+
+def _footprint(path: str) -> tuple[int, int]:
+    """The nodes of the model at ``path`` (every graph and function) and its size on disk with its data files."""
+    import onnx_ir as ir
+
+    from dql_pass.files import external_tensors
+
+    model = ir.load(path)  # external data stays unread
+    nodes = sum(1 for root in (model.graph, *model.functions.values()) for _ in ir.traversal.RecursiveGraphIterator(root))
+    files = {os.path.realpath(path)} | {os.path.realpath(tensor.path) for tensor in external_tensors(model)}
+    return nodes, sum(os.path.getsize(file) for file in files if os.path.isfile(file))
+
+
+def _lower_summary(args: argparse.Namespace, report: Any, before: tuple[int, int], after: tuple[int, int]) -> list[str]:
+    """What lower did, in a few lines: each kind of rewrite with its count, nodes and size before and
+    after, and the weights with why; the proof of each node is under -v."""
+    import re
+
+    kinds = collections.Counter((node.op_type, re.sub(r" \(.*\)$", "", node.proof)) for node in report.lowered)
+    lines = [f"  {n:4d} {op}: {proof}" for (op, proof), n in kinds.items()]
+    lines.append(f"  nodes {before[0]:,} -> {after[0]:,}; size {before[1]:,} -> {after[1]:,} bytes "
+                 f"({after[1] / max(before[1], 1):.1f}x)")
+    why = ("as --weights asked" if args.weights else f"{args.target}'s default" if args.target
+           else "the default without --target")
+    kept = ("8-bit weights kept as they are, cast and shifted in the graph, which runtimes fold when they load it"
+            if report.weights == "integer" else
+            "8-bit weights stored cast and shifted as float32, four times their size; --weights integer keeps them 8-bit")
+    lines.append(f"  weights {report.weights} ({why}): {kept}")
+    if not args.verbose:
+        lines.append("  (-v gives the proof of each node)")
+    return lines
 
 
 def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:

@@ -496,3 +496,27 @@ def test_run_tests_on_a_runtime_and_its_old_name(small_suite, capsys):
     for option in ("--runtime", "--backend"):
         assert main(["run-tests", str(small_suite), option, "reference"]) == 0
         assert capsys.readouterr().out.splitlines()[-1] == f"{2 * len(suites.FORMS)} passed, 0 failed"
+
+
+# --- what the command line points to next ------------------------------------------------------------------
+
+
+def test_a_dim_the_model_lacks_lists_the_dimensions_it_has(capsys):
+    assert main(["verify", str(MLP), str(MLP), "--dim", "nosuch=3"]) == 2
+    _one_line_error(capsys, "no input of ORIGINAL has a dimension named 'nosuch'; its dimensions: batch")
+
+
+def test_a_target_that_is_not_installed_names_its_setup_command(tmp_path, capsys, monkeypatch):
+    runtime = runtimes.get("reference")
+    monkeypatch.setattr(type(runtime), "installed", lambda self: False)
+    monkeypatch.setattr(runtime, "extra", "reference-extra", raising=False)
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "reference"]) == 0
+    err = capsys.readouterr().err
+    assert ("note: reference is not installed, so only its stated lacks were checked; "
+            "pip install 'dql_pass[reference-extra]'") in err
+
+
+def test_expand_says_what_it_checks_on_the_target_and_the_result(tmp_path, capsys):
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "reference"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [f"dql-pass: checking {tmp_path / 'o.onnx'} on reference...", "dql-pass: reference: loads and runs it"]
