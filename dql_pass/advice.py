@@ -77,11 +77,16 @@ def _names(ops: Sequence[str], counts: collections.Counter[tuple[str, str]]) -> 
     return ", ".join(f"{counts[('', op)]} {op}" for op in ops)
 
 
+def _beside(path: str, label: str) -> str:
+    """An output path for the command: beside the model, named after it and ``label``."""
+    return os.path.join(os.path.dirname(path), f"{os.path.splitext(os.path.basename(path))[0]}.{label}.onnx")
+
+
 def _with_adapter(
     name: str, path: str, counts: collections.Counter[tuple[str, str]], opset: int, model: ir.Model | None
 ) -> RuntimeAdvice:
     runner = registry.get(name)
-    stem = f"dql-pass {{}} {path} -o {os.path.splitext(os.path.basename(path))[0]}.{name}.onnx --target {name}"
+    stem = f"dql-pass {{}} {path} -o {_beside(path, name)} --target {name}"
     needs, notes = [], []
     lacks = registry.lacking(name, counts, opset)
     needs += [lack.describe() for lack in lacks]
@@ -99,7 +104,7 @@ def _with_adapter(
     if model is not None:
         found = blockers(model, name)
         if found.not_tried:
-            notes.append(found.not_tried + (f"; {runner.install_hint()}" if not runner.installed() else ""))
+            notes.append(found.not_tried)
         else:
             refusals = [reason for reason in found.reasons if reason not in needs]
             needs += refusals
@@ -128,8 +133,7 @@ def _without_adapter(name: str, path: str, counts: collections.Counter[tuple[str
     notes = [f"source: {other.source} (not measured here)"]
     if other.after:
         notes.append(f"then {other.after}")
-    stem = os.path.splitext(os.path.basename(path))[0]
-    return RuntimeAdvice(name, False, needs, f"dql-pass lower {path} -o {stem}.float.onnx", notes)
+    return RuntimeAdvice(name, False, needs, f"dql-pass lower {path} -o {_beside(path, 'float')}", notes)
 
 
 def advise(model: str | os.PathLike, runtimes: Sequence[str] | None = None, *, load: bool | None = None) -> Advice:

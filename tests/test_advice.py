@@ -28,7 +28,7 @@ def test_every_runtime_gets_an_answer_with_or_without_an_adapter():
     assert set(rows) == {*runtimes.RUNTIMES, *runtimes.ELSEWHERE}
     for name in runtimes.ELSEWHERE:
         row = rows[name]
-        assert not row.adapter and row.command == f"dql-pass lower {MLP} -o mlp_dynamic.float.onnx", row
+        assert not row.adapter and row.command == f"dql-pass lower {MLP} -o {MODELS / 'mlp_dynamic.float.onnx'}", row
         assert any("source: " in note for note in row.notes)
 
 
@@ -44,9 +44,9 @@ def test_the_command_follows_what_the_runtime_lacks():
     assert rows["onnxruntime"].command is None and rows["onnxruntime"].needs == []
     assert rows["wasm"].command is None
     # tract runs the integer ops, but its own DQL is not ORT's on some inputs: its variant is the fix.
-    assert rows["tract"].command == f"dql-pass expand {CONV} -o conv_dynamic.tract.onnx --target tract"
+    assert rows["tract"].command == f"dql-pass expand {CONV} -o {MODELS / 'conv_dynamic.tract.onnx'} --target tract"
     # tvm has no ConvInteger, webgpu runs them on the CPU: lower, for the target.
-    assert rows["tvm"].command.startswith(f"dql-pass lower {CONV} -o conv_dynamic.tvm.onnx --target tvm")
+    assert rows["tvm"].command == f"dql-pass lower {CONV} -o {MODELS / 'conv_dynamic.tvm.onnx'} --target tvm"
     assert any(need.startswith("ConvInteger-10 does not run on tvm") for need in rows["tvm"].needs)
     assert rows["webgpu"].command.endswith("--target webgpu") and "lower" in rows["webgpu"].command
     assert "2 ConvInteger run on the CPU, not on webgpu" in rows["webgpu"].needs[0]
@@ -61,8 +61,8 @@ def test_a_model_with_only_a_dql_needs_expand_for_webgpu_and_lower_elsewhere(tmp
     advice = dql_pass.advise(path, ["tensorrt", "webgpu", "wasm"], load=False)
     assert advice.ops == {"DynamicQuantizeLinear": 1}
     rows = _rows(advice)
-    assert rows["tensorrt"].command == f"dql-pass lower {path} -o dql.float.onnx"
-    assert rows["webgpu"].command == f"dql-pass expand {path} -o dql.webgpu.onnx --target webgpu"
+    assert rows["tensorrt"].command == f"dql-pass lower {path} -o {tmp_path / 'dql.float.onnx'}"
+    assert rows["webgpu"].command == f"dql-pass expand {path} -o {tmp_path / 'dql.webgpu.onnx'} --target webgpu"
     assert rows["wasm"].command is None
 
 
@@ -77,7 +77,7 @@ def test_the_command_line_prints_the_report_and_writes_json(tmp_path, capsys):
     assert main(["advise", str(MLP), "--runtime", "tensorrt", "--runtime", "webgpu", "--no-load", "--json", str(report)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{MLP}: 3 DynamicQuantizeLinear, 3 MatMulInteger"
-    assert re.match(r"tensorrt +dql-pass lower .* -o mlp_dynamic\.float\.onnx$", out[1])
+    assert re.match(r"tensorrt +dql-pass lower .* -o .*mlp_dynamic\.float\.onnx$", out[1])
     held = json.loads(report.read_text())
     assert held["command"] == "advise" and held["exit_code"] == 0
     assert [row["runtime"] for row in held["runtimes"]] == ["tensorrt", "webgpu"]
