@@ -64,7 +64,8 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
             _say(args, f"  {count:6d}  {label}")
         if done.target is None and not args.quiet:
             print(f"variant {done.variant} is the exact target of {', '.join(_runtimes_targeting(done.variant)) or 'no runtime'}; "
-                  "for another runtime give --target (see --list-targets)", file=sys.stderr)
+                  f"for another runtime give --target (see --list-targets, or `dql-pass advise {args.input}`)",
+                  file=sys.stderr)
     return _deployable(args, report)
 
 

@@ -87,3 +87,8 @@ def test_an_unknown_runtime_is_bad_input(capsys):
     assert main(["advise", str(MLP), "--runtime", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown runtime 'nosuch'" in err and "tensorrt" in err
+
+
+def test_expand_without_a_target_points_to_advise(tmp_path, capsys):
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx")]) == 0
+    assert f"or `dql-pass advise {MLP}`" in capsys.readouterr().err
