@@ -12,6 +12,7 @@ The public API:
 - :func:`generate_suite` writes a conformance suite in ONNX's backend-test layout; :func:`run_suite` runs one.
 - :func:`load_model` and :func:`save_model` read checked models and write them atomically.
 - :func:`verify` checks a rewritten model against the original, bit for bit.
+- :func:`advise` says, per runtime, what a model needs there and the command that gives it.
 - :func:`lower` (and :func:`lower_file`) rewrites the quantization ops of a ``quantize_dynamic``
   model into float32 primitives, bit-exact, and reports the proof per node;
   :class:`LowerQuantizationPass` is its onnx_ir pass.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 __all__ = [
     "__version__",
+    "Advice",
     "ExpandDynamicQuantizeLinearPass",
     "ExpandReport",
     "ExpandResult",
@@ -35,6 +37,7 @@ __all__ = [
     "VARIANTS",
     "VerifyReport",
     "ZERO_RANGE_POLICIES",
+    "advise",
     "dynamic_quantize_linear",
     "expand",
     "expand_file",
@@ -61,6 +64,8 @@ from dql_pass.metadata import VERSION as __version__
 # --help) costs no graph library, and expanding loads neither onnxscript nor a runtime. No module
 # of the package is named like a function here: an import of it would replace the function.
 _LAZY = {
+    "Advice": "advice",
+    "advise": "advice",
     "ExpandDynamicQuantizeLinearPass": "expansion",
     "ExpandReport": "expansion",
     "ExpandResult": "expansion",
@@ -91,6 +96,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from dql_pass.advice import Advice, advise
     from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
     from dql_pass.decomposition import function_proto
     from dql_pass.errors import InputError

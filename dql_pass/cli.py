@@ -64,8 +64,17 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
             _say(args, f"  {count:6d}  {label}")
         if done.target is None and not args.quiet:
             print(f"variant {done.variant} is the exact target of {', '.join(_runtimes_targeting(done.variant)) or 'no runtime'}; "
-                  "for another runtime give --target (see --list-targets)", file=sys.stderr)
+                  f"for another runtime give --target (see --list-targets, or `dql-pass advise {args.input}`)",
+                  file=sys.stderr)
     return _deployable(args, report)
+
+
+def _advise(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+
+    advice = dql_pass.advise(args.model, args.runtime or None, load=args.load)
+    _say(args, advice.format())
+    return 0, advice.to_dict()
 
 
 def _runtimes_targeting(variant: str) -> list[str]:
@@ -81,16 +90,57 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights, blocks=args.blocks)
     elapsed = time.perf_counter() - start
     report = result.report
+    before, after = _footprint(args.input), _footprint(args.output)  # the input is never written
     if result.modified:
         counts = collections.Counter(node.op_type for node in report.lowered)
         _say(args, f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())}) "
                    f"into {args.output} in {elapsed:.2f} s (weights {report.weights})")
+        for line in _lower_summary(args, report, before, after):
+            _say(args, line)
     else:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
     if report.format():
-        _say(args, report.format())
+        if args.verbose:
+            _say(args, report.format())
+        else:  # the proof of each node is for -v; what was left alone and what still blocks, always
+            for line in report.format().splitlines():
+                if not line.startswith("  "):
+                    _say(args, line)
     return _deployable(args, {"input": args.input, "output": args.output, "seconds": elapsed,
-                              **dataclasses.asdict(report)})
+                              "nodes_before": before[0], "nodes_after": after[0], "bytes_before": before[1],
+                              "bytes_after": after[1], **dataclasses.asdict(report)})
+
+
+def _footprint(path: str) -> tuple[int, int]:
+    """The nodes of the model at ``path`` (every graph and function) and its size on disk with its data files."""
+    import onnx_ir as ir
+
+    from dql_pass.files import external_tensors
+
+    model = ir.load(path)  # external data stays unread
+    nodes = sum(1 for root in (model.graph, *model.functions.values()) for _ in ir.traversal.RecursiveGraphIterator(root))
+    files = {os.path.realpath(path)} | {os.path.realpath(tensor.path) for tensor in external_tensors(model)}
+    return nodes, sum(os.path.getsize(file) for file in files if os.path.isfile(file))
+
+
+def _lower_summary(args: argparse.Namespace, report: Any, before: tuple[int, int], after: tuple[int, int]) -> list[str]:
+    """What lower did, in a few lines: each kind of rewrite with its count, nodes and size before and
+    after, and the weights with why; the proof of each node is under -v."""
+    import re
+
+    kinds = collections.Counter((node.op_type, re.sub(r" \(.*\)$", "", node.proof)) for node in report.lowered)
+    lines = [f"  {n:4d} {op}: {proof}" for (op, proof), n in kinds.items()]
+    lines.append(f"  nodes {before[0]:,} -> {after[0]:,}; size {before[1]:,} -> {after[1]:,} bytes "
+                 f"({after[1] / max(before[1], 1):.1f}x)")
+    why = ("as --weights asked" if args.weights else f"{args.target}'s default" if args.target
+           else "the default without --target")
+    kept = ("8-bit weights kept as they are, cast and shifted in the graph, which runtimes fold when they load it"
+            if report.weights == "integer" else
+            "8-bit weights stored cast and shifted as float32, four times their size; --weights integer keeps them 8-bit")
+    lines.append(f"  weights {report.weights} ({why}): {kept}")
+    if not args.verbose:
+        lines.append("  (-v gives the proof of each node)")
+    return lines
 
 
 def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
@@ -99,10 +149,17 @@ def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
     if args.target is None:
         return _verified(args, report)
     import dql_pass
-    from dql_pass.lowering import LOWERED  # the ops lower turns into float ones: a target lacking them wants lower
     from dql_pass.verification.deployable import blockers
 
+    from dql_pass import runtimes
+
+    where = runtimes.get(args.target).where
+    if runtimes.get(args.target).installed() and not args.quiet:
+        print(f"dql-pass: checking {args.output} on {args.target}{f' ({where})' if where else ''}...", file=sys.stderr,
+              flush=True)
     found = blockers(dql_pass.load_model(args.output), args.target, _dims(args))
+    if found.not_tried is None and not args.quiet:
+        print(f"dql-pass: {args.target}: {'refused it' if found else 'loads and runs it'}", file=sys.stderr)
     report["blockers"] = found.reasons
     for reason in found.reasons:
         if reason in report.get("lacking", ()):
@@ -110,11 +167,28 @@ def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
         print(f"dql-pass: still blocks {args.target}: {reason}", file=sys.stderr)
     if found.not_tried:
         print(f"dql-pass: note: {found.not_tried}", file=sys.stderr)
-    if args.command == "expand" and any(op in reason for reason in found.reasons for op in LOWERED):
-        print(f"dql-pass: `dql-pass lower {args.input} -o OUTPUT --target {args.target}` turns the integer ops into "
-              "float ones", file=sys.stderr)
+    if args.command == "expand":
+        _point_to_lower(args, found.reasons)
     code, report = _verified(args, report)
     return (1 if found else code), report
+
+
+def _point_to_lower(args: argparse.Namespace, reasons: Sequence[str]) -> None:
+    """After expand --target: name `lower` when the target lacks integer ops the model still has, or
+    runs them off its accelerator (webgpu sends them to the CPU)."""
+    import dql_pass
+    from dql_pass import runtimes
+    from dql_pass.graph.walk import ops_used
+    from dql_pass.lowering import LOWERED  # the ops lower turns into float ones
+
+    used = {op for domain, op in ops_used(dql_pass.load_model(args.output)) if domain == ""}
+    elsewhere = sorted(used & set(LOWERED) & set(runtimes.get(args.target).no_kernel))
+    if elsewhere:
+        print(f"dql-pass: note: {', '.join(elsewhere)} still run on the CPU, not on {args.target}: it has no kernel "
+              "for them", file=sys.stderr)
+    if elsewhere or any(op in reason for reason in reasons for op in LOWERED):
+        print(f"dql-pass: `dql-pass lower {args.input} -o OUTPUT --target {args.target}` turns the integer ops into "
+              "float ones", file=sys.stderr)
 
 
 def _verified(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
@@ -404,20 +478,37 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
                **dataclasses.asdict(report)}
 
 
-def _targets() -> list[str]:
-    """Each target: the variant it gets, whether it is installed, what it lacks and what still differs."""
+def _some(items: Sequence[str], most: int = 4) -> str:
+    """``items`` joined, the first ``most`` of them named, or "-"."""
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more if items else "-"
+
+
+def _targets(verbose: bool = False) -> list[str]:
+    """One line per target: its variant, lower's weights, whether it is installed, the ops it lacks and
+    the inputs where its variant still differs; then the runtimes without an adapter and their command.
+    ``verbose``: each lack and difference with its measured reason, under its target."""
     from dql_pass import runtimes
 
-    lines = []
+    rows = [("target", "variant", "weights", "installed", "lacks", "still differs on")]
+    details = []
     for name, runtime in runtimes.RUNTIMES.items():
+        differs = [d for d in runtime.known_differences if runtime.variant in d.forms]
         version = runtime.version()
-        installed = f"{runtime.distribution} {version}" if version else f"not installed: {runtime.install_hint()}"
-        lines.append(f"{name}: variant {runtime.variant} ({installed}), lower's weights {runtime.weights}"
-                     + (", lower keeps blocks in float32" if runtime.blocks else ""))
-        lines += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in runtime.known_differences
-                  if runtime.variant in d.forms]
-        lines += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
-        lines += [f"  lower leaves {p.op_type} alone: {p.reason}" for p in runtime.inexact_products]
+        rows.append((name, runtime.variant, runtime.weights, version or f"no: {runtime.install_hint()}",
+                     _some([lack.op_type for lack in runtime.lacks]),
+                     ", ".join(sorted({d.inputs or "any" for d in differs})) or "-"))
+        details.append(f"{name}:" + (" lower keeps blocks in float32" if runtime.blocks else ""))
+        details += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in differs]
+        details += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
+        details += [f"  lower leaves {p.op_type} alone: {p.reason}" for p in runtime.inexact_products]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
+    lines += ["", "without an adapter (not a --target; for them run `dql-pass lower INPUT -o OUTPUT`, no --target):"]
+    lines += [f"  {name:<{widths[0]}}  {other.title}: lacks {', '.join(other.lacks)} ({other.source})"
+              for name, other in runtimes.ELSEWHERE.items()]
+    if verbose:
+        lines += ["", *details]
     return lines
 
 
@@ -426,7 +517,7 @@ class _ListTargets(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
-        print("\n".join(_targets()))
+        print("\n".join(_targets(getattr(namespace, "verbose", False))))
         parser.exit(0)
 
 
@@ -476,6 +567,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = [_common(top=False)]
     target_help = "; see `dql-pass expand --list-targets` for the runtimes"
+    list_targets_help = ("print one line per target (its variant, lower's weights, whether it is installed, what it "
+                         "lacks, where it still differs) and the runtimes without an adapter, and exit; with -v before it, "
+                         "each reason too")
     zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
     dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
                 "a batch-like one (named batch, or an input's first axis), 1 if ORIGINAL does not run at 2, else 16)")
@@ -488,7 +582,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="; ".join(f"{v.name}: {v.summary}" for v in variants.REGISTRY) + " (default quantizelinear)")
     chosen.add_argument("--target", metavar="RUNTIME", type=_runtime_name,
                         help="the runtime the model is for: the variant that is exact there" + target_help)
-    expand.add_argument("--list-targets", action=_ListTargets, help="print each target, its variant and what still differs there, and exit")
+    expand.add_argument("--list-targets", action=_ListTargets, help=list_targets_help)
     expand.add_argument("--mode", choices=variants.MODES, default="inline",
                         help="inline the ops (default) or call one model-local function")
     expand.add_argument("--zero-range", choices=variants.ZERO_RANGE_POLICIES, default="onnxruntime", help=zero_range_help)
@@ -504,6 +598,7 @@ def _parser() -> argparse.ArgumentParser:
     lower.add_argument("--target", metavar="RUNTIME", type=_runtime_name,
                        help="the runtime to lower for: its exact DynamicQuantizeLinear variant, and the ops it "
                             "still lacks in the report (default: no target, variant arithmetic)" + target_help)
+    lower.add_argument("--list-targets", action=_ListTargets, help=list_targets_help)
     lower.add_argument("--weights", choices=variants.WEIGHTS,
                        help="integer: keep constant int8/uint8 weights as they are, cast and shifted in the graph, "
                             "which runtimes fold at load; float: store them cast and shifted as float32, four times "
@@ -517,6 +612,18 @@ def _parser() -> argparse.ArgumentParser:
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
     lower.set_defaults(run=_lower, zero_range="onnxruntime")
+
+    advise = commands.add_parser("advise", parents=common, help="say, per runtime, what a model needs there that the "
+                                 "runtime lacks and the dql-pass command that gives it")
+    advise.add_argument("model", help="the ONNX model to deploy")
+    advise.add_argument("--runtime", action="append", default=[], metavar="RUNTIME", type=_runtime_name,
+                        help="answer for this runtime only (repeatable; default: every runtime dql_pass knows, with "
+                             "an adapter or not: see --list-targets)")
+    advise.add_argument("--load", action=argparse.BooleanOptionalAction, default=None,
+                        help="also load and run the model on each installed runtime with an adapter, since a load "
+                             "tells of what no stated lack names (default: only on the runtimes named with --runtime)")
+    advise.add_argument("--list-targets", action=_ListTargets, help=list_targets_help)
+    advise.set_defaults(run=_advise)
 
     fuse = commands.add_parser("fuse", parents=common, help="turn decomposed DynamicQuantizeLinear back into single nodes")
     fuse.add_argument("input", help="the ONNX model to read; it is never modified")
@@ -605,7 +712,8 @@ def _import_held(*modules: str) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-_FILE_LABELS = {"input": "the input model", "output": "the output model", "original": "ORIGINAL", "rewritten": "REWRITTEN"}
+_FILE_LABELS = {"input": "the input model", "output": "the output model", "original": "ORIGINAL", "rewritten": "REWRITTEN",
+                "model": "the model"}
 
 
 def _files_of(args: argparse.Namespace) -> dict[str, str]:

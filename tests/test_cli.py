@@ -424,13 +424,47 @@ def test_a_variant_that_is_not_the_targets_is_refused_by_the_api(mlp):
         dql_pass.expand(mlp, variant="quantizelinear", target="reference")[0]
 
 
-def test_list_targets_names_every_runtime_its_variant_and_what_differs(capsys):
-    assert main(["expand", "--list-targets"]) == 0
+@pytest.mark.parametrize("command", ["expand", "lower", "advise"])
+def test_list_targets_is_one_line_per_target_on_every_command_that_takes_one(capsys, command):
+    assert main([command, "--list-targets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["target", "variant", "weights", "installed"]
+    for name, runtime in runtimes.RUNTIMES.items():
+        row = [line for line in lines if line.split()[:1] == [name]]
+        assert len(row) == 1 and row[0].split()[1:3] == [runtime.variant, runtime.weights], row
+    for name in runtimes.ELSEWHERE:  # named in the README, without an adapter: listed with their command
+        assert any(line.split()[:1] == [name] for line in lines), name
+    assert "run `dql-pass lower INPUT -o OUTPUT`, no --target" in "\n".join(lines)
+    assert len(lines) < len(runtimes.RUNTIMES) + len(runtimes.ELSEWHERE) + 4 and max(map(len, lines)) < 250
+
+
+def test_list_targets_with_v_gives_every_reason(capsys):
+    assert main(["expand", "-v", "--list-targets"]) == 0
     out = capsys.readouterr().out
     for name, runtime in runtimes.RUNTIMES.items():
-        assert f"{name}: variant {runtime.variant} (" in out
+        assert f"\n{name}:\n" in out
         for difference in runtime.known_differences:
             assert (f"differs on {difference.inputs} inputs: {difference.reason}" in out) == (runtime.variant in difference.forms)
+
+
+@pytest.mark.parametrize("command", ["expand", "lower"])
+@pytest.mark.parametrize("name", ["tensorrt", "coreml"])
+def test_a_target_without_an_adapter_says_to_lower_without_one(tmp_path, capsys, command, name):
+    assert main([command, str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", name]) == 2
+    _one_line_error(capsys, "run `dql-pass lower INPUT -o OUTPUT` with no --target")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_expand_for_webgpu_says_the_integer_ops_stay_on_the_cpu_and_names_lower(tmp_path, capsys, monkeypatch):
+    from dql_pass.verification import deployable
+
+    # The browser's own load is tested in test_web_runtimes.py; here only what expand says of its stated data.
+    monkeypatch.setattr(deployable, "blockers", lambda model, runtime, dims=None: deployable.Blockers(runtime, [], "not loaded here"))
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "webgpu"]) == 0
+    err = capsys.readouterr().err
+    assert "MatMulInteger still run on the CPU, not on webgpu" in err
+    assert f"`dql-pass lower {MLP} -o OUTPUT --target webgpu`" in err
 
 
 def test_a_runtime_that_is_not_installed_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
@@ -462,3 +496,27 @@ def test_run_tests_on_a_runtime_and_its_old_name(small_suite, capsys):
     for option in ("--runtime", "--backend"):
         assert main(["run-tests", str(small_suite), option, "reference"]) == 0
         assert capsys.readouterr().out.splitlines()[-1] == f"{2 * len(suites.FORMS)} passed, 0 failed"
+
+
+# --- what the command line points to next ------------------------------------------------------------------
+
+
+def test_a_dim_the_model_lacks_lists_the_dimensions_it_has(capsys):
+    assert main(["verify", str(MLP), str(MLP), "--dim", "nosuch=3"]) == 2
+    _one_line_error(capsys, "no input of ORIGINAL has a dimension named 'nosuch'; its dimensions: batch")
+
+
+def test_a_target_that_is_not_installed_names_its_setup_command(tmp_path, capsys, monkeypatch):
+    runtime = runtimes.get("reference")
+    monkeypatch.setattr(type(runtime), "installed", lambda self: False)
+    monkeypatch.setattr(runtime, "extra", "reference-extra", raising=False)
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "reference"]) == 0
+    err = capsys.readouterr().err
+    assert ("note: reference is not installed, so only its stated lacks were checked; "
+            "pip install 'dql_pass[reference-extra]'") in err
+
+
+def test_expand_says_what_it_checks_on_the_target_and_the_result(tmp_path, capsys):
+    assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "reference"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [f"dql-pass: checking {tmp_path / 'o.onnx'} on reference...", "dql-pass: reference: loads and runs it"]

@@ -28,7 +28,7 @@ LAYERS = [
     ["expansion", "fusion"],
     ["lowering"],
     ["verification", "suites"],
-    ["api"],
+    ["api", "advice"],
     ["__init__"],
     ["cli"],
     ["__main__"],

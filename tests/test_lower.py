@@ -10,6 +10,8 @@ float bits.
 
 from __future__ import annotations
 
+import json
+
 import collections
 from pathlib import Path
 
@@ -450,11 +452,27 @@ def test_verify_fails_a_wrong_lowering():
 
 def test_cli_lower(tmp_path, capsys):
     out = tmp_path / "lowered.onnx"
-    assert main(["lower", str(MODELS / "conv_dynamic.onnx"), "-o", str(out)]) == 0
+    assert main(["lower", "-v", str(MODELS / "conv_dynamic.onnx"), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("lowered 6 nodes (2 ConvInteger, 1 MatMulInteger, 3 DynamicQuantizeLinear) into")
     assert "ConvInteger 'Conv1_quant' in main: single float32 (bound 325,635 <= 2^24, constant weights)" in printed
     assert not GONE & set(_ops(onnx.load(out)))
+
+
+def test_cli_lower_prints_a_summary_and_the_proofs_only_under_v(tmp_path, capsys):
+    source, out, report = MODELS / "conv_dynamic.onnx", tmp_path / "lowered.onnx", tmp_path / "report.json"
+    assert main(["lower", str(source), "-o", str(out), "--json", str(report)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "'Conv1_quant'" not in "\n".join(lines)  # no line per node
+    assert lines[1:4] == ["     2 ConvInteger: single float32", "     1 MatMulInteger: single float32",
+                          "     3 DynamicQuantizeLinear: expanded, variant arithmetic"]
+    nodes = lambda path: len(onnx.load(path).graph.node)  # noqa: E731 (one graph, no function)
+    size = (nodes(source), nodes(out), source.stat().st_size, out.stat().st_size)
+    assert lines[4] == "  nodes {:,} -> {:,}; size {:,} -> {:,} bytes ({:.1f}x)".format(*size, size[3] / size[2])
+    assert lines[5].startswith("  weights float (the default without --target): 8-bit weights stored cast and shifted as "
+                               "float32, four times their size")
+    held = json.loads(report.read_text())
+    assert (held["nodes_before"], held["nodes_after"], held["bytes_before"], held["bytes_after"]) == size
 
 
 @pytest.mark.parametrize("argv, message", [

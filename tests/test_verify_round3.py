@@ -213,8 +213,9 @@ def test_a_lowered_qdq_model_is_exact_as_onnx_defines_the_ops_and_the_report_say
     assert report.verdict == "PASS", report.format()
     [note] = [n for n in report.notes if "QuantizeLinear/DequantizeLinear" in n]
     assert "exact means the ops as ONNX defines them" in note and "level basic without its QDQ transformers" in note
-    differing = int(note.split("ORIGINAL itself gives ")[1].split(" of ")[0])
+    differing = int(note.split("ORIGINAL itself gives ")[1].split(" of ")[0].replace(",", ""))
     assert differing > 0, note
+    assert note.endswith(f"through the graph transformers QDQSelectorActionTransformer ({differing:,} alone)"), note
 
 
 def test_a_model_without_qdq_gets_no_qdq_note(conv_for_openvino):

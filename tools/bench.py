@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m tools.bench [--quick] [--out BENCHMARKS.md]
+    python -m tools.bench [--quick] [--out docs/BENCHMARKS.md]
 
 What it measures, each part in its own section with its targets:
 
@@ -616,7 +616,7 @@ def run(mode: str, out: Path, profile: Path) -> list[Section]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: small sizes, few repetitions")
-    parser.add_argument("--out", type=Path, default=harness.REPO / "BENCHMARKS.md", help="the report to write")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "docs" / "BENCHMARKS.md", help="the report to write")
     parser.add_argument("--profile", type=Path, default=Path(tempfile.gettempdir()) / "bench_profile.txt",
                         help="where to write the cProfile of the largest pass run")
     args = parser.parse_args(argv)

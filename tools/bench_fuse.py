@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m tools.bench_fuse [--quick] [--out BENCHMARKS.md]
+    python -m tools.bench_fuse [--quick] [--out docs/BENCHMARKS.md]
 
 What it measures:
 

@@ -284,7 +284,7 @@ def section_main(
     ``--quick`` for a smoke run, ``--out`` for the report; ``section(config, mode)`` gives the text."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="the report to update")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "BENCHMARKS.md", help="the report to update")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)

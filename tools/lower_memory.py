@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m tools.lower_memory [--quick] [--before FOLDER [--label TEXT]] [--out BENCHMARKS.md]
+    python -m tools.lower_memory [--quick] [--before FOLDER [--label TEXT]] [--out docs/BENCHMARKS.md]
 
 What it measures, for each model: a chain of DynamicQuantizeLinear -> MatMulInteger(int8 W_i) ->
 Cast -> Mul, with random int8 weights of 2048 x 2048 (so every product is cut into chunks), made
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run on small models")
     parser.add_argument("--before", type=Path, help="a folder holding an older dql_pass to compare with")
     parser.add_argument("--label", default="an older dql_pass", help="what --before holds, for the report")
-    parser.add_argument("--out", type=Path, default=harness.REPO / "BENCHMARKS.md", help="the report to update")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "docs" / "BENCHMARKS.md", help="the report to update")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)

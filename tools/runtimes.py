@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m tools.runtimes [--quick] [--out RUNTIMES.md] [--runtime NAME ...]
+    python -m tools.runtimes [--quick] [--out docs/RUNTIMES.md] [--runtime NAME ...]
 
 ``--runtime`` measures only the runtimes named, and the report has only their rows: RUNTIMES.md is
 one run at one commit, so it is rewritten whole, never merged from runs at different commits.
@@ -669,7 +669,7 @@ def run(mode: str, out: Path, names: Sequence[str] | None = None, parallel: int 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few inputs, one opset, a small transformer")
-    parser.add_argument("--out", type=Path, default=harness.REPO / "RUNTIMES.md", help="the report to write")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "docs" / "RUNTIMES.md", help="the report to write")
     parser.add_argument("--runtime", action="append", choices=list(runtimes.RUNTIMES),
                         help="measure only this runtime (repeatable; default: all)")
     args = parser.parse_args(argv)

@@ -8,7 +8,7 @@ loaded, so listing them, reading their limits and picking a target cost no runti
 from __future__ import annotations
 
 __all__ = [
-    "RUNTIMES", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
+    "ELSEWHERE", "RUNTIMES", "Elsewhere", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
 ]
 
 from collections.abc import Iterable
@@ -17,6 +17,7 @@ import onnx
 
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.runtimes.elsewhere import ELSEWHERE, Elsewhere
 from dql_pass.runtimes.iree import Iree
 from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack
 from dql_pass.runtimes.mnn import Mnn
@@ -52,8 +53,16 @@ RUNTIMES: dict[str, Runtime] = {
 
 def get(name: str) -> Runtime:
     """The runtime called ``name``; :class:`InputError` naming the known ones otherwise."""
+    if name in ELSEWHERE:
+        other = ELSEWHERE[name]
+        raise InputError(
+            f"{other.title} has no adapter here, so it cannot be a target: it lacks {', '.join(other.lacks)} "
+            f"({other.source}); for it run `dql-pass lower INPUT -o OUTPUT` with no --target, which leaves none of them "
+            f"(`dql-pass advise INPUT --runtime {name}` says what a model needs there)"
+        )
     if name not in RUNTIMES:
-        raise InputError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}")
+        raise InputError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}; "
+                         f"without an adapter: {', '.join(ELSEWHERE)} (`dql-pass advise --list-targets`)")
     return RUNTIMES[name]
 
 

@@ -130,6 +130,9 @@ class Runtime:
     known_differences: tuple[KnownDifference, ...] = ()
     inexact_products: tuple[InexactProduct, ...] = ()
     unloadable: dict[str, str] = {}  # expansion variants that do not load or run at all: the measured reason
+    # Ops that load but run off the runtime's accelerator (op: the input types), measured; expand says so.
+    no_kernel: dict[str, str] = {}
+    where: str | None = None  # what a model loaded on it runs in, when that is not the Python process
 
     def installed(self) -> bool:
         try:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 __all__ = ["OnnxRuntime"]
 
+import contextlib
 import functools
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,11 +73,30 @@ class OnnxRuntime(Runtime):
             self._load(model, threads=1, optimize="all", save_to=path)
             return onnx.load(path)
 
-    def _load(self, model, *, threads: int, optimize: str, save_to: Path | None = None) -> Session:
+    def load_without(self, model, disabled: Sequence[str]) -> Session:
+        """``model`` at ORT's default level ("all") with the graph transformers ``disabled`` turned off."""
+        self.check_installed()
+        return self._load(model, threads=0, optimize="all", disabled=disabled)
+
+    def transformers(self, model) -> list[str]:
+        """The graph transformers that change ``model`` at ORT's default level, from ORT's own log
+        ("GraphTransformer X modified: 1"), which its C++ logger writes to file descriptor 2 only."""
+        self.check_installed()
+        with tempfile.TemporaryFile() as log:
+            with _stderr_to(log):
+                self._load(model, threads=1, optimize="all", log=True)
+            log.seek(0)
+            text = log.read().decode(errors="replace")
+        return sorted(set(re.findall(r"GraphTransformer (\w+) modified: 1", text)))
+
+    def _load(
+        self, model, *, threads: int, optimize: str, save_to: Path | None = None, disabled: Sequence[str] = (),
+        log: bool = False,
+    ) -> Session:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.log_severity_level = 3  # errors only: callers report failures themselves
+        options.log_severity_level = 1 if log else 3  # errors only: callers report failures themselves
         options.intra_op_num_threads = threads
         options.graph_optimization_level = {
             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -98,7 +119,23 @@ class OnnxRuntime(Runtime):
                 options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
             source = proto.SerializeToString()
         with failures_of("onnxruntime"):
-            return _OrtSession(ort.InferenceSession(source, options, providers=["CPUExecutionProvider"]))
+            return _OrtSession(ort.InferenceSession(source, options, providers=["CPUExecutionProvider"],
+                                                    disabled_optimizers=list(disabled)))
+
+
+@contextlib.contextmanager
+def _stderr_to(file) -> object:
+    """File descriptor 2 into ``file`` for the duration, and back."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 _INTEGER_PRODUCTS = {"MatMulInteger": ([4, 64], [64, 4]), "ConvInteger": ([1, 8, 5, 5], [4, 8, 3, 3])}

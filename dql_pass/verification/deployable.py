@@ -37,7 +37,8 @@ def blockers(model: ir.Model, runtime: str, dims: Mapping[str, int] | None = Non
     runner = runtimes.get(runtime)
     reasons = [lack.describe() for lack in runtimes.lacking(runtime, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)]
     if not runner.installed():
-        return Blockers(runtime, reasons, f"{runtime} is not installed, so only its stated lacks were checked")
+        return Blockers(runtime, reasons,
+                        f"{runtime} is not installed, so only its stated lacks were checked; {runner.install_hint()}")
     try:
         feeds = next(iter(input_sets(model, 1, 0, {}, dims or {}).values()))
     except Unsynthesizable as reason:

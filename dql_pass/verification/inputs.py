@@ -182,10 +182,12 @@ def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray
         expected = by_name[name].dtype
         if expected is not None and np.asarray(array).dtype != expected.numpy():
             raise InputError(f"inputs[{name!r}]: the array is {np.asarray(array).dtype}, the input takes {expected.numpy()}")
-    symbols = {d.value for v in graph_inputs if v.shape is not None for d in v.shape if isinstance(d, ir.SymbolicDim)}
+    symbols = {d.value: None for v in graph_inputs if v.shape is not None for d in v.shape
+               if isinstance(d, ir.SymbolicDim) and d.value}  # in the order the inputs name them
     for name in dims:
         if name not in symbols:
-            raise InputError(f"dims[{name!r}]: no input of ORIGINAL has a dimension named {name!r}")
+            known = f"its dimensions: {', '.join(symbols)}" if symbols else "it has no named dimension"
+            raise InputError(f"dims[{name!r}]: no input of ORIGINAL has a dimension named {name!r}; {known}")
 
 
 def input_sets(

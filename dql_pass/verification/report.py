@@ -198,7 +198,13 @@ class VerifyReport:
                 ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
                 classes = ", ".join(f"{name} {count}" for name, count in ranked)
                 lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
-            lines += [f"known difference of {self.runtime}: {s.name}, {count} cases: {reason}" for reason, count in s.known.items()]
+        known: dict[str, list[int]] = {}  # reason: [sites, cases], one line each whatever the number of sites
+        for s in self.sites:
+            for reason, count in s.known.items():
+                tally = known.setdefault(reason, [0, 0])
+                tally[0], tally[1] = tally[0] + 1, tally[1] + count
+        lines += [f"known difference of {self.runtime}, {cases:,} cases at {sites} site{'s' * (sites != 1)}: {reason}"
+                  for reason, (sites, cases) in known.items()]
         inside = [s.name for s in self.sites if s.graph != "main"]
         if inside:
             lines.append(

@@ -341,24 +341,56 @@ def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_o
                   f"there ({runtime.variant}): {runtime.name} rounds the other ops its own way")
 
 
+def _from_ort_in_context(
+    runtime: runtimes.Runtime, from_ort: Sequence[OutputResult], baseline: Sequence[OutputResult]
+) -> list[str]:
+    """What a final output's distance from ORT means: ``baseline`` is ORIGINAL (its DQL expanded for
+    the runtime) run there against ORIGINAL on ORT, the runtime's own float rounding."""
+    notes = []
+    for rewritten, original in zip(from_ort, baseline, strict=True):
+        if rewritten.identical:
+            continue
+        if (rewritten.differing, rewritten.max_abs) == (original.differing, original.max_abs):
+            notes.append(f"from ORT, {rewritten.name!r}: ORIGINAL on {runtime.name} is as far from ORT ({original.detail}): "
+                         f"that is {runtime.name}'s own float rounding, not the rewrite")
+        else:
+            distance = "bit-identical" if original.identical else original.detail
+            notes.append(f"from ORT, {rewritten.name!r}: ORIGINAL on {runtime.name} against ORIGINAL on ORT: {distance}; "
+                         f"the rest is the rewrite's own difference on {runtime.name}")
+    return notes
+
+
 def _qdq_note(original: ir.Model, sets: Sets, runs: Sets) -> list[str]:
     """For an ORIGINAL holding QuantizeLinear or DequantizeLinear (a QDQ model): what exact means,
-    and how ORIGINAL's outputs differ at ORT's default level, measured on ``sets``."""
+    and which of ORT's graph transformers, at its default level, change ORIGINAL's outputs, and by
+    how much, measured on ``sets``."""
     if not any(node.op_type in _QDQ and node.domain in (*DOMAINS, "com.microsoft")
                for graph in graph_scopes(original) for node in graph):
         return []
     note = ("ORIGINAL holds QuantizeLinear/DequantizeLinear: exact means the ops as ONNX defines them, as ORT computes "
-            "them at level basic without its QDQ transformers, which is how ORIGINAL ran; at ORT's default level ORT "
-            "fuses QDQ groups into integer kernels that round otherwise")
-    try:
-        fused = _run_all(original, {}, sets, optimize="all")
-    except runtimes.RuntimeFailure as error:
-        return [f"{note} (ORIGINAL does not run at that level: {one_line(error)})"]
+            "them at level basic without its QDQ transformers, which is how ORIGINAL ran")
     names = [v.name for v in original.graph.outputs]
     total = sum(_size(run[name]) for run in runs.values() for name in names)
-    differing = sum(_compare_output(name, [r[name] for r in runs.values()], [r[name] for r in fused.values()]).differing
-                    for name in names)
-    return [f"{note}: there ORIGINAL itself gives {differing} of {total} output elements otherwise on these input sets"]
+
+    def differing(session: runtimes.Session) -> int:
+        fused = {label: dict(zip(session.output_names, session.run(feeds))) for label, feeds in sets.items()}
+        return sum(_compare_output(name, [r[name] for r in runs.values()], [r[name] for r in fused.values()]).differing
+                   for name in names)
+
+    try:
+        applied = _ORT.transformers(original)
+        changed = differing(_ORT.load_without(original, ()))
+        # Each transformer that changed the graph, alone (the others off): which of them change the bits.
+        alone = {name: differing(_ORT.load_without(original, [other for other in applied if other != name]))
+                 for name in applied} if changed else {}
+    except runtimes.RuntimeFailure as error:
+        return [f"{note} (ORIGINAL does not run at ORT's default level: {one_line(error)})"]
+    if not changed:
+        return [f"{note}; at ORT's default level ORIGINAL gives the same bits on these input sets"]
+    causes = ", ".join(f"{name} ({count:,} alone)" for name, count in alone.items() if count) or (
+        f"none alone, so their combination: {', '.join(applied)}")
+    return [f"{note}; at ORT's default level ORIGINAL itself gives {changed:,} of {total:,} output elements otherwise "
+            f"on these input sets, through the graph transformers {causes}"]
 
 
 def _saturation_note(original: ir.Model) -> list[str]:
@@ -444,6 +476,8 @@ def check_model(
         held_to, note = _original_on(original, sets, runtime, expected_runs)
         notes.append(note)
         from_ort = _compare_outputs(original, rewritten, expected_runs, actual_runs)
+        if held_to is not expected_runs:
+            notes += _from_ort_in_context(runtime, from_ort, _compare_outputs(original, original, expected_runs, held_to))
     # Held to ORIGINAL on ORT (the runtime cannot run it): the same comparison as from_ort.
     outputs = from_ort if held_to is expected_runs and elsewhere else _compare_outputs(original, rewritten, held_to, actual_runs)
     compared = sum(_size(run[name]) for run in expected_runs.values() for name in [*original_names, *(v.name for v in original.graph.outputs)])

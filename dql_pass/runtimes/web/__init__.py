@@ -243,6 +243,7 @@ class WebRuntime(Runtime):
     run_timeout: float = 60
     weights = "integer"  # a browser downloads the model: int8 weights, a quarter of float32's size
     blocks = True  # every node is a kernel launch (WebGPU) or a kernel call (wasm)
+    where = "headless Chromium"  # what a check on it runs, for the command line to say
 
     def installed(self) -> bool:
         return missing() is None
