@@ -498,7 +498,8 @@ def _targets(verbose: bool = False) -> list[str]:
         rows.append((name, runtime.variant, runtime.weights, version or f"no: {runtime.install_hint()}",
                      _some([lack.op_type for lack in runtime.lacks]),
                      ", ".join(sorted({d.inputs or "any" for d in differs})) or "-"))
-        details.append(f"{name}:" + (" lower keeps blocks in float32" if runtime.blocks else ""))
+        details.append(f"{name}:")
+        details += ["  lower keeps y - y_zero_point in float32 where only lowered products read it (blocks)"] * runtime.blocks
         details += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in differs]
         details += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
         details += [f"  lower leaves {p.op_type} alone: {p.reason}" for p in runtime.inexact_products]
