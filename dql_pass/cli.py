@@ -575,8 +575,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _heavy_modules(args: argparse.Namespace) -> list[str]:
-    """The libraries the command will load: the graph libraries always, ORT where it runs models,
-    onnxscript's rewriter to fuse."""
+    """The libraries the command will load: the graph libraries always, ORT (through its adapter,
+    which turns its telemetry off) where it runs models, onnxscript's rewriter to fuse."""
     modules = ["dql_pass.api"]
     if args.command in ("verify", "gen-tests", "run-tests") or getattr(args, "verify", False) or getattr(args, "target", None):
         modules.append("onnxruntime")
@@ -594,7 +594,12 @@ def _import_held(*modules: str) -> None:
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         for module in modules:
-            importlib.import_module(module)
+            if module == "onnxruntime":
+                from dql_pass.runtimes.ort import import_onnxruntime
+
+                import_onnxruntime()
+            else:
+                importlib.import_module(module)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 

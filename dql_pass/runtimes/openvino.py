@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = ["OpenVino"]
 
+import sys
 
 import numpy as np
 import onnx
@@ -17,6 +18,17 @@ import onnx
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
 
+
+def _import_openvino():
+    """The openvino module, imported without its telemetry."""
+    # `import openvino` starts openvino-telemetry, which writes a client id and usage stats under
+    # $HOME/intel and sends an "import" event to Google Analytics; where that package does not
+    # import, OpenVINO uses its own no-op stub. Nothing dql_pass runs may reach the network.
+    if "openvino" not in sys.modules:
+        sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
 
 
 class OpenVino(Runtime):
@@ -55,8 +67,7 @@ class OpenVino(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
-        import openvino
-
+        openvino = _import_openvino()
         config = {"INFERENCE_PRECISION_HINT": "f32"}
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["OnnxRuntime"]
+__all__ = ["OnnxRuntime", "import_onnxruntime"]
 
 import os
 import tempfile
@@ -14,6 +14,17 @@ import onnx
 
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto
+
+
+def import_onnxruntime():
+    """The onnxruntime module, imported with its telemetry off: dql_pass imports it nowhere else."""
+    # Without it ORT 1.32 writes a device id and a database under $HOME/.cache/Microsoft, leaves
+    # $TMPDIR/.ses and sends events over the network; it counts only before the first import.
+    # Forced, over any value the user set: nothing dql_pass runs may reach the network.
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+    import onnxruntime
+
+    return onnxruntime
 
 
 class _OrtSession(Session):
@@ -51,8 +62,7 @@ class OnnxRuntime(Runtime):
             return onnx.load(path)
 
     def _load(self, model, *, threads: int, optimize: str, save_to: Path | None = None) -> Session:
-        import onnxruntime as ort
-
+        ort = import_onnxruntime()
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: callers report failures themselves
         options.intra_op_num_threads = threads
