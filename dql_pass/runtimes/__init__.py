@@ -8,7 +8,8 @@ loaded, so listing them, reading their limits and picking a target cost no runti
 from __future__ import annotations
 
 __all__ = [
-    "RUNTIMES", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
+    "RUNTIMES", "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout",
+    "Session", "get", "lacking",
 ]
 
 from collections.abc import Iterable
@@ -16,7 +17,9 @@ from collections.abc import Iterable
 import onnx
 
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.runtimes.base import (
+    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
+)
 from dql_pass.runtimes.iree import Iree
 from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack
 from dql_pass.runtimes.mnn import Mnn

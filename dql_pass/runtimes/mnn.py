@@ -44,7 +44,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.op import OUTPUTS
+from dql_pass.runtimes.base import (
+    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
+)
 from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, output_types
 
 CONVERT_SECONDS = 600.0  # a MiniLM converts in seconds; a hung converter is stopped
@@ -79,7 +82,8 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
         done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=folder, env=env,
                               timeout=timeout, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
-        raise RuntimeFailure(f"MNN's converter did not finish in {timeout:.0f} s") from error
+        raise RuntimeTimeout(f"a timeout: MNN's converter did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it "
+                             "longer") from error
     output = done.stdout + done.stderr
     if done.returncode < 0:
         raise RuntimeFailure(f"MNN's converter crashed ({_crash(done.returncode)}) on this model: {_why(output)}")
@@ -186,19 +190,20 @@ class Mnn(Runtime):
     )
     _ROUNDING = ("arithmetic", "float64", "residual")
     known_differences = (
-        KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)"),
+        KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)", outputs=("y", "y_zero_point")),
         KnownDifference(_ROUNDING, "reciprocal",
                         "measured: MNN's converter folds Div by the constant 255 into a Mul by float32(1/255), and MNN "
-                        "computes float64 as float32, so the scale is the range times that reciprocal"),
+                        "computes float64 as float32, so the scale is the range times that reciprocal", outputs=OUTPUTS),
         KnownDifference(_ROUNDING, "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, MNN gives the zero point 0; the contract saturates "
-                        "it to 255"),
+                        "it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(_ROUNDING, "infinite",
-                        "measured: with +inf in x, MNN gives y 255 for the NaN quotient inf/inf; the contract gives 0"),
-        KnownDifference(("arithmetic",), "empty", "measured: MNN crashes (SIGSEGV) reducing an empty tensor"),
+                        "measured: with +inf in x, MNN gives y 255 for the NaN quotient inf/inf (the contract: 0); with -inf, "
+                        "the zero point 0 for inf/inf (the contract saturates it to 255)", outputs=("y", "y_zero_point")),
+        KnownDifference(("arithmetic",), "empty", "measured: MNN crashes (SIGSEGV) reducing an empty tensor", outputs=OUTPUTS),
         KnownDifference(("residual",), None,
                         "measured: MNN's Less compares float bits as int32, wrong when both operands are negative, "
-                        "as the residual variant's test of its rounded scale has them (on inputs of any class)"),
+                        "as the residual variant's test of its rounded scale has them (on inputs of any class)", outputs=OUTPUTS),
     )
 
     inexact_products = (
@@ -214,7 +219,7 @@ class Mnn(Runtime):
             path = files.enter_context(as_file(model, private=True))
             proto = onnx.load(path, load_external_data=False)
             target = path.with_name("model.mnn")
-            convert(path, target)
+            convert(path, target, self.timeout or CONVERT_SECONDS)
             session = _MnnSession(target, threads, [v.name for v in fed_inputs(proto)],
                                   [v.name for v in proto.graph.output], output_types(proto))
             kept = files.pop_all()

@@ -170,7 +170,8 @@ def _session(
     try:
         return runtime.load(model, threads=1, optimize="basic"), runtime, None
     except runtimes.RuntimeFailure as error:
-        reason = f"{runtime.name} cannot load the replacement: {one_line(error)}"
+        refused = "did not load" if isinstance(error, runtimes.RuntimeTimeout) else "cannot load"
+        reason = f"{runtime.name} {refused} the replacement: {one_line(error)}"
     ort = runtimes.get("onnxruntime")
     if runtime is ort:
         return None, ort, reason

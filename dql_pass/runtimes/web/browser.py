@@ -9,7 +9,7 @@ host resolves to nothing, so the browser cannot reach the network.
 
 from __future__ import annotations
 
-__all__ = ["Browser", "BrowserFailure", "Server"]
+__all__ = ["Browser", "BrowserFailure", "BrowserTimeout", "Server"]
 
 import contextlib
 import fcntl
@@ -43,6 +43,10 @@ _TYPES = {".html": "text/html", ".mjs": "text/javascript", ".js": "text/javascri
 
 class BrowserFailure(Exception):
     """The browser died, timed out, or a page raised; the page's own message is the text."""
+
+
+class BrowserTimeout(BrowserFailure):
+    """No answer within the time given: the browser was stopped."""
 
 
 class Server:
@@ -188,7 +192,7 @@ class Browser:
             raise BrowserFailure(f"the browser is gone ({error})") from None
         if not event.wait(timeout):
             self.close()
-            raise BrowserFailure(f"no answer from the browser within {timeout:g} s to {method}; it was stopped")
+            raise BrowserTimeout(f"no answer from the browser within {timeout:g} s to {method}; it was stopped")
         reply = slot[0]
         if "error" in reply:
             raise BrowserFailure(f"{method}: {reply['error'].get('message')}")
