@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import helpers
+import pytest
 from helpers import installed
 from onnx import TensorProto, helper, numpy_helper
 
@@ -113,3 +114,31 @@ def test_a_difference_is_known_only_where_the_stated_ones_name_every_output_that
     assert mnn.differences(x, "arithmetic", "onnxruntime", ["y"]) == [_INFINITE.reason]
     assert mnn.differences(x, "arithmetic", "onnxruntime", ["y", "y_scale"]) == []
     assert mnn.differences(x, "arithmetic", "onnxruntime", ["y_scale"]) == []
+
+
+@pytest.mark.parametrize("outputs", [(), ("y", "scale")])
+def test_a_known_difference_names_outputs_of_the_op(outputs):
+    with pytest.raises(ValueError, match="names outputs of"):
+        runtimes.KnownDifference(("native",), "infinite", "a reason", outputs=outputs)
+
+
+class _Slow(runtimes.Runtime):
+    """ORT that never answers in time."""
+
+    name = "slow"
+    module = "onnxruntime"
+    distribution = "onnxruntime"
+    variant = "arithmetic"
+
+    def _load(self, model, *, threads: int, optimize: str) -> runtimes.Session:
+        raise runtimes.RuntimeTimeout("a timeout: slow gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+
+
+def test_a_runtime_that_times_out_leaves_verify_incomplete_not_failed(monkeypatch):
+    monkeypatch.setitem(runtimes.RUNTIMES, "slow", _Slow())
+    original = helpers.dql_model(21)
+    report = dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0], runtime="slow")
+    assert report.verdict == "INCOMPLETE", report.format()
+    assert report.sites[0].not_checked.startswith("slow did not load the site model in time: a timeout: ")
+    assert report.model_not_checked.startswith("REWRITTEN did not finish on slow: a timeout: ")
+    assert "cannot" not in report.format()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "RUNTIMES", "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout",
-    "Session", "get", "lacking",
+    "Session", "get", "lacking", "refused",
 ]
 
 from collections.abc import Iterable
@@ -18,7 +18,7 @@ import onnx
 
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import (
-    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
+    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session, refused,
 )
 from dql_pass.runtimes.iree import Iree
 from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 __all__ = [
     "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout", "Session",
-    "failures_of",
+    "failures_of", "refused",
 ]
 
 import contextlib
@@ -51,6 +51,11 @@ TIMEOUT_OPTION = "--runtime-timeout SECONDS"  # what lengthens a runtime's time 
 class RuntimeTimeout(RuntimeFailure):
     """A runtime gave no answer within its time limit: slow, which says nothing of whether it can run
     the model. Callers report what it kept unchecked, never that the runtime cannot run it."""
+
+
+def refused(error: RuntimeFailure, what: str) -> str:
+    """``cannot WHAT`` for a refusal, ``did not WHAT in time`` for a timeout: slow is not unable."""
+    return f"did not {what} in time" if isinstance(error, RuntimeTimeout) else f"cannot {what}"
 
 
 @contextlib.contextmanager

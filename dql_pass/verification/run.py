@@ -108,8 +108,7 @@ class _SiteRunner:
         try:
             session = runtime.load(model, threads=1, optimize="basic")
         except runtimes.RuntimeFailure as error:
-            refused = "did not load" if isinstance(error, runtimes.RuntimeTimeout) else "cannot load"
-            reason = f"{runtime.name} {refused} the site model: {one_line(error)}"
+            reason = f"{runtime.name} {runtimes.refused(error, 'load the site model')}: {one_line(error)}"
             if runtime is not _ORT:
                 return [None] * len(self.catalogue), reason
             return [SiteDifference(WORST, reason)] * len(self.catalogue), None
@@ -119,7 +118,8 @@ class _SiteRunner:
                 diff = compare_site(session.run({"x": case.x}, OUTPUTS), expected)
             except runtimes.RuntimeFailure as error:
                 if runtime is not _ORT:
-                    unchecked = unchecked or f"{runtime.name} cannot run case {case.name}: {one_line(error)}"
+                    refusal = f"{runtime.name} {runtimes.refused(error, f'run case {case.name}')}: {one_line(error)}"
+                    unchecked = unchecked or refusal
                     diff = None
                 else:
                     diff = SiteDifference(WORST, f"failed: {one_line(error)}")
