@@ -94,7 +94,8 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
 class _Worker:
     """A process that has loaded the MNN model and answers runs, until it crashes or is stopped."""
 
-    def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+    def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float) -> None:
+        self._seconds = seconds
         self._process = subprocess.Popen(
             worker_command("serve", str(model), str(threads), json.dumps(list(inputs)), json.dumps(list(outputs))),
             cwd=model.parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -108,12 +109,14 @@ class _Worker:
             if arrays is not None:
                 pickle.dump(arrays, self._process.stdin)
                 self._process.stdin.flush()
-            status, answer = _answer(self._process)
+            status, answer = _answer(self._process, self._seconds)
         except (EOFError, BrokenPipeError, subprocess.TimeoutExpired) as error:
             self._stop()
-            hung = isinstance(error, subprocess.TimeoutExpired)
-            why = "did not answer" if hung else f"crashed ({_crash(self._process.returncode)})"
-            raise RuntimeFailure(f"MNN {why} {'loading the model' if arrays is None else 'on this input'}") from None
+            doing = "loading the model" if arrays is None else "on this input"
+            if isinstance(error, subprocess.TimeoutExpired):
+                raise RuntimeTimeout(f"a timeout: MNN did not answer within {self._seconds:g} s {doing}; "
+                                     f"{TIMEOUT_OPTION} gives it longer") from None
+            raise RuntimeFailure(f"MNN crashed ({_crash(self._process.returncode)}) {doing}") from None
         if status != "ok":
             self._stop()  # a failed run can leave MNN's module giving no outputs to the next ones (measured)
             raise RuntimeFailure(answer)
@@ -123,12 +126,12 @@ class _Worker:
         return self._stop.alive and self._process.poll() is None
 
 
-def _answer(process: subprocess.Popen) -> tuple[str, object]:
-    """The worker's next answer, within :data:`RUN_SECONDS`; EOFError when it died."""
+def _answer(process: subprocess.Popen, seconds: float) -> tuple[str, object]:
+    """The worker's next answer, within ``seconds``; EOFError when it died."""
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(RUN_SECONDS):
-            raise subprocess.TimeoutExpired(process.args, RUN_SECONDS)
+        if not selector.select(seconds):
+            raise subprocess.TimeoutExpired(process.args, seconds)
     return pickle.load(process.stdout)
 
 
@@ -155,9 +158,9 @@ def _widened(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 class _MnnSession(Session):
     def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str],
-                 types: Sequence[np.dtype]) -> None:
+                 types: Sequence[np.dtype], seconds: float) -> None:
         super().__init__(inputs, outputs)
-        self._start = lambda: _Worker(model, threads, inputs, outputs)
+        self._start = lambda: _Worker(model, threads, inputs, outputs, seconds)
         self._worker = self._start()
         self._types = list(types)
 
@@ -221,7 +224,7 @@ class Mnn(Runtime):
             target = path.with_name("model.mnn")
             convert(path, target, self.timeout or CONVERT_SECONDS)
             session = _MnnSession(target, threads, [v.name for v in fed_inputs(proto)],
-                                  [v.name for v in proto.graph.output], output_types(proto))
+                                  [v.name for v in proto.graph.output], output_types(proto), self.timeout or RUN_SECONDS)
             kept = files.pop_all()
         # A new worker reads the file again: the folder lives as long as the session.
         weakref.finalize(session, kept.close)
