@@ -417,6 +417,16 @@ def _whole_number(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, not {text!r}")
+    return seconds
+
+
 def _opsets(text: str) -> list[int]:
     try:
         return [int(item) for item in text.split(",") if item.strip()]
@@ -571,11 +581,16 @@ def _parser() -> argparse.ArgumentParser:
     list_targets_help = ("print one line per target (its variant, lower's weights, whether it is installed, what it "
                          "lacks, where it still differs) and the runtimes without an adapter, and exit; with -v before it, "
                          "each reason too")
+    timeout = _Parser(add_help=False)
+    timeout.add_argument("--runtime-timeout", type=_seconds, metavar="SECONDS",
+                         help="seconds the runtime may take to load or run a model once, where its adapter limits them "
+                              "(webgpu and wasm: 120 to load, 60 to run; mnn and litert: 600 to convert); past it, "
+                              "what it kept unchecked is reported as such")
     zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
     dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
                 "a batch-like one (named batch, or an input's first axis), 1 if ORIGINAL does not run at 2, else 16)")
 
-    expand = commands.add_parser("expand", parents=common, help="rewrite every DynamicQuantizeLinear into primitive ops")
+    expand = commands.add_parser("expand", parents=[*common, timeout], help="rewrite every DynamicQuantizeLinear into primitive ops")
     expand.add_argument("input", help="the ONNX model to read; it is never modified")
     expand.add_argument("-o", "--output", required=True, help="where to write the expanded model")
     chosen = expand.add_mutually_exclusive_group()
@@ -592,7 +607,7 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
     expand.set_defaults(run=_expand)
 
-    lower = commands.add_parser("lower", parents=common, help="rewrite the quantization ops of a quantize_dynamic "
+    lower = commands.add_parser("lower", parents=[*common, timeout], help="rewrite the quantization ops of a quantize_dynamic "
                                 "model into float primitives, bit-exact, with the proof per node")
     lower.add_argument("input", help="the ONNX model to read; it is never modified")
     lower.add_argument("-o", "--output", required=True, help="where to write the lowered model")
@@ -631,7 +646,7 @@ def _parser() -> argparse.ArgumentParser:
     fuse.add_argument("-o", "--output", required=True, help="where to write the fused model")
     fuse.set_defaults(run=_fuse)
 
-    verify = commands.add_parser("verify", parents=common, help="check a rewritten model against the original, bit for bit")
+    verify = commands.add_parser("verify", parents=[*common, timeout], help="check a rewritten model against the original, bit for bit")
     verify.add_argument("original", help="the model with DynamicQuantizeLinear")
     verify.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
     verify.add_argument("--samples", type=_whole_number, default=2, help="random input sets for the model level (default 2), "
@@ -669,7 +684,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="replace the suite in OUTDIR even when it holds files that gen-tests did not write")
     gen_tests.set_defaults(run=_gen_tests)
 
-    run_tests = commands.add_parser("run-tests", parents=common, help="run a conformance suite and compare every output bit for bit")
+    run_tests = commands.add_parser("run-tests", parents=[*common, timeout], help="run a conformance suite and compare every output bit for bit")
     run_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
                            help="the suite folder (default %(default)s); manifest.json is optional")
     run_tests.add_argument("--runtime", "--backend", metavar="RUNTIME", type=_runtime_name, default="onnxruntime",
@@ -689,8 +704,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _heavy_modules(args: argparse.Namespace) -> list[str]:
-    """The libraries the command will load: the graph libraries always, ORT where it runs models,
-    onnxscript's rewriter to fuse."""
+    """The libraries the command will load: the graph libraries always, ORT (through its adapter,
+    which turns its telemetry off) where it runs models, onnxscript's rewriter to fuse."""
     modules = ["dql_pass.api"]
     if args.command in ("verify", "gen-tests", "run-tests") or getattr(args, "verify", False) or getattr(args, "target", None):
         modules.append("onnxruntime")
@@ -708,9 +723,24 @@ def _import_held(*modules: str) -> None:
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         for module in modules:
-            importlib.import_module(module)
+            if module == "onnxruntime":
+                from dql_pass.runtimes.ort import import_onnxruntime
+
+                import_onnxruntime()
+            else:
+                importlib.import_module(module)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _set_timeout(args: argparse.Namespace) -> None:
+    """--runtime-timeout: the limit of the runtime the command runs besides ORT."""
+    if getattr(args, "runtime_timeout", None) is None:
+        return
+    from dql_pass import runtimes
+
+    for name in {getattr(args, "target", None), getattr(args, "runtime", None)} - {None}:
+        runtimes.get(name).timeout = args.runtime_timeout
 
 
 _FILE_LABELS = {"input": "the input model", "output": "the output model", "original": "ORIGINAL", "rewritten": "REWRITTEN",
@@ -741,6 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         folders = {"the suite folder": args.outdir} if args.command in ("gen-tests", "run-tests") else {}
         report_path = _check_report_path(args.json, _files_of(args), folders) if args.json else None
         _import_held(*_heavy_modules(args))
+        _set_timeout(args)
         code, report = args.run(args)
         if report_path is not None:
             _write_report(report_path, _finite({"command": args.command, "exit_code": code, **report}))

@@ -228,6 +228,15 @@ _PRODUCTS = {
 }
 
 
+def _without_terms(node: ir.Node) -> bool:
+    """Whether the product's sums have no term: a reduction axis (ConvInteger: a kernel axis too) of known size 0."""
+    kind = _PRODUCTS[node.op_type]
+    a, w = node.inputs[:2]
+    a_axis, w_axis = kind.axes(2 if w.shape is None else len(w.shape))
+    kernel = list(w.shape[2:]) if kind.op == "Conv" and w.shape is not None else []
+    return 0 in (_static_dim(a, a_axis), _static_dim(w, w_axis), *kernel)
+
+
 def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     kind = _PRODUCTS[node.op_type]
     a, w, a_zp, w_zp = (list(node.inputs) + [None] * 4)[:4]
@@ -443,6 +452,9 @@ class Rule:
     # (operand, its zero point): the inputs a block (dql_pass.lowering.blocks) may feed as one
     # float32 difference, which verify then feeds as such.
     centred: tuple[tuple[int, int], ...] = ()
+    # Whether the node's output is a sum without terms, which ONNX defines 0 and ORT 1.32 leaves
+    # unwritten (whatever its memory held): verify holds ORIGINAL's to 0.
+    without_terms: Callable[[ir.Node], bool] = lambda node: False
 
     def expected(self, arrays: Sequence[np.ndarray | None], attributes: Attributes) -> np.ndarray:
         """The exact result of the op on ``arrays``, one per input (None: absent)."""
@@ -487,9 +499,11 @@ def _dequantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | N
 # The only list of the rules: adding one adds its record here and the reference it names.
 REGISTRY: tuple[Rule, ...] = (
     Rule("MatMulInteger", rewrite=_integer_product, reference=reference.matmul_integer, keywords=_no_keywords,
-         operand_types=_zero_point_types, cases=operands.matmul_integer, centred=((0, 2), (1, 3))),
+         operand_types=_zero_point_types, cases=operands.matmul_integer, centred=((0, 2), (1, 3)),
+         without_terms=_without_terms),
     Rule("ConvInteger", rewrite=_integer_product, reference=reference.conv_integer, keywords=_conv_keywords,
-         operand_types=_zero_point_types, cases=operands.conv_integer, centred=((0, 2), (1, 3))),
+         operand_types=_zero_point_types, cases=operands.conv_integer, centred=((0, 2), (1, 3)),
+         without_terms=_without_terms),
     Rule("QuantizeLinear", rewrite=_quantize_linear, reference=reference.quantize_linear, keywords=_quantize_keywords,
          operand_types=_own_types, cases=operands.quantize_linear),  # x is float, its zero point an integer
     Rule("DequantizeLinear", rewrite=_dequantize_linear, reference=reference.dequantize_linear,
