@@ -400,7 +400,7 @@ def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
     return (0 if found.ok else 1), {
         "raw": args.raw, "ok": found.ok, "rows": [dataclasses.asdict(row) for row in found.rows],
         "reports": [str(path) for path in written],
-        "outcomes": {name: [_outcome_record(o) for o in report.outcomes] for name, report in found.reports.items() if report},
+        "outcomes": {name: [_outcome_record(o) for o in report.outcomes] for name, report in found.reports.items() if report is not None},
     }
 
 

@@ -43,8 +43,8 @@ def check_report_dir(path: str | os.PathLike) -> Path:
 
 
 def _bits(value: np.generic) -> str:
-    array = np.asarray(value)
-    return "0x" + array.tobytes()[::-1].hex() if array.dtype.kind == "f" else f"{int(array)}"
+    """The bits of one element, most significant first (little-endian storage reversed)."""
+    return "0x" + np.asarray(value).tobytes()[::-1].hex()
 
 
 def first_differences(expected: np.ndarray, actual: np.ndarray, limit: int = _SHOWN) -> list[str]:
@@ -57,7 +57,7 @@ def first_differences(expected: np.ndarray, actual: np.ndarray, limit: int = _SH
     for where in differs[:limit]:
         index = tuple(int(i) for i in where)
         e, a = expected[index], actual[index]
-        lines.append(f"{list(index)}: expected {e!r} ({_bits(e)}), got {a!r} ({_bits(a)})")
+        lines.append(f"{list(index)}: expected {e.item()!r} ({_bits(e)}), got {a.item()!r} ({_bits(a)})")
     return lines
 
 
@@ -132,7 +132,7 @@ def write_reports(report_dir: str | os.PathLike, suite_dir: str | os.PathLike, f
     groups: dict[tuple[str, str], list[Outcome]] = {}
     totals: dict[tuple[str, str], int] = {}
     for runtime, report in found.reports.items():
-        for outcome in report.outcomes if report else []:
+        for outcome in report.outcomes if report is not None else []:
             totals[runtime, outcome.op] = totals.get((runtime, outcome.op), 0) + 1
             if outcome.status == "FAIL" and (suite / outcome.name).is_dir():
                 groups.setdefault((runtime, outcome.op), []).append(outcome)
