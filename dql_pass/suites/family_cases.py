@@ -15,8 +15,9 @@ import itertools
 from collections.abc import Mapping
 
 import numpy as np
+import onnx
 
-from dql_pass import reference
+from dql_pass.lowering.rules import RULES
 
 SIZES = ("small", "full")  # full: larger sweeps and tensors, for a runtime's author rather than CI
 
@@ -74,10 +75,11 @@ def _quantize(name: str, since: int, x: np.ndarray, scale: np.ndarray, zp: np.nd
               attributes: Mapping[str, object] | None = None, dtype: str = "uint8", comparable: bool = True,
               precision: type | None = None, until: int | None = None) -> Case:
     attributes = dict(attributes or {})
-    y = reference.quantize_linear(x, scale, zp, axis=int(attributes.get("axis", 1)), dtype=_INT[dtype],
-                                  block_size=int(attributes.get("block_size", 0)), precision=precision)
     if zp is None and dtype != "uint8":
         attributes["output_dtype"] = _onnx_type(dtype)
+    if precision is not None:
+        attributes["precision"] = _onnx_type(precision)
+    y = RULES["QuantizeLinear"].expected([x, scale, zp], attributes)
     return Case("QuantizeLinear", name, description, since, {"x": x, "y_scale": scale, "y_zero_point": zp},
                 frozenset({"y_scale", "y_zero_point"}), attributes, (y,), comparable, until)
 
@@ -107,10 +109,8 @@ def _zp(value: int | None, dtype: str, shape: tuple[int, ...] = ()) -> np.ndarra
     return None if value is None else np.full(shape, value, _INT[dtype])
 
 
-def _onnx_type(dtype: str) -> int:
-    import onnx
-
-    return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(_INT[dtype])))
+def _onnx_type(dtype: str | type) -> int:
+    return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(_INT.get(dtype, dtype))))
 
 
 def _quantize_shapes(values: Mapping[str, np.ndarray]) -> list[Case]:
@@ -138,7 +138,8 @@ def _quantize_shapes(values: Mapping[str, np.ndarray]) -> list[Case]:
     half = values["ties"][:200].astype(np.float16)
     for s_name, s in (("s1", 1.0), ("s0_5", 0.5), ("s0_1", 0.1)):
         for dtype in ("uint8", "int8"):
-            # Opset 23 says the division is in the scale's type (float16); before, the quotient is the exact one's.
+            # From opset 23 the division rounds to the precision attribute's type (float16 here, also the default);
+            # before, the quotient is the exact one's.
             for since, until, precision in ((19, 22, None), (23, None, np.float16)):
                 cases.append(_quantize(f"float16_{dtype}_{s_name}{'_precision16' if precision else ''}", since,
                                        (half * np.float16(s)).astype(np.float16), np.array(s, np.float16),
@@ -170,7 +171,7 @@ def _d_scales(size: str) -> dict[str, float]:
 def _dequantize(name: str, since: int, x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, description: str,
                 attributes: Mapping[str, object] | None = None) -> Case:
     attributes = dict(attributes or {})
-    y = reference.dequantize_linear(x, scale, zp, axis=int(attributes.get("axis", 1)), block_size=int(attributes.get("block_size", 0)))
+    y = RULES["DequantizeLinear"].expected([x, scale, zp], attributes)
     return Case("DequantizeLinear", name, description, since, {"x": x, "x_scale": scale, "x_zero_point": zp},
                 frozenset({"x_scale", "x_zero_point"}), attributes, (y,))
 

@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 
-from dql_pass import reference
+from dql_pass.lowering.rules import RULES
 from dql_pass.suites.family_cases import Case
 
 _SEED = 20261204
@@ -30,7 +30,7 @@ def _values(rng: np.random.Generator, dtype: type, shape: tuple[int, ...], kind:
 
 
 def _matmul(name: str, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None, b_zp: np.ndarray | None, description: str) -> Case:
-    y = reference.matmul_integer(a, b, a_zp, b_zp)
+    y = RULES["MatMulInteger"].expected([a, b, a_zp, b_zp], {})
     return Case("MatMulInteger", name, description, 10, {"A": a, "B": b, "a_zero_point": a_zp, "b_zero_point": b_zp},
                 frozenset({"B", "b_zero_point"}), {}, (y,))
 
@@ -82,10 +82,7 @@ def matmul_integer_cases(size: str = "small") -> list[Case]:
 
 def _conv(name: str, x: np.ndarray, w: np.ndarray, x_zp: np.ndarray | None, w_zp: np.ndarray | None,
           attributes: dict, description: str) -> Case:
-    spatial = x.ndim - 2
-    pads = tuple(attributes.get("pads", (0,) * 2 * spatial))
-    y = reference.conv_integer(x, w, x_zp, w_zp, pads=pads, strides=attributes.get("strides"),
-                               dilations=attributes.get("dilations"), group=int(attributes.get("group", 1)))
+    y = RULES["ConvInteger"].expected([x, w, x_zp, w_zp], attributes)
     return Case("ConvInteger", name, description, 10, {"x": x, "w": w, "x_zero_point": x_zp, "w_zero_point": w_zp},
                 frozenset({"w", "w_zero_point"}), attributes, (y,))
 
