@@ -436,11 +436,13 @@ def _opsets(text: str) -> list[int]:
 
 def _gen_tests(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
+    from dql_pass.suites.defaults import DEFAULT_OPSETS
 
     suite = dql_pass.generate_suite(
-        args.outdir, opsets=args.opsets, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
+        args.outdir, opsets=args.opsets or DEFAULT_OPSETS, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
         zero_range=args.zero_range, include_unspecified=args.include_unspecified, include_large=not args.no_large,
-        force=args.force,
+        force=args.force, ops=[op.strip() for op in args.ops.split(",") if op.strip()], size=args.size,
+        family_opsets=args.opsets,
     )
     size = f"{suite.size_bytes / 1e6:.1f} MB" if suite.size_bytes >= 1e6 else f"{suite.size_bytes / 1e3:.0f} kB"
     _say(args, f"wrote {len(suite.entries)} test folders from {suite.inputs} inputs to {suite.path}: {size} in {suite.seconds:.1f} s")
@@ -448,16 +450,42 @@ def _gen_tests(args: argparse.Namespace) -> tuple[int, dict]:
                "size_bytes": suite.size_bytes, "seconds": suite.seconds}
 
 
+def _outcome_record(outcome) -> dict:
+    return {key: getattr(outcome, key) for key in ("name", "status", "detail", "form", "op")}
+
+
 def _run_tests(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
+    from dql_pass.suites import matrix
 
-    report = dql_pass.run_suite(args.outdir, args.runtime, raw=args.raw,
+    names = matrix.choose_runtimes(args.runtime)
+    if len(names) > 1 or args.report_dir:
+        return _run_matrix(args, names)
+    report = dql_pass.run_suite(args.outdir, names[0], raw=args.raw,
                                 progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
     _say(args, report.table())
     _say(args, report.summary)
     return (0 if report.ok else 1), {"runtime": report.runtime, "raw": args.raw, "summary": report.summary,
                                      "ok": report.ok, "counts": report.counts(),
-                                     "outcomes": [dataclasses.asdict(o) for o in report.outcomes]}
+                                     "outcomes": [_outcome_record(o) for o in report.outcomes]}
+
+
+def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
+    from dql_pass.suites import divergence, matrix
+
+    if args.report_dir:
+        divergence.check_report_dir(args.report_dir)
+    found = matrix.run_matrix(args.outdir, names, raw=args.raw, progress=None if args.quiet or not args.verbose
+                              else lambda runtime, outcome: print(f"{runtime}: {outcome.line()}", flush=True))
+    _say(args, found.table())
+    written = divergence.write_reports(args.report_dir, args.outdir, found) if args.report_dir else []
+    for path in written:
+        _say(args, f"wrote the divergence report {path}")
+    return (0 if found.ok else 1), {
+        "raw": args.raw, "ok": found.ok, "rows": [dataclasses.asdict(row) for row in found.rows],
+        "reports": [str(path) for path in written],
+        "outcomes": {name: [_outcome_record(o) for o in report.outcomes] for name, report in found.reports.items() if report is not None},
+    }
 
 
 def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
@@ -669,8 +697,14 @@ def _parser() -> argparse.ArgumentParser:
     gen_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
                            help="the suite folder (default %(default)s, created with its parents); onnx's loader reads it "
                                 "with data_dir=its parent, kind=its name")
-    gen_tests.add_argument("--opsets", type=_opsets, default=",".join(map(str, DEFAULT_OPSETS)),
-                           help="ai.onnx opsets, comma-separated (default %(default)s)")
+    gen_tests.add_argument("--opsets", type=_opsets, default=None,
+                           help="ai.onnx opsets, comma-separated (default: %s for DynamicQuantizeLinear; every opset "
+                                "at which each other op changed)" % ",".join(map(str, DEFAULT_OPSETS)))
+    gen_tests.add_argument("--ops", default="DynamicQuantizeLinear",
+                           help="the ops to write suites for, comma-separated, from DynamicQuantizeLinear, "
+                                "MatMulInteger, ConvInteger, QuantizeLinear, DequantizeLinear (default %(default)s)")
+    gen_tests.add_argument("--size", choices=("small", "full"), default="small",
+                           help="the family's sweeps: small for CI, full for larger sweeps and tensors (default %(default)s)")
     gen_tests.add_argument("--variants", default=",".join(FORMS),
                            help="native (the DQL node) and the expansion variants to write, comma-separated "
                                 "(default %(default)s)")
@@ -688,7 +722,10 @@ def _parser() -> argparse.ArgumentParser:
     run_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
                            help="the suite folder (default %(default)s); manifest.json is optional")
     run_tests.add_argument("--runtime", "--backend", metavar="RUNTIME", type=_runtime_name, default="onnxruntime",
-                           help="the runtime to run it on (default onnxruntime)" + target_help)
+                           help="the runtime to run it on, a comma-separated list of them, or all; with more than one, "
+                                "the counts per op x runtime (default onnxruntime)" + target_help)
+    run_tests.add_argument("--report-dir", metavar="DIR",
+                           help="write a divergence report per failing runtime x op under DIR (a new or empty folder)")
     run_tests.add_argument("--raw", action="store_true",
                            help="ignore the manifest's known differences: every difference is a FAIL (for a runtime's author)")
     run_tests.set_defaults(run=_run_tests)

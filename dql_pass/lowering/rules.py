@@ -488,12 +488,15 @@ def _no_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) ->
 
 
 def _quantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
+    precision = attributes.get("precision")  # opset 23: the type the division rounds to
     return {**_dequantize_keywords(attributes, arrays),
-            "dtype": ir.DataType(attributes.get("output_dtype") or ir.DataType.UINT8).numpy()}
+            "dtype": ir.DataType(attributes.get("output_dtype") or ir.DataType.UINT8).numpy(),
+            **({"precision": ir.DataType(precision).numpy()} if precision else {})}
 
 
 def _dequantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
-    return {"axis": int(attributes.get("axis", 1))}
+    block_size = int(attributes.get("block_size", 0))  # opset 21: blocked scales
+    return {"axis": int(attributes.get("axis", 1)), **({"block_size": block_size} if block_size else {})}
 
 
 # The only list of the rules: adding one adds its record here and the reference it names.

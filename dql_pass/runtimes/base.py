@@ -81,6 +81,8 @@ class Lack:
     measured: str
     reason: str
     domain: str = ""
+    # The inputs (by position) that, when all are constants (initializers), make the op run after all.
+    unless_constant: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"{self.op_type}-{self.since_version} does not run on {self.runtime} ({self.measured}): {self.reason}"
