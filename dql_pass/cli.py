@@ -49,7 +49,8 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
 
     start = time.perf_counter()
     result = dql_pass.expand_file(
-        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target
+        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target,
+        share_data=args.share_data,
     )
     elapsed = time.perf_counter() - start
     done = result.report  # what the pass did, variant and target included
@@ -65,6 +66,7 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
         if done.target is None and not args.quiet:
             print(f"variant {done.variant} is the exact target of {', '.join(_runtimes_targeting(done.variant)) or 'no runtime'}; "
                   "for another runtime give --target (see --list-targets)", file=sys.stderr)
+    report["shared_data"] = _shared(args)
     return _deployable(args, report)
 
 
@@ -78,7 +80,8 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights)
+    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights,
+                                 share_data=args.share_data)
     elapsed = time.perf_counter() - start
     report = result.report
     if result.modified:
@@ -87,10 +90,28 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
                    f"into {args.output} in {elapsed:.2f} s (weights {report.weights})")
     else:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    shared = _shared(args)
     if report.format():
         _say(args, report.format())
     return _deployable(args, {"input": args.input, "output": args.output, "seconds": elapsed,
-                              **dataclasses.asdict(report)})
+                              **dataclasses.asdict(report), "shared_data": shared})
+
+
+def _shared(args: argparse.Namespace) -> list[str]:
+    """With --share-data, the input's data files the output refers to, said in a line of its own."""
+    if not args.share_data:
+        return []
+    from dql_pass.files import shared_data_files
+
+    shared = shared_data_files(args.output, args.input)
+    if shared:
+        _say(args, f"{args.output} refers to the input's data {'files' if len(shared) > 1 else 'file'} "
+                   f"{', '.join(shared)} (--share-data): it needs {'them' if len(shared) > 1 else 'it'} where "
+                   f"{'they are' if len(shared) > 1 else 'it is'}")
+    else:
+        _say(args, f"{args.output} stands alone: --share-data shares only the input's data files in the output's "
+                   "folder, and this output keeps none")
+    return shared
 
 
 def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
@@ -380,7 +401,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.fuse_file(args.input, args.output)
+    result = dql_pass.fuse_file(args.input, args.output, share_data=args.share_data)
     elapsed = time.perf_counter() - start
     report = result.report
     if report.total:
@@ -390,6 +411,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
                 _say(args, f"  {count:6d}  {label}  ({rule})")
     else:
         _say(args, f"{args.input}: nothing to fuse; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    shared = _shared(args)
     for function in report.dropped_functions:
         _say(args, f"dropped the model-local function {function}: nothing calls it any more")
     for rule, note in report.notes.items():
@@ -401,7 +423,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
             closest = f"closest rule {item.rule}, {item.matched_nodes} nodes matched: " if item.rule else ""
             _say(args, f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
     return 0, {"input": args.input, "output": args.output, "seconds": elapsed, "total": report.total,
-               **dataclasses.asdict(report)}
+               **dataclasses.asdict(report), "shared_data": shared}
 
 
 def _targets() -> list[str]:
@@ -476,6 +498,9 @@ def _parser() -> argparse.ArgumentParser:
     common = [_common(top=False)]
     target_help = "; see `dql-pass expand --list-targets` for the runtimes"
     zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
+    share_help = ("an output in the input's folder refers to the input's external data files instead of copying "
+                  "what it keeps into its own (fast for large models; the output then needs those files). "
+                  "Default: the output and the data file written for it stand alone")
     dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
                 "a batch-like one (named batch, or an input's first axis), 1 if ORIGINAL does not run at 2, else 16)")
 
@@ -494,6 +519,7 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("--verify", action="store_true",
                         help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     expand.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
+    expand.add_argument("--share-data", action="store_true", help=share_help)
     expand.set_defaults(run=_expand)
 
     lower = commands.add_parser("lower", parents=common, help="rewrite the quantization ops of a quantize_dynamic "
@@ -510,11 +536,13 @@ def _parser() -> argparse.ArgumentParser:
     lower.add_argument("--verify", action="store_true",
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
+    lower.add_argument("--share-data", action="store_true", help=share_help)
     lower.set_defaults(run=_lower, zero_range="onnxruntime")
 
     fuse = commands.add_parser("fuse", parents=common, help="turn decomposed DynamicQuantizeLinear back into single nodes")
     fuse.add_argument("input", help="the ONNX model to read; it is never modified")
     fuse.add_argument("-o", "--output", required=True, help="where to write the fused model")
+    fuse.add_argument("--share-data", action="store_true", help=share_help)
     fuse.set_defaults(run=_fuse)
 
     verify = commands.add_parser("verify", parents=common, help="check a rewritten model against the original, bit for bit")
