@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dql_pass import op, reference, runtimes
+from dql_pass.lowering.rules import RULES
 from tools import harness
 
 logger = logging.getLogger("lower_memory")
@@ -127,11 +128,13 @@ def _exact(source: Path, lowered: Path, one_tensor: bool) -> bool:
 
 
 def _exact_output(source: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The one-tensor model's output from :mod:`dql_pass.reference`, the product a block of columns at a time."""
+    """The one-tensor model's output from :mod:`dql_pass.reference` (the MatMulInteger rule's), the product a block
+    of columns at a time."""
     arrays = {t.name: numpy_helper.to_array(t) for t in onnx.load(source).graph.initializer}
     q, _, zp = reference.dynamic_quantize_linear(feeds["h0"])
     w, step = arrays["W0"], 1 << 14
-    product = np.concatenate([reference.matmul_integer(q, w[:, i:i + step], zp, arrays["W_zp"])
+    rule = RULES["MatMulInteger"]
+    product = np.concatenate([rule.expected([q, w[:, i:i + step], zp, arrays["W_zp"]], {})
                               for i in range(0, w.shape[1], step)], axis=-1)
     return [product.astype(np.float32) * arrays["shrink"]]
 
