@@ -49,7 +49,8 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
 
     start = time.perf_counter()
     result = dql_pass.expand_file(
-        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target
+        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target,
+        share_data=args.share_data,
     )
     elapsed = time.perf_counter() - start
     done = result.report  # what the pass did, variant and target included
@@ -66,6 +67,7 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
             print(f"variant {done.variant} is the exact target of {', '.join(_runtimes_targeting(done.variant)) or 'no runtime'}; "
                   f"for another runtime give --target (see --list-targets, or `dql-pass advise {args.input}`)",
                   file=sys.stderr)
+    report["shared_data"] = _shared(args)
     return _deployable(args, report)
 
 
@@ -87,7 +89,8 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights, blocks=args.blocks)
+    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights, blocks=args.blocks,
+                                 share_data=args.share_data)
     elapsed = time.perf_counter() - start
     report = result.report
     before, after = _footprint(args.input), _footprint(args.output)  # the input is never written
@@ -99,6 +102,7 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
             _say(args, line)
     else:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    shared = _shared(args)
     if report.format():
         if args.verbose:
             _say(args, report.format())
@@ -108,7 +112,7 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
                     _say(args, line)
     return _deployable(args, {"input": args.input, "output": args.output, "seconds": elapsed,
                               "nodes_before": before[0], "nodes_after": after[0], "bytes_before": before[1],
-                              "bytes_after": after[1], **dataclasses.asdict(report)})
+                              "bytes_after": after[1], **dataclasses.asdict(report), "shared_data": shared})
 
 
 def _footprint(path: str) -> tuple[int, int]:
@@ -141,6 +145,23 @@ def _lower_summary(args: argparse.Namespace, report: Any, before: tuple[int, int
     if not args.verbose:
         lines.append("  (-v gives the proof of each node)")
     return lines
+
+
+def _shared(args: argparse.Namespace) -> list[str]:
+    """With --share-data, the input's data files the output refers to, said in a line of its own."""
+    if not args.share_data:
+        return []
+    from dql_pass.files import shared_data_files
+
+    shared = shared_data_files(args.output, args.input)
+    if shared:
+        _say(args, f"{args.output} refers to the input's data {'files' if len(shared) > 1 else 'file'} "
+                   f"{', '.join(shared)} (--share-data): it needs {'them' if len(shared) > 1 else 'it'} where "
+                   f"{'they are' if len(shared) > 1 else 'it is'}")
+    else:
+        _say(args, f"{args.output} stands alone: --share-data shares only the input's data files in the output's "
+                   "folder, and this output keeps none")
+    return shared
 
 
 def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
@@ -492,7 +513,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.fuse_file(args.input, args.output)
+    result = dql_pass.fuse_file(args.input, args.output, share_data=args.share_data)
     elapsed = time.perf_counter() - start
     report = result.report
     if report.total:
@@ -502,6 +523,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
                 _say(args, f"  {count:6d}  {label}  ({rule})")
     else:
         _say(args, f"{args.input}: nothing to fuse; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    shared = _shared(args)
     for function in report.dropped_functions:
         _say(args, f"dropped the model-local function {function}: nothing calls it any more")
     for rule, note in report.notes.items():
@@ -513,7 +535,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
             closest = f"closest rule {item.rule}, {item.matched_nodes} nodes matched: " if item.rule else ""
             _say(args, f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
     return 0, {"input": args.input, "output": args.output, "seconds": elapsed, "total": report.total,
-               **dataclasses.asdict(report)}
+               **dataclasses.asdict(report), "shared_data": shared}
 
 
 def _some(items: Sequence[str], most: int = 4) -> str:
@@ -615,6 +637,9 @@ def _parser() -> argparse.ArgumentParser:
                               "(webgpu and wasm: 120 to load, 60 to run; mnn and litert: 600 to convert); past it, "
                               "what it kept unchecked is reported as such")
     zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
+    share_help = ("an output in the input's folder refers to the input's external data files instead of copying "
+                  "what it keeps into its own (fast for large models; the output then needs those files). "
+                  "Default: the output and the data file written for it stand alone")
     dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
                 "a batch-like one (named batch, or an input's first axis), 1 if ORIGINAL does not run at 2, else 16)")
 
@@ -633,6 +658,7 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("--verify", action="store_true",
                         help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     expand.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
+    expand.add_argument("--share-data", action="store_true", help=share_help)
     expand.set_defaults(run=_expand)
 
     lower = commands.add_parser("lower", parents=[*common, timeout], help="rewrite the quantization ops of a quantize_dynamic "
@@ -655,6 +681,7 @@ def _parser() -> argparse.ArgumentParser:
     lower.add_argument("--verify", action="store_true",
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
+    lower.add_argument("--share-data", action="store_true", help=share_help)
     lower.set_defaults(run=_lower, zero_range="onnxruntime")
 
     advise = commands.add_parser("advise", parents=common, help="say, per runtime, what a model needs there that the "
@@ -672,6 +699,7 @@ def _parser() -> argparse.ArgumentParser:
     fuse = commands.add_parser("fuse", parents=common, help="turn decomposed DynamicQuantizeLinear back into single nodes")
     fuse.add_argument("input", help="the ONNX model to read; it is never modified")
     fuse.add_argument("-o", "--output", required=True, help="where to write the fused model")
+    fuse.add_argument("--share-data", action="store_true", help=share_help)
     fuse.set_defaults(run=_fuse)
 
     verify = commands.add_parser("verify", parents=[*common, timeout], help="check a rewritten model against the original, bit for bit")
