@@ -295,9 +295,10 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         return y, y_scale, y_zero_point
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
-    # flushed but for a subnormal x or y_scale) in 14 whole-tensor nodes and 48 on scalars and on
-    # one vector of SLOTS thresholds, built once per site. Per element: a rough slot from Div, one
-    # Less against the exact threshold of that slot, one Gather of the answer. Where the nodes go:
+    # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since three
+    # Less compare values of either sign) in 14 whole-tensor nodes and 48 on scalars and on one
+    # vector of 769 thresholds, built once per site. Per element: a rough slot from Div, one Less
+    # against the exact threshold of that slot, one Gather of the answer. Where the nodes go:
     # 4 reductions; 10 per element; 20 for the scale (7 of them its exact rounding, 9 the powers
     # of two that keep every residual normal and a subnormal scale rounded once, 2 the zero range,
     # 1 each the infinite and zero scale); 17 for the thresholds (a Veltkamp split, exact
@@ -330,7 +331,9 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         k_inverse = op.Where(small, op.Constant(value=down64), op.Constant(value=up16))
         # An infinite range is capped where its scale times k overflows back to inf below.
         a = op.Min(op.Mul(x_range, op.Where(subnormal, unit, k)), op.Constant(value=range_cap))
-        # RN(a / 255) whatever Div returns within 2^14 ulp: the residual a - 255 q is exact.
+        # RN(a / 255) whatever Div returns within 2^14 ulp: the residual a - 255 q is exact. A
+        # converter may make this Div a Mul by 1/255 (within 2 ulp: still exact, unless a compiler
+        # then fuses that product into the sums that read q).
         q_max = op.Constant(value=qmax)
         q = op.Div(a, q_max)
         residual = op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q)
