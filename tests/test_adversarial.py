@@ -424,7 +424,7 @@ def test_a_sparse_npy_beyond_what_verify_allows_is_refused_before_it_is_read(tmp
 def test_an_opset_ort_cannot_run_for_the_variant_is_refused_naming_one_it_can(tmp_path):
     source = tmp_path / "m.onnx"
     onnx.save(dql_model(28), source)
-    assert_bad_input(dql_pass_cli("expand", source, "-o", tmp_path / "o.onnx"), "the variant arithmetic or float64 or residual or portable runs there")
+    assert_bad_input(dql_pass_cli("expand", source, "-o", tmp_path / "o.onnx"), "the variant arithmetic or float64 or residual or portable or lean runs there")
     assert not (tmp_path / "o.onnx").exists()
     assert dql_pass_cli("expand", source, "-o", tmp_path / "o.onnx", "--variant", "arithmetic").returncode == 0
     session(onnx.load(tmp_path / "o.onnx"))
