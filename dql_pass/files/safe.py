@@ -13,11 +13,14 @@ __all__ = [
     "directory_entry", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep", "tidy_up",
 ]
 
+import codecs
+import collections
 import contextlib
 import ctypes
 import errno
 import functools
 import hashlib
+import json
 import logging
 import os
 import re
@@ -399,14 +402,15 @@ def sweep(folder: Path, name: str, keep: set[Path]) -> None:
 def _referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path], skip: set[Path]) -> set[Path]:
     """The ``candidates`` that a file of ``folder`` outside ``skip`` may refer to.
 
-    A model names its data file in its bytes, so a file that holds a candidate's name may be a
-    model that needs it (a copy of an older output, say), and a link that leads to one may be the
-    name a model uses. A file that cannot be read keeps them all. Models in other folders are not
-    looked for: ONNX allows no ``..`` in a location, and a copy of an output made elsewhere looks
-    for its data there, beside it.
+    A model names its data file in its bytes, so a file that holds a candidate's name in a form
+    onnx reads (binary, or a string of one of its text formats, whatever the file's extension) may
+    be a model that needs it (a copy of an older output, say), and a link that leads to one may be
+    the name a model uses. A file that cannot be read keeps them all. Models in other folders are
+    not looked for: ONNX allows no ``..`` in a location, and a copy of an output made elsewhere
+    looks for its data there, beside it.
     """
     found: set[Path] = set()
-    names = {path.name.encode(): path for path in candidates}
+    names = {os.fsencode(path.name): path for path in candidates}
     for entry in entries:
         path = folder / entry.name
         if not names or path in candidates or path in skip:
@@ -416,23 +420,100 @@ def _referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path]
                 target = Path(os.path.realpath(path))
                 if target in candidates:
                     found.add(target)
-                    names.pop(target.name.encode(), None)
+                    names.pop(os.fsencode(target.name), None)
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
             with open(path, "rb") as file:
-                if path.suffix.lower() in _TEXT_FORMATS or _may_be_model(file):
+                if _may_be_model(file):
                     file.seek(0)
                     found |= {names.pop(key) for key in _mentioned(file, set(names))}
+                file.seek(0)
+                found |= {names.pop(key) for key in _quoted(file, set(names))}
         except OSError as error:
             logger.warning("cannot read %s, so the data files of earlier writes are kept: %s", path, error.strerror)
             return set(candidates)
     return found
 
 
-# The extensions of onnx's textual formats (onnx.serialization: textproto, json, onnxtxt), which
-# dql_pass writes too: such a model names its data file in its text, and is read through.
-_TEXT_FORMATS = frozenset({".pbtxt", ".prototxt", ".txtpb", ".textproto", ".onnxjson", ".json", ".onnxtxt", ".onnxtext"})
+# onnx's text formats, each by how its strings are written: textproto (protobuf's tokenizer) and
+# JSON take '...' or "..." within a line, a backslash taking the next character; onnxtxt (onnx's
+# parser) takes "..." over lines too. A # outside a string starts a comment to the end of the line
+# (in JSON it is an error: that file is no JSON). A control character outside a string or a
+# comment rules a format out, and bytes that are not UTF-8 rule out all three (each decodes the
+# file as UTF-8 first): a weights file is ruled out within a few bytes, whatever its name.
+_TEXT_RULES = ((b"\"'", False), (b'"', True))
+_STRING_LIMIT = 1 << 16  # bytes: a location is a path (under 4 KiB), each byte at most 10 bytes of escapes
+
+
+class _Strings:
+    """The strings of one text format in a file fed to it block by block, each in every spelling
+    it may stand for (:meth:`_decoded`); ``dead`` once the file cannot be in that format."""
+
+    def __init__(self, quotes: bytes, multiline: bool) -> None:
+        self._outside = re.compile(b"[^" + re.escape(quotes) + rb"#\x00-\x08\x0e-\x1f]*")
+        ends = b"" if multiline else b"\n"
+        self._bodies = {quote: re.compile(rb"(?:[^\\" + re.escape(bytes([quote])) + ends + rb"]|\\"
+                                          + (rb"[\s\S])*" if multiline else rb".)*"))
+                        for quote in quotes}
+        self._multiline = multiline
+        self.dead = False
+        self._state: int | None = None  # the open quote, or "#" in a comment; None between strings
+        self._pieces: list[bytes] | None = []  # of the open string; None once too long to be a location
+        self._carry = b""
+
+    def feed(self, block: bytes) -> Iterator[list[bytes]]:
+        buffer, position = self._carry + block, 0
+        self._carry = b""
+        while position < len(buffer) and not self.dead:
+            if self._state is None:
+                position = self._outside.match(buffer, position).end()
+                if position == len(buffer):
+                    break
+                byte = buffer[position]
+                if byte not in self._bodies and byte != ord("#"):
+                    self.dead = True  # a control character outside a string
+                    break
+                self._state, self._pieces, position = byte, [], position + 1
+            elif self._state == ord("#"):
+                end = buffer.find(b"\n", position)
+                if end < 0:
+                    break
+                self._state, position = None, end + 1
+            else:
+                start, position = position, self._bodies[self._state].match(buffer, position).end()
+                self._add(buffer[start:position])
+                if position == len(buffer) or (position == len(buffer) - 1 and buffer[position] == ord("\\")):
+                    self._carry = buffer[position:]  # a backslash whose character comes in the next block
+                    break
+                if buffer[position] == self._state:
+                    if self._pieces is not None:
+                        yield self._decoded(b"".join(self._pieces), self._state)
+                    position += 1
+                self._state = None  # closed; or a line ended it unclosed, so that line was a comment
+
+    def _add(self, piece: bytes) -> None:
+        if self._pieces is not None:
+            self._pieces.append(piece)
+            if sum(map(len, self._pieces)) > _STRING_LIMIT:
+                self._pieces = None
+
+    def _decoded(self, raw: bytes, quote: int) -> list[bytes]:
+        """What the string ``raw`` may stand for, always in the same order: its bytes as written,
+        then unescaped as onnxtxt does (a backslash takes the next character), or as textproto (C
+        escapes) and JSON do; a string a format cannot read stays as written there."""
+        from google.protobuf import text_encoding
+
+        if self._multiline:
+            return [raw, re.sub(rb"\\([\s\S])", rb"\1", raw) if b"\\" in raw else raw]
+        spellings = [raw, raw, raw]
+        if b"\\" in raw:
+            with contextlib.suppress(Exception):  # not a string of textproto: the file is none
+                spellings[1] = text_encoding.CUnescape(raw.decode())
+            if quote == ord('"'):
+                with contextlib.suppress(Exception):
+                    spellings[2] = json.loads(b'"' + raw + b'"').encode("utf-8", "surrogatepass")
+        return spellings
 
 
 def _may_be_model(file: BinaryIO) -> bool:
@@ -485,3 +566,25 @@ def _mentioned(file: BinaryIO, keys: set[bytes], block: int = 1 << 24) -> set[by
     return found
 
 
+
+
+def _quoted(file: BinaryIO, keys: set[bytes], block: int = 1 << 24) -> set[bytes]:
+    """The ``keys`` that the strings of ``file`` hold in any of onnx's text formats, alone or
+    joined to the strings before them (protobuf's text format reads "a" "b" as "ab")."""
+    formats = [_Strings(quotes, multiline) for quotes, multiline in _TEXT_RULES]
+    tails: dict[tuple[int, int], bytes] = collections.defaultdict(bytes)  # by format and spelling
+    utf8 = codecs.getincrementaldecoder("utf-8")()
+    found: set[bytes] = set()
+    overlap = max(map(len, keys), default=1) - 1
+    while keys - found and not all(strings.dead for strings in formats) and (chunk := file.read(block)):
+        try:
+            utf8.decode(chunk)
+        except UnicodeDecodeError:
+            break  # no text format: each reads the file as UTF-8
+        for index, strings in enumerate(formats):
+            for spellings in strings.feed(chunk):
+                for spelling, text in enumerate(spellings):
+                    window = tails[index, spelling] + text
+                    found |= {key for key in keys - found if key in window}
+                    tails[index, spelling] = window[len(window) - overlap:]
+    return found
