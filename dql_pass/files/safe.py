@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dql_pass.errors import InputError, one_line
+from dql_pass.interrupts import SIGNALS
 
 try:
     import fcntl
@@ -248,7 +249,8 @@ class FolderLock:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back for a step and the bookkeeping that must go with it.
+    """Hold back the signals that stop a command (:data:`~dql_pass.interrupts.SIGNALS`) for a step
+    and the bookkeeping that must go with it; one the process ignores stays ignored.
 
     Blocking the signals in this thread would not do: the system hands a signal to any thread that
     does not block it (numpy's and ORT's threads too), and Python then runs the handler here at
@@ -258,7 +260,8 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     held: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+                for sig in SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:
@@ -332,7 +335,7 @@ def put_folder(stage: Path, target: Path) -> None:
     """Move the folder ``stage`` to ``target``, in one step as seen from ``target``; an existing
     ``target`` ends up at ``stage``, for the caller to remove.
 
-    Where the system cannot swap in one step it takes two renames with SIGINT and SIGTERM held
+    Where the system cannot swap in one step it takes two renames with the signals held
     back, the first undone if the second fails: only a kill -9 between them leaves nothing at
     ``target``, and the old folder under a stage name that the next sweep removes.
     """
