@@ -349,8 +349,10 @@ def test_strings_of_every_text_format_are_read_in_every_spelling():
         b'{"value": "d\'\\u00e8\\".0123456789ab\\u002edata"}',  # JSON
         b'<ir_version: 8>\n# a comment\'s " quote\ng () => () <float[1] w = ["location": "d\'\xc3\xa8\\".0123456789ab.data"]> {}',
     ]
+    tensor = "raw_data: '" + "\\000\\\\\\'\"" * 20_000 + "' location: "  # too long to be a location, read past
+    spellings.append(tensor.encode() + spellings[0].split(b": ", 1)[1])
     for text in spellings:
-        for block in (3, 1 << 20):  # strings cut between blocks
+        for block in (3, 1000, 1 << 20):  # strings cut between blocks
             assert _quoted(io.BytesIO(text), {key}, block) == {key}, (text, block)
     weights = np.random.default_rng(0).bytes(1 << 16) + b'"' + key + b'"'
     assert _quoted(io.BytesIO(weights), {key}) == set()  # not UTF-8: no text format

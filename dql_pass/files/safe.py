@@ -455,17 +455,21 @@ class _Strings:
 
     def __init__(self, quotes: bytes, multiline: bool) -> None:
         self._outside = re.compile(b"[^" + re.escape(quotes) + rb"#\x00-\x08\x0e-\x1f]*")
-        ends = b"" if multiline else b"\n"
-        self._bodies = {quote: re.compile(rb"(?:[^\\" + re.escape(bytes([quote])) + ends + rb"]|\\"
-                                          + (rb"[\s\S])*" if multiline else rb".)*"))
-                        for quote in quotes}
+        # Plain bytes, then escapes each followed by plain bytes: unrolled, so that re runs through a
+        # string of megabytes (a tensor's bytes) at once rather than one alternative per byte.
+        def body(quote: int) -> re.Pattern[bytes]:
+            plain = rb"[^" + re.escape(bytes([quote])) + rb"\\" + (b"" if multiline else rb"\n") + rb"]*"
+            return re.compile(plain + rb"(?:" + (rb"\\[\s\S]" if multiline else rb"\\.") + plain + rb")*")
+
+        self._bodies = {quote: body(quote) for quote in quotes}
         self._multiline = multiline
         self.dead = False
         self._state: int | None = None  # the open quote, or "#" in a comment; None between strings
         self._pieces: list[bytes] | None = []  # of the open string; None once too long to be a location
         self._carry = b""
 
-    def feed(self, block: bytes) -> Iterator[list[bytes]]:
+    def feed(self, block: bytes, spelt: list[list[bytes]]) -> None:
+        """Read ``block``; each string closed in it goes to ``spelt``, one list per spelling."""
         buffer, position = self._carry + block, 0
         self._carry = b""
         while position < len(buffer) and not self.dead:
@@ -484,16 +488,42 @@ class _Strings:
                     break
                 self._state, position = None, end + 1
             else:
-                start, position = position, self._bodies[self._state].match(buffer, position).end()
-                self._add(buffer[start:position])
+                start = position
+                if self._pieces is None:
+                    position = self._skip(buffer, position)
+                else:
+                    position = self._bodies[self._state].match(buffer, position).end()
+                    self._add(buffer[start:position])
                 if position == len(buffer) or (position == len(buffer) - 1 and buffer[position] == ord("\\")):
                     self._carry = buffer[position:]  # a backslash whose character comes in the next block
                     break
                 if buffer[position] == self._state:
                     if self._pieces is not None:
-                        yield self._decoded(b"".join(self._pieces), self._state)
+                        raw = b"".join(self._pieces)
+                        for spelling, text in zip(spelt, self._decoded(raw, self._state) if b"\\" in raw else [raw] * 3):
+                            spelling.append(text)
                     position += 1
                 self._state = None  # closed; or a line ended it unclosed, so that line was a comment
+
+    def _skip(self, buffer: bytes, position: int) -> int:
+        """Where the open string, too long to matter (a tensor's bytes), ends in ``buffer``: at its
+        closing quote, a line's end (one-line formats), or the buffer's end, less a backslash whose
+        character comes in the next block. Found by searching for quotes, not a byte at a time."""
+        limit = len(buffer) if self._multiline or (newline := buffer.find(b"\n", position)) < 0 else newline
+        quote = bytes([self._state])
+        while (found := buffer.find(quote, position, limit)) >= 0:
+            run = found
+            while run > position and buffer[run - 1] == ord("\\"):
+                run -= 1
+            if (found - run) % 2 == 0:  # not escaped
+                return found
+            position = found + 1
+        if limit < len(buffer):
+            return limit
+        run = len(buffer)
+        while run > position and buffer[run - 1] == ord("\\"):
+            run -= 1
+        return len(buffer) - (len(buffer) - run) % 2
 
     def _add(self, piece: bytes) -> None:
         if self._pieces is not None:
@@ -508,14 +538,13 @@ class _Strings:
         from google.protobuf import text_encoding
 
         if self._multiline:
-            return [raw, re.sub(rb"\\([\s\S])", rb"\1", raw) if b"\\" in raw else raw]
+            return [raw, re.sub(rb"\\([\s\S])", rb"\1", raw)]
         spellings = [raw, raw, raw]
-        if b"\\" in raw:
-            with contextlib.suppress(Exception):  # not a string of textproto: the file is none
-                spellings[1] = text_encoding.CUnescape(raw.decode())
-            if quote == ord('"'):
-                with contextlib.suppress(Exception):
-                    spellings[2] = json.loads(b'"' + raw + b'"').encode("utf-8", "surrogatepass")
+        with contextlib.suppress(Exception):  # not a string of textproto: the file is none
+            spellings[1] = text_encoding.CUnescape(raw.decode())
+        if quote == ord('"'):
+            with contextlib.suppress(Exception):
+                spellings[2] = json.loads(b'"' + raw + b'"').encode("utf-8", "surrogatepass")
         return spellings
 
 
@@ -575,19 +604,22 @@ def _quoted(file: BinaryIO, keys: set[bytes], block: int = 1 << 24) -> set[bytes
     """The ``keys`` that the strings of ``file`` hold in any of onnx's text formats, alone or
     joined to the strings before them (protobuf's text format reads "a" "b" as "ab")."""
     formats = [_Strings(quotes, multiline) for quotes, multiline in _TEXT_RULES]
-    tails: dict[tuple[int, int], bytes] = collections.defaultdict(bytes)  # by format and spelling
+    tails: dict[tuple[int, int], bytes] = collections.defaultdict(bytes)  # by format and spelling, across blocks
     utf8 = codecs.getincrementaldecoder("utf-8")()
     found: set[bytes] = set()
     overlap = max(map(len, keys), default=1) - 1
-    while keys - found and not all(strings.dead for strings in formats) and (chunk := file.read(block)):
+    size = 1 << 16  # a first block that rules most files out, then blocks of ``block``
+    while keys - found and not all(strings.dead for strings in formats) and (chunk := file.read(size)):
+        size = block
         try:
             utf8.decode(chunk)
         except UnicodeDecodeError:
             break  # no text format: each reads the file as UTF-8
         for index, strings in enumerate(formats):
-            for spellings in strings.feed(chunk):
-                for spelling, text in enumerate(spellings):
-                    window = tails[index, spelling] + text
-                    found |= {key for key in keys - found if key in window}
-                    tails[index, spelling] = window[len(window) - overlap:]
+            spelt: list[list[bytes]] = [[], [], []]
+            strings.feed(chunk, spelt)
+            for spelling, texts in enumerate(spelt):
+                window = tails[index, spelling] + b"".join(texts)
+                found |= {key for key in keys - found if key in window}
+                tails[index, spelling] = window[len(window) - overlap:]
     return found
