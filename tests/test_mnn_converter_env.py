@@ -42,5 +42,5 @@ def test_the_run_worker_has_its_folder_as_home_and_scratch_and_no_network(tmp_pa
     script = _SEEN + "; import pickle, sys; pickle.dump(('error', seen), sys.stdout.buffer)"
     monkeypatch.setattr(mnn, "worker_command", lambda *arguments: [sys.executable, "-c", script, *arguments])
     with pytest.raises(RuntimeFailure) as failure:
-        mnn._Worker(tmp_path / "model.mnn", 1, ["x"], ["y"])
+        mnn._Worker(tmp_path / "model.mnn", 1, ["x"], ["y"], 60)
     assert _as_expected(json.loads(str(failure.value))) == _expected(tmp_path)
