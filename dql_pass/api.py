@@ -137,33 +137,41 @@ def expand_file(
     zero_range: str = "onnxruntime",
     runtime: str | None = "onnxruntime",
     target: str | None = None,
+    share_data: bool = False,
 ) -> ExpandResult:
     """Expand the model at ``source`` into ``output``; the result counts the sites of each graph.
-    The options are :func:`expand`'s."""
-    return _rewrite_file(_expansion(variant, mode, zero_range, runtime, target), source, output)
+    The options are :func:`expand`'s. The output stands alone: the weights it keeps from the
+    input's external data are streamed into its own data file. ``share_data``: an output in the
+    input's folder refers to the input's data files instead, nothing copied, and needs them from then on."""
+    return _rewrite_file(_expansion(variant, mode, zero_range, runtime, target), source, output, share_data)
 
 
-def fuse_file(source: str | os.PathLike, output: str | os.PathLike) -> FuseResult:
-    """Fuse the model at ``source`` into ``output``; the result's report says what was fused and left alone."""
+def fuse_file(source: str | os.PathLike, output: str | os.PathLike, *, share_data: bool = False) -> FuseResult:
+    """Fuse the model at ``source`` into ``output``; the result's report says what was fused and left alone.
+    ``share_data`` is :func:`expand_file`'s."""
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass
 
-    return _rewrite_file(FuseDynamicQuantizeLinearPass(), source, output)
+    return _rewrite_file(FuseDynamicQuantizeLinearPass(), source, output, share_data)
 
 
 def lower_file(
     source: str | os.PathLike, output: str | os.PathLike, *, target: str | None = None, weights: str | None = None,
     blocks: bool | None = None,
+    share_data: bool = False,
 ) -> LowerResult:
     """Lower the model at ``source`` into ``output``; the result's report gives each node's proof.
-    The options are :func:`lower`'s."""
-    return _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output)
+    The options are :func:`lower`'s; ``share_data`` is :func:`expand_file`'s."""
+    return _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output, share_data)
 
 
-def _rewrite_file(rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike):
+def _rewrite_file(
+    rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike, share_data: bool = False
+):
     """Run ``rewrite`` on the model at ``source`` and write it to ``output``, in external data if
-    the input kept some there, even when the rewrite dropped every tensor that did."""
+    the input kept some there, even when the rewrite dropped every tensor that did; ``share_data``:
+    see :func:`expand_file`."""
     model = load_model(source)
     external = bool(external_tensors(model))
     result = rewrite(model)
-    save_model(result.model, output, source=source, external=external)
+    save_model(result.model, output, source=source, external=external, share_data=share_data)
     return result

@@ -49,7 +49,8 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
 
     start = time.perf_counter()
     result = dql_pass.expand_file(
-        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target
+        args.input, args.output, variant=args.variant, mode=args.mode, zero_range=args.zero_range, target=args.target,
+        share_data=args.share_data,
     )
     elapsed = time.perf_counter() - start
     done = result.report  # what the pass did, variant and target included
@@ -66,6 +67,7 @@ def _expand(args: argparse.Namespace) -> tuple[int, dict]:
             print(f"variant {done.variant} is the exact target of {', '.join(_runtimes_targeting(done.variant)) or 'no runtime'}; "
                   f"for another runtime give --target (see --list-targets, or `dql-pass advise {args.input}`)",
                   file=sys.stderr)
+    report["shared_data"] = _shared(args)
     return _deployable(args, report)
 
 
@@ -87,7 +89,8 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights, blocks=args.blocks)
+    result = dql_pass.lower_file(args.input, args.output, target=args.target, weights=args.weights, blocks=args.blocks,
+                                 share_data=args.share_data)
     elapsed = time.perf_counter() - start
     report = result.report
     before, after = _footprint(args.input), _footprint(args.output)  # the input is never written
@@ -99,6 +102,7 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
             _say(args, line)
     else:
         _say(args, f"{args.input}: nothing to lower; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    shared = _shared(args)
     if report.format():
         if args.verbose:
             _say(args, report.format())
@@ -108,7 +112,7 @@ def _lower(args: argparse.Namespace) -> tuple[int, dict]:
                     _say(args, line)
     return _deployable(args, {"input": args.input, "output": args.output, "seconds": elapsed,
                               "nodes_before": before[0], "nodes_after": after[0], "bytes_before": before[1],
-                              "bytes_after": after[1], **dataclasses.asdict(report)})
+                              "bytes_after": after[1], **dataclasses.asdict(report), "shared_data": shared})
 
 
 def _footprint(path: str) -> tuple[int, int]:
@@ -141,6 +145,23 @@ def _lower_summary(args: argparse.Namespace, report: Any, before: tuple[int, int
     if not args.verbose:
         lines.append("  (-v gives the proof of each node)")
     return lines
+
+
+def _shared(args: argparse.Namespace) -> list[str]:
+    """With --share-data, the input's data files the output refers to, said in a line of its own."""
+    if not args.share_data:
+        return []
+    from dql_pass.files import shared_data_files
+
+    shared = shared_data_files(args.output, args.input)
+    if shared:
+        _say(args, f"{args.output} refers to the input's data {'files' if len(shared) > 1 else 'file'} "
+                   f"{', '.join(shared)} (--share-data): it needs {'them' if len(shared) > 1 else 'it'} where "
+                   f"{'they are' if len(shared) > 1 else 'it is'}")
+    else:
+        _say(args, f"{args.output} stands alone: --share-data shares only the input's data files in the output's "
+                   "folder, and this output keeps none")
+    return shared
 
 
 def _deployable(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
@@ -417,6 +438,16 @@ def _whole_number(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, not {text!r}")
+    return seconds
+
+
 def _opsets(text: str) -> list[int]:
     try:
         return [int(item) for item in text.split(",") if item.strip()]
@@ -426,11 +457,13 @@ def _opsets(text: str) -> list[int]:
 
 def _gen_tests(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
+    from dql_pass.suites.defaults import DEFAULT_OPSETS
 
     suite = dql_pass.generate_suite(
-        args.outdir, opsets=args.opsets, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
+        args.outdir, opsets=args.opsets or DEFAULT_OPSETS, forms=[v.strip() for v in args.variants.split(",") if v.strip()],
         zero_range=args.zero_range, include_unspecified=args.include_unspecified, include_large=not args.no_large,
-        force=args.force,
+        force=args.force, ops=[op.strip() for op in args.ops.split(",") if op.strip()], size=args.size,
+        family_opsets=args.opsets,
     )
     size = f"{suite.size_bytes / 1e6:.1f} MB" if suite.size_bytes >= 1e6 else f"{suite.size_bytes / 1e3:.0f} kB"
     _say(args, f"wrote {len(suite.entries)} test folders from {suite.inputs} inputs to {suite.path}: {size} in {suite.seconds:.1f} s")
@@ -438,23 +471,49 @@ def _gen_tests(args: argparse.Namespace) -> tuple[int, dict]:
                "size_bytes": suite.size_bytes, "seconds": suite.seconds}
 
 
+def _outcome_record(outcome) -> dict:
+    return {key: getattr(outcome, key) for key in ("name", "status", "detail", "form", "op")}
+
+
 def _run_tests(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
+    from dql_pass.suites import matrix
 
-    report = dql_pass.run_suite(args.outdir, args.runtime, raw=args.raw,
+    names = matrix.choose_runtimes(args.runtime)
+    if len(names) > 1 or args.report_dir:
+        return _run_matrix(args, names)
+    report = dql_pass.run_suite(args.outdir, names[0], raw=args.raw,
                                 progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
     _say(args, report.table())
     _say(args, report.summary)
     return (0 if report.ok else 1), {"runtime": report.runtime, "raw": args.raw, "summary": report.summary,
                                      "ok": report.ok, "counts": report.counts(),
-                                     "outcomes": [dataclasses.asdict(o) for o in report.outcomes]}
+                                     "outcomes": [_outcome_record(o) for o in report.outcomes]}
+
+
+def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
+    from dql_pass.suites import divergence, matrix
+
+    if args.report_dir:
+        divergence.check_report_dir(args.report_dir)
+    found = matrix.run_matrix(args.outdir, names, raw=args.raw, progress=None if args.quiet or not args.verbose
+                              else lambda runtime, outcome: print(f"{runtime}: {outcome.line()}", flush=True))
+    _say(args, found.table())
+    written = divergence.write_reports(args.report_dir, args.outdir, found) if args.report_dir else []
+    for path in written:
+        _say(args, f"wrote the divergence report {path}")
+    return (0 if found.ok else 1), {
+        "raw": args.raw, "ok": found.ok, "rows": [dataclasses.asdict(row) for row in found.rows],
+        "reports": [str(path) for path in written],
+        "outcomes": {name: [_outcome_record(o) for o in report.outcomes] for name, report in found.reports.items() if report is not None},
+    }
 
 
 def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
 
     start = time.perf_counter()
-    result = dql_pass.fuse_file(args.input, args.output)
+    result = dql_pass.fuse_file(args.input, args.output, share_data=args.share_data)
     elapsed = time.perf_counter() - start
     report = result.report
     if report.total:
@@ -464,6 +523,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
                 _say(args, f"  {count:6d}  {label}  ({rule})")
     else:
         _say(args, f"{args.input}: nothing to fuse; wrote it unchanged to {args.output} ({elapsed:.2f} s)")
+    shared = _shared(args)
     for function in report.dropped_functions:
         _say(args, f"dropped the model-local function {function}: nothing calls it any more")
     for rule, note in report.notes.items():
@@ -475,7 +535,7 @@ def _fuse(args: argparse.Namespace) -> tuple[int, dict]:
             closest = f"closest rule {item.rule}, {item.matched_nodes} nodes matched: " if item.rule else ""
             _say(args, f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
     return 0, {"input": args.input, "output": args.output, "seconds": elapsed, "total": report.total,
-               **dataclasses.asdict(report)}
+               **dataclasses.asdict(report), "shared_data": shared}
 
 
 def _some(items: Sequence[str], most: int = 4) -> str:
@@ -571,11 +631,19 @@ def _parser() -> argparse.ArgumentParser:
     list_targets_help = ("print one line per target (its variant, lower's weights, whether it is installed, what it "
                          "lacks, where it still differs) and the runtimes without an adapter, and exit; with -v before it, "
                          "each reason too")
+    timeout = _Parser(add_help=False)
+    timeout.add_argument("--runtime-timeout", type=_seconds, metavar="SECONDS",
+                         help="seconds the runtime may take to load or run a model once, where its adapter limits them "
+                              "(webgpu and wasm: 120 to load, 60 to run; mnn and litert: 600 to convert); past it, "
+                              "what it kept unchecked is reported as such")
     zero_range_help = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
+    share_help = ("an output in the input's folder refers to the input's external data files instead of copying "
+                  "what it keeps into its own (fast for large models; the output then needs those files). "
+                  "Default: the output and the data file written for it stand alone")
     dim_help = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
                 "a batch-like one (named batch, or an input's first axis), 1 if ORIGINAL does not run at 2, else 16)")
 
-    expand = commands.add_parser("expand", parents=common, help="rewrite every DynamicQuantizeLinear into primitive ops")
+    expand = commands.add_parser("expand", parents=[*common, timeout], help="rewrite every DynamicQuantizeLinear into primitive ops")
     expand.add_argument("input", help="the ONNX model to read; it is never modified")
     expand.add_argument("-o", "--output", required=True, help="where to write the expanded model")
     chosen = expand.add_mutually_exclusive_group()
@@ -590,9 +658,10 @@ def _parser() -> argparse.ArgumentParser:
     expand.add_argument("--verify", action="store_true",
                         help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     expand.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
+    expand.add_argument("--share-data", action="store_true", help=share_help)
     expand.set_defaults(run=_expand)
 
-    lower = commands.add_parser("lower", parents=common, help="rewrite the quantization ops of a quantize_dynamic "
+    lower = commands.add_parser("lower", parents=[*common, timeout], help="rewrite the quantization ops of a quantize_dynamic "
                                 "model into float primitives, bit-exact, with the proof per node")
     lower.add_argument("input", help="the ONNX model to read; it is never modified")
     lower.add_argument("-o", "--output", required=True, help="where to write the lowered model")
@@ -612,6 +681,7 @@ def _parser() -> argparse.ArgumentParser:
     lower.add_argument("--verify", action="store_true",
                        help="run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch")
     lower.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + dim_help)
+    lower.add_argument("--share-data", action="store_true", help=share_help)
     lower.set_defaults(run=_lower, zero_range="onnxruntime")
 
     advise = commands.add_parser("advise", parents=common, help="say, per runtime, what a model needs there that the "
@@ -629,9 +699,10 @@ def _parser() -> argparse.ArgumentParser:
     fuse = commands.add_parser("fuse", parents=common, help="turn decomposed DynamicQuantizeLinear back into single nodes")
     fuse.add_argument("input", help="the ONNX model to read; it is never modified")
     fuse.add_argument("-o", "--output", required=True, help="where to write the fused model")
+    fuse.add_argument("--share-data", action="store_true", help=share_help)
     fuse.set_defaults(run=_fuse)
 
-    verify = commands.add_parser("verify", parents=common, help="check a rewritten model against the original, bit for bit")
+    verify = commands.add_parser("verify", parents=[*common, timeout], help="check a rewritten model against the original, bit for bit")
     verify.add_argument("original", help="the model with DynamicQuantizeLinear")
     verify.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
     verify.add_argument("--samples", type=_whole_number, default=2, help="random input sets for the model level (default 2), "
@@ -654,8 +725,14 @@ def _parser() -> argparse.ArgumentParser:
     gen_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
                            help="the suite folder (default %(default)s, created with its parents); onnx's loader reads it "
                                 "with data_dir=its parent, kind=its name")
-    gen_tests.add_argument("--opsets", type=_opsets, default=",".join(map(str, DEFAULT_OPSETS)),
-                           help="ai.onnx opsets, comma-separated (default %(default)s)")
+    gen_tests.add_argument("--opsets", type=_opsets, default=None,
+                           help="ai.onnx opsets, comma-separated (default: %s for DynamicQuantizeLinear; every opset "
+                                "at which each other op changed)" % ",".join(map(str, DEFAULT_OPSETS)))
+    gen_tests.add_argument("--ops", default="DynamicQuantizeLinear",
+                           help="the ops to write suites for, comma-separated, from DynamicQuantizeLinear, "
+                                "MatMulInteger, ConvInteger, QuantizeLinear, DequantizeLinear (default %(default)s)")
+    gen_tests.add_argument("--size", choices=("small", "full"), default="small",
+                           help="the family's sweeps: small for CI, full for larger sweeps and tensors (default %(default)s)")
     gen_tests.add_argument("--variants", default=",".join(FORMS),
                            help="native (the DQL node) and the expansion variants to write, comma-separated "
                                 "(default %(default)s)")
@@ -669,11 +746,14 @@ def _parser() -> argparse.ArgumentParser:
                            help="replace the suite in OUTDIR even when it holds files that gen-tests did not write")
     gen_tests.set_defaults(run=_gen_tests)
 
-    run_tests = commands.add_parser("run-tests", parents=common, help="run a conformance suite and compare every output bit for bit")
+    run_tests = commands.add_parser("run-tests", parents=[*common, timeout], help="run a conformance suite and compare every output bit for bit")
     run_tests.add_argument("outdir", nargs="?", default=DEFAULT_OUTDIR,
                            help="the suite folder (default %(default)s); manifest.json is optional")
     run_tests.add_argument("--runtime", "--backend", metavar="RUNTIME", type=_runtime_name, default="onnxruntime",
-                           help="the runtime to run it on (default onnxruntime)" + target_help)
+                           help="the runtime to run it on, a comma-separated list of them, or all; with more than one, "
+                                "the counts per op x runtime (default onnxruntime)" + target_help)
+    run_tests.add_argument("--report-dir", metavar="DIR",
+                           help="write a divergence report per failing runtime x op under DIR (a new or empty folder)")
     run_tests.add_argument("--raw", action="store_true",
                            help="ignore the manifest's known differences: every difference is a FAIL (for a runtime's author)")
     run_tests.set_defaults(run=_run_tests)
@@ -689,8 +769,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _heavy_modules(args: argparse.Namespace) -> list[str]:
-    """The libraries the command will load: the graph libraries always, ORT where it runs models,
-    onnxscript's rewriter to fuse."""
+    """The libraries the command will load: the graph libraries always, ORT (through its adapter,
+    which turns its telemetry off) where it runs models, onnxscript's rewriter to fuse."""
     modules = ["dql_pass.api"]
     if args.command in ("verify", "gen-tests", "run-tests") or getattr(args, "verify", False) or getattr(args, "target", None):
         modules.append("onnxruntime")
@@ -708,9 +788,24 @@ def _import_held(*modules: str) -> None:
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         for module in modules:
-            importlib.import_module(module)
+            if module == "onnxruntime":
+                from dql_pass.runtimes.ort import import_onnxruntime
+
+                import_onnxruntime()
+            else:
+                importlib.import_module(module)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _set_timeout(args: argparse.Namespace) -> None:
+    """--runtime-timeout: the limit of the runtime the command runs besides ORT."""
+    if getattr(args, "runtime_timeout", None) is None:
+        return
+    from dql_pass import runtimes
+
+    for name in {getattr(args, "target", None), getattr(args, "runtime", None)} - {None}:
+        runtimes.get(name).timeout = args.runtime_timeout
 
 
 _FILE_LABELS = {"input": "the input model", "output": "the output model", "original": "ORIGINAL", "rewritten": "REWRITTEN",
@@ -741,6 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         folders = {"the suite folder": args.outdir} if args.command in ("gen-tests", "run-tests") else {}
         report_path = _check_report_path(args.json, _files_of(args), folders) if args.json else None
         _import_held(*_heavy_modules(args))
+        _set_timeout(args)
         code, report = args.run(args)
         if report_path is not None:
             _write_report(report_path, _finite({"command": args.command, "exit_code": code, **report}))

@@ -25,6 +25,7 @@ class SiteDifference:
 
     severity: tuple[int, int]
     detail: str
+    outputs: tuple[str, ...] = OUTPUTS  # those that differ; all of them where the site did not run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,15 +75,16 @@ def compare_site(
 ) -> SiteDifference | None:
     """Compare a site's outputs, called ``names`` (the whole tensor first), with the reference's;
     None when every bit agrees."""
-    problems, scalars, elements = [], 0, 0
+    problems, differing, scalars, elements = [], [], 0, 0
     for name, a, e in zip(names, actual, expected, strict=True):
         difference = bit_difference(name, a, e, any_nan=True)
         if difference is None:
             continue
         problems.append(difference.text)
+        differing.append(name)
         # Worse is a wrong scalar or type before more wrong elements of y.
         if name == names[0] and difference.elements is not None:
             elements = difference.elements
         else:
             scalars += 1
-    return SiteDifference((scalars, elements), "; ".join(problems)) if problems else None
+    return SiteDifference((scalars, elements), "; ".join(problems), tuple(differing)) if problems else None

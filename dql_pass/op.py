@@ -9,6 +9,7 @@ zero-range choices with their one parser.
 from __future__ import annotations
 
 __all__ = [
+    "CENTRED_FROM",
     "CENTRED_OUTPUTS",
     "CENTRED_OUTPUT_TYPES",
     "INPUT",
@@ -44,6 +45,8 @@ OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.UINT8, ir.DataType.FLOAT, i
 # What verify checks of a site that lower kept in float32 (a block): y - y_zero_point, and y_scale.
 CENTRED_OUTPUTS: tuple[str, ...] = ("y_centred", "y_scale")
 CENTRED_OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.FLOAT, ir.DataType.FLOAT)
+# The outputs a block's value is made of: where it differs, one of them does.
+CENTRED_FROM: dict[str, tuple[str, ...]] = {"y_centred": ("y", "y_zero_point")}
 MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
 MAX_OPSET = onnx.defs.onnx_opset_version()
 

@@ -19,9 +19,10 @@ The integer ops follow their ONNX pages, as ORT's CPU kernels compute them:
   with ``x_zp``) with ``w - w_zp``, ``w_zp`` per tensor or per output channel.
 - QuantizeLinear: ``saturate(round_half_even(x / scale) + zp)``, a float32 division; NaN gives the
   type's minimum, as ORT's kernel does on x86.
-- DequantizeLinear: ``float32(x - zp) * scale``.
+- DequantizeLinear: ``float32(x - zp) * scale``, in the scale's type.
 
-Per-axis scales and zero points lie along ``axis``.
+Per-axis scales and zero points lie along ``axis``; blocked ones (opset 21) cover ``block_size``
+elements of ``axis`` each.
 """
 
 from __future__ import annotations
@@ -132,18 +133,42 @@ def conv_integer(
     return np.concatenate(outputs, axis=1).astype(np.int64).astype(np.int32)
 
 
+def _expanded(values: np.ndarray | None, x: np.ndarray, axis: int, block_size: int) -> np.ndarray:
+    """A scale or zero point shaped to broadcast over ``x``: per tensor, per ``axis``, or in blocks of
+    ``block_size`` along ``axis`` (each value repeated over its block, the last block cut short)."""
+    if not block_size or values is None:
+        return per_axis(values, x.ndim, axis)
+    axis %= x.ndim
+    return np.repeat(np.asarray(values), block_size, axis=axis)[(slice(None),) * axis + (slice(0, x.shape[axis]),)]
+
+
 def quantize_linear(
-    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1, dtype: np.dtype = np.uint8
+    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1, dtype: np.dtype = np.uint8,
+    block_size: int = 0, precision: np.dtype | None = None,
 ) -> np.ndarray:
-    """QuantizeLinear: ``saturate(round_half_even(x / scale) + zero_point)``, in the zero point's type (else ``dtype``)."""
+    """QuantizeLinear: ``saturate(round_half_even(x / scale) + zero_point)``, in the zero point's type (else ``dtype``).
+
+    The quotient is a float32 division rounded to ``precision`` (opset 23's attribute, whose default is the
+    scale's type: a float16 quotient is rounded to float16 before it is rounded to an integer); ±inf saturates; NaN gives the type's minimum, as
+    ORT's kernel does on x86 (the spec leaves it undefined for integer types).
+    """
     dtype = np.dtype(dtype if zero_point is None else np.asarray(zero_point).dtype)
     info = np.iinfo(dtype)
+    scale = np.asarray(scale)
     with np.errstate(all="ignore"):
-        q = np.round(x / per_axis(scale, x.ndim, axis).astype(np.float32)) + per_axis(zero_point, x.ndim, axis).astype(np.float32)
+        quotient = np.asarray(x, np.float32) / _expanded(scale, x, axis, block_size).astype(np.float32)
+        quotient = quotient.astype(precision or np.float32)
+        q = np.round(quotient.astype(np.float32)) + _expanded(zero_point, x, axis, block_size).astype(np.float32)
         return np.clip(np.nan_to_num(q, nan=info.min), info.min, info.max).astype(dtype)
 
 
-def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1) -> np.ndarray:
-    """DequantizeLinear: ``float32(x - zero_point) * scale``, the difference exact in int64."""
-    shifted = x.astype(np.int64) - per_axis(zero_point, x.ndim, axis).astype(np.int64)
-    return shifted.astype(np.float32) * per_axis(scale, x.ndim, axis).astype(np.float32)
+def dequantize_linear(
+    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1, block_size: int = 0,
+) -> np.ndarray:
+    """DequantizeLinear: ``float32(x - zero_point) * scale`` in the scale's type, the difference exact in int64
+    (a zero point never wraps), the product rounded once (float32 products are exact for 8- and 16-bit ``x``)."""
+    scale = np.asarray(scale)
+    shifted = x.astype(np.int64) - _expanded(zero_point, x, axis, block_size).astype(np.int64)
+    with np.errstate(over="ignore"):  # a product past the scale type's range is ±inf
+        product = shifted.astype(np.float32) * _expanded(scale, x, axis, block_size).astype(np.float32)
+        return product.astype(scale.dtype)

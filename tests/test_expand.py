@@ -236,12 +236,18 @@ def _external_model(folder: Path) -> Path:
     return path
 
 
-def test_external_data_is_referenced_next_to_the_input(tmp_path):
+@pytest.mark.parametrize("share_data", [False, True])
+def test_external_data_next_to_the_input_is_copied_unless_shared(tmp_path, share_data):
+    """By default the output stands alone, with its own data file; shared, it refers to the input's."""
     source = _external_model(tmp_path)
     expanded = dql_pass.expand(source)[0]
     assert isinstance(expanded.graph.initializers["w"].const_value, ir.ExternalTensor)
-    dql_pass.save_model(expanded, tmp_path / "expanded.onnx", source=source)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["expanded.onnx", "model.onnx", "weights.bin"]
+    dql_pass.save_model(expanded, tmp_path / "expanded.onnx", source=source, share_data=share_data)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    if share_data:
+        assert written == ["expanded.onnx", "model.onnx", "weights.bin"]
+    else:
+        assert len(written) == 4 and re.fullmatch(r"expanded\.onnx\.[0-9a-f]{12}\.data", written[1]), written
     x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
     want = session(onnx.load(source)).run({"x": x})[0]
     got = session(onnx.load(tmp_path / "expanded.onnx")).run({"x": x})[0]

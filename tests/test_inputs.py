@@ -14,7 +14,7 @@ from dql_pass.runtimes.base import KnownDifference
 
 def test_a_known_difference_naming_an_unknown_class_raises():
     with pytest.raises(ValueError, match="unknown input class 'reciprocals'"):
-        KnownDifference(("native",), "reciprocals", "a misspelt class")
+        KnownDifference(("native",), "reciprocals", "a misspelt class", outputs=("y",))
 
 
 def test_an_adapter_with_a_misspelt_class_fails_at_import(tmp_path, monkeypatch):
@@ -22,7 +22,7 @@ def test_an_adapter_with_a_misspelt_class_fails_at_import(tmp_path, monkeypatch)
         "from dql_pass.runtimes.base import KnownDifference, Runtime\n"
         "class Misspelt(Runtime):\n"
         "    name = 'misspelt'\n"
-        "    known_differences = (KnownDifference(('native',), 'reciprocals', 'divides through a reciprocal'),)\n"
+        "    known_differences = (KnownDifference(('native',), 'reciprocals', 'divides through a reciprocal', outputs=('y',)),)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match="reciprocals"):

@@ -191,3 +191,18 @@ def _product(op_type: str, w: np.ndarray) -> onnx.ModelProto:
         [onnx.numpy_helper.from_array(w, "w")],
     )
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+
+def test_a_converter_or_worker_past_the_runtime_timeout_is_a_timeout_naming_the_option(monkeypatch, tmp_path):
+    installed("mnn")
+    model = dql_pass.expand(one_node_model(["n"], OPSET), target="mnn")[0]
+    onnx.save(model, tmp_path / "m.onnx")
+    mnn.convert(tmp_path / "m.onnx", tmp_path / "m.mnn")  # with the default limit, for the worker below
+    monkeypatch.setattr(runtimes.get("mnn"), "timeout", 0.001)
+    with pytest.raises(runtimes.RuntimeTimeout, match=r"^a timeout: MNN's converter did not finish in 0\.001 s; "
+                       r"--runtime-timeout SECONDS gives it longer$"):
+        runtimes.get("mnn").load(model)
+    monkeypatch.setattr(mnn, "convert", lambda source, target, seconds: shutil.copy(tmp_path / "m.mnn", target))
+    with pytest.raises(runtimes.RuntimeTimeout, match=r"^a timeout: MNN did not answer within 0\.001 s loading the model; "):
+        runtimes.get("mnn").load(model)

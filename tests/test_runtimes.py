@@ -16,7 +16,7 @@ from helpers import LEFT_OUT_OF_CI, installed, reciprocal_rewrite, sample
 
 import dql_pass
 from dql_pass import decomposition, inputs, runtimes
-from dql_pass.compare import compare_site
+from dql_pass.compare import WORST, SiteDifference, compare_site
 from dql_pass.graph.walk import ops_used
 from dql_pass.op import MIN_OPSET, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
@@ -51,23 +51,23 @@ def _session(name: str, variant: str, rank: int) -> runtimes.Session:
     return runtimes.get(name).load(dql_pass.expand(model, variant=variant, runtime=None)[0])
 
 
-def _differs(name: str, variant: str, x: np.ndarray) -> str | None:
+def _differs(name: str, variant: str, x: np.ndarray) -> SiteDifference | None:
     """How the outputs of ``x`` on ``name`` through ``variant`` differ from the reference; None: same bits."""
     try:
-        diff = compare_site(_session(name, variant, x.ndim).run({"x": x}), dynamic_quantize_linear(x))
+        return compare_site(_session(name, variant, x.ndim).run({"x": x}), dynamic_quantize_linear(x))
     except runtimes.RuntimeFailure as error:
-        return str(error)
-    return None if diff is None else diff.detail
+        return SiteDifference(WORST, str(error))
 
 
 def _unexplained(name: str, arrays: list[np.ndarray]) -> list[str]:
-    """The inputs whose outputs differ from the reference with no known difference of the target to explain it."""
+    """The inputs whose outputs differ from the reference with no known difference of the target
+    naming each output that differs to explain it."""
     runtime = runtimes.get(name)
     found = []
     for i, x in enumerate(arrays):
         diff = _differs(name, runtime.variant, x)
-        if diff is not None and not runtime.differences(x, runtime.variant, "onnxruntime"):
-            found.append(f"input {i} {list(x.shape)}: {diff}")
+        if diff is not None and not runtime.differences(x, runtime.variant, "onnxruntime", diff.outputs):
+            found.append(f"input {i} {list(x.shape)}: {diff.detail}")
     return found
 
 
@@ -101,8 +101,9 @@ def test_every_known_difference_of_the_target_is_seen(name):
     stated = [d for d in runtime.known_differences if runtime.variant in d.forms and d.policy in (None, "onnxruntime")]
     seen = set()
     for x in [c.x for c in inputs.cases() if c.comparable] + independent_inputs():
-        if _differs(name, runtime.variant, x) is not None:
-            seen |= set(runtime.differences(x, runtime.variant, "onnxruntime"))
+        diff = _differs(name, runtime.variant, x)
+        if diff is not None:
+            seen |= set(runtime.differences(x, runtime.variant, "onnxruntime", diff.outputs))
     assert [d.reason for d in stated if d.reason not in seen] == []
 
 

@@ -286,3 +286,66 @@ def test_the_cost_of_an_inference_is_a_dispatch_per_gpu_kernel_and_a_readback_pe
     assert costs["original"].nodes == {"WebGpuExecutionProvider": 15, "CPUExecutionProvider": 6}
     assert costs["portable"].nodes["CPUExecutionProvider"] == 3  # the MatMulInteger
     assert costs["portable"].inference.dispatches > costs["original"].inference.dispatches + 3 * 90
+# --- a timeout is a timeout ---------------------------------------------------------------------------------------------
+
+class _Silent:
+    """A browser that starts and never answers a page: every evaluation times out."""
+
+    pid = None
+
+    def __init__(self, executable, url):
+        self.console = []
+
+    def evaluate(self, expression, *, timeout=60):
+        raise web.browser.BrowserTimeout(f"no answer from the browser within {timeout:g} s to Runtime.evaluate; it was stopped")
+
+    def alive(self):
+        return True
+
+    def close(self):
+        pass
+
+
+@needs_browser
+def test_a_browser_that_does_not_answer_in_time_is_a_timeout_naming_the_option_that_lengthens_it(monkeypatch):
+    monkeypatch.setattr(web, "Browser", _Silent)
+    monkeypatch.setattr(runtimes.get("webgpu"), "timeout", 0.5)
+    with pytest.raises(runtimes.RuntimeTimeout) as raised:
+        runtimes.get("webgpu").load(one_node_model(["n"], 21))
+    assert str(raised.value) == "a timeout: webgpu gave no answer within 0.5 s; --runtime-timeout SECONDS gives it longer"
+
+
+def test_lower_for_a_runtime_that_times_out_notes_it_unchecked_and_does_not_say_it_blocks(tmp_path, monkeypatch, capsys):
+    from dql_pass import cli
+
+    timeout = runtimes.RuntimeTimeout("a timeout: webgpu gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+
+    def load(model, *, threads, optimize):
+        raise timeout
+
+    monkeypatch.setattr(web.WebGpu, "installed", lambda self: True)
+    monkeypatch.setattr(runtimes.get("webgpu"), "_load", load)
+    model = os.path.join(os.path.dirname(__file__), "..", "models", "relu_dql.onnx")
+    code = cli.main(["lower", model, "-o", str(tmp_path / "lowered.onnx"), "--target", "webgpu"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"dql-pass: note: not checked whether webgpu loads it: {timeout}" in err
+    assert "still blocks" not in err and "cannot" not in err
+
+
+def test_the_runtime_timeout_option_sets_the_runtimes_limit(tmp_path, monkeypatch):
+    from dql_pass import cli
+
+    monkeypatch.setattr(runtimes.get("wasm"), "timeout", None)
+    seen = []
+    monkeypatch.setattr(web.Wasm, "installed", lambda self: True)
+
+    def load(model, *, threads, optimize):
+        seen.append(runtimes.get("wasm").timeout)
+        raise runtimes.RuntimeTimeout("a timeout")
+
+    monkeypatch.setattr(runtimes.get("wasm"), "_load", load)
+    model = os.path.join(os.path.dirname(__file__), "..", "models", "relu_dql.onnx")
+    assert cli.main(["lower", model, "-o", str(tmp_path / "l.onnx"), "--target", "wasm", "--runtime-timeout", "2.5"]) == 0
+    assert seen == [2.5]
+    assert cli.main(["lower", model, "-o", str(tmp_path / "l.onnx"), "--target", "wasm", "--runtime-timeout", "0"]) == 2

@@ -79,7 +79,7 @@ from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
 from dql_pass.runtimes.web import COPIES, GpuCalls
 from dql_pass.runtimes.web.browser import chromium
-from tools import harness, models
+from tools import family_runtimes, harness, models
 
 logger = logging.getLogger("runtimes")
 T = TypeVar("T")
@@ -651,7 +651,7 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def run(mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2) -> list[RuntimeResult]:
+def run(mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2, family: bool = False) -> list[RuntimeResult]:
     config = CONFIGS[mode]
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="runtimes.") as scratch:
@@ -659,6 +659,8 @@ def run(mode: str, out: Path, names: Sequence[str] | None = None, parallel: int 
         transformer = models.quantize(models.minilm_model(config.transformer), Path(scratch), "transformer.onnx")
         results = list(_in_processes(list(names or runtimes.RUNTIMES), config, transformer, parallel).values())
     text = render(results, mode, config, time.perf_counter() - began)
+    if family:  # the family's sections, one per op, from the conformance suites
+        text += "\n" + family_runtimes.sections(list(names or runtimes.RUNTIMES))
     out.write_text(text)
     logger.info("wrote %s", out)
     if unknown_count(results):
@@ -672,10 +674,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=harness.REPO / "docs" / "RUNTIMES.md", help="the report to write")
     parser.add_argument("--runtime", action="append", choices=list(runtimes.RUNTIMES),
                         help="measure only this runtime (repeatable; default: all)")
+    parser.add_argument("--family", action="store_true",
+                        help="append a section per op of the quantization family (tools.family_runtimes)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)
-    results = run("quick" if args.quick else "full", args.out, args.runtime, parallel=min(2, os.cpu_count() or 1))
+    results = run("quick" if args.quick else "full", args.out, args.runtime, parallel=min(2, os.cpu_count() or 1),
+                  family=args.family)
     return 1 if unknown_count(results) else 0
 
 

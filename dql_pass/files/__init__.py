@@ -16,11 +16,13 @@ _SAFE = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
     "directory_entry", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep", "tidy_up",
 ]
-_MODELS = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model"]
+_MODELS = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model", "shared_data_files"]
 __all__ = sorted(_SAFE + _MODELS)
 
 if TYPE_CHECKING:
-    from dql_pass.files.models import ExternalData, as_ir_model, external_tensors, in_memory, load_model, save_model
+    from dql_pass.files.models import (
+        ExternalData, as_ir_model, external_tensors, in_memory, load_model, save_model, shared_data_files,
+    )
     from dql_pass.files.safe import (
         FolderLock, atomic_path, check_not_system, check_output_path, data_file_name, default_file_mode,
         directory_entry, fsync, is_data_file, put_folder, signals_deferred, staged, sweep, tidy_up,

@@ -7,7 +7,7 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model"]
+__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model", "shared_data_files"]
 
 import contextlib
 import dataclasses
@@ -186,10 +186,18 @@ def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]
     return model_mode, data_mode
 
 
-def _may_refer_to(tensor: ir.ExternalTensor, folder: Path) -> bool:
-    """Whether a model saved in ``folder`` may refer to ``tensor``'s file where it is: in that
-    folder, and not the data file of another output, which the next write of that output removes."""
-    return Path(tensor.base_dir).resolve() == folder and not is_data_file(Path(tensor.location).name)
+def _may_refer_to(tensor: ir.ExternalTensor, folder: Path, share_data: bool) -> bool:
+    """Whether a model saved in ``folder`` may refer to ``tensor``'s file where it is: only when
+    asked to (``share_data``; else the output must stand alone), in that folder, and not the data
+    file of another output, which the next write of that output removes."""
+    return share_data and Path(tensor.base_dir).resolve() == folder and not is_data_file(Path(tensor.location).name)
+
+
+def shared_data_files(path: str | os.PathLike, source: str | os.PathLike) -> list[str]:
+    """The data files of the model at ``source`` that the model at ``path`` refers to (written
+    with ``share_data``), by their names; the tensors are not read."""
+    written = _data_files(_read(Path(path)))
+    return sorted(Path(file).name for file in written & _data_files(_read(Path(source))))
 
 
 # Protobuf refuses a message of 2 GiB or more; the graph around the tensors gets the rest.
@@ -199,15 +207,17 @@ _STREAMED = 1 << 20  # bytes: larger tensors of a one-file model are serialised 
 
 
 def save_model(
-    model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None, external: bool = False
+    model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None, external: bool = False,
+    share_data: bool = False,
 ) -> None:
     """Write ``model`` to ``path`` atomically, with its external data as one unit.
 
-    External weights are referenced where they are when ``path`` sits in their folder, so nothing
-    is copied; elsewhere, or when they are another output's data file, they are streamed into a new
-    ``<path>.<12 hex>.data`` beside the output. So are the tensors held in memory when ``external``
+    The output stands alone: external weights are streamed, never loaded whole, into a new
+    ``<path>.<12 hex>.data`` beside it, and so are the tensors held in memory when ``external``
     (the input kept its weights in external data) or when they would take the model past
-    :data:`INLINE_LIMIT`.
+    :data:`INLINE_LIMIT`. With ``share_data``, external weights in ``path``'s folder are referred
+    to where they are and nothing is copied (but another output's data file, which its next write
+    removes): the output then needs those files.
     ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
     its data or the complete new one. Nothing is written through a link, and no file the input
     consists of is replaced: ``source`` and every data file it refers to, though ``model`` may no
@@ -231,7 +241,7 @@ def save_model(
     if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
     folder = entry.parent
-    moved = [value for value in found.values if not _may_refer_to(value.const_value, folder)]
+    moved = [value for value in found.values if not _may_refer_to(value.const_value, folder, share_data)]
     held = [value for graph in model.graphs() for value in graph.initializers.values()
             if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
             and value.const_value.nbytes > _THRESHOLD]
@@ -239,7 +249,7 @@ def save_model(
         held = []
     data_name = data_file_name(path.name) if moved or held else None
     try:
-        if not all(_may_refer_to(attr.value, folder) for _, attr in found.attributes):
+        if not all(_may_refer_to(attr.value, folder, share_data) for _, attr in found.attributes):
             _read_attributes(found.attributes)
         model_mode, data_mode = _modes(model, source)
         _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
@@ -292,10 +302,57 @@ def _save_streamed(model: ir.Model, path: Path) -> None:
         file.write(proto.SerializeToString())
         del proto
         for value, tensor in zip(large, tensors):
-            piece = onnx.ModelProto()
             tensor.name = value.name  # as ir.serde does for initializers
-            ir.serde.serialize_tensor_into(piece.graph.initializer.add(), tensor)
-            file.write(piece.SerializeToString())
+            _write_initializer(file, tensor)
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(number & 0x7F | (0x80 if number > 0x7F else 0))
+        number >>= 7
+        if not number:
+            return bytes(out)
+
+
+def _field(number: int, length: int) -> bytes:
+    """The key and length of a length-delimited protobuf field (wire type 2) of ``length`` bytes."""
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+# Field numbers of onnx.proto: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data.
+_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
+
+
+def _write_initializer(file, tensor: ir.TensorProtocol) -> None:
+    """Append ``tensor`` to ``file`` as a model that holds only it as an initializer.
+
+    Its bytes go from the array to the file (``tofile``): built into a message, they would be in
+    memory three times over (the bytes, the field, the serialised message). A tensor whose
+    elements are not whole bytes, or a string tensor, is serialised as a message.
+    """
+    bitwidth = tensor.dtype.bitwidth if tensor.dtype != ir.DataType.STRING else 0
+    if not bitwidth or bitwidth % 8:
+        piece = onnx.ModelProto()
+        ir.serde.serialize_tensor_into(piece.graph.initializer.add(), tensor)
+        file.write(piece.SerializeToString())
+        return
+    size = bitwidth // 8 * math.prod(tensor.shape.numpy())
+    # Everything but the bytes, from a stand-in that refers to no data.
+    head = ir.serde.serialize_tensor(ir.ExternalTensor(
+        "", 0, 0, tensor.dtype, shape=tensor.shape, name=tensor.name, doc_string=tensor.doc_string,
+        metadata_props=dict(tensor.metadata_props)))
+    head.ClearField("data_location")
+    head.ClearField("external_data")
+    tensor_head = head.SerializeToString() + _field(_RAW_DATA, size)
+    initializer = _field(_INITIALIZER, len(tensor_head) + size) + tensor_head
+    file.write(_field(_GRAPH, len(initializer) + size) + initializer)
+    file.flush()  # tofile writes through the file descriptor
+    start = file.tell()
+    tensor.tofile(file)
+    file.seek(0, os.SEEK_END)
+    if file.tell() - start != size:
+        raise ValueError(f"the tensor {tensor.name!r} wrote {file.tell() - start} bytes, not {size}")
 
 
 def _write(

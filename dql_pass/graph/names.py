@@ -7,6 +7,7 @@ __all__ = ["SharedConstants", "UniqueNames", "free_name"]
 import collections
 import hashlib
 
+import numpy as np
 import onnx_ir as ir
 
 
@@ -63,6 +64,15 @@ class UniqueNames:
         return prefix + "/"
 
 
+def _digest(tensor: ir.TensorProtocol) -> bytes:
+    """A digest of the tensor's values, read from its array in place: ``tobytes`` would make a
+    transient copy of the whole tensor (a float32 weight four times the input's)."""
+    array = tensor.numpy()
+    if array.dtype.hasobject:  # strings
+        return hashlib.sha256(tensor.tobytes()).digest()
+    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).digest()
+
+
 class SharedConstants:
     """Constants shared by the sites of one root: main-graph initializers, or a function's Constant nodes."""
 
@@ -75,7 +85,7 @@ class SharedConstants:
         """The shared value holding ``tensor``, made on first use and named after ``role``."""
         # The shape is part of the key: 0.0 and [0.0] have the same bytes. A digest, not the bytes:
         # the keys would otherwise hold a second copy of every lowered weight.
-        key = (tensor.dtype, tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).digest())
+        key = (tensor.dtype, tuple(tensor.shape), _digest(tensor))
         if key not in self._values:
             value = ir.Value(
                 name=self._names.unique(f"dql_pass_{role}"),

@@ -225,7 +225,7 @@ def _driven(site: Site, conv: bool, weights: np.ndarray, w_zp: np.ndarray | None
         centred = weights.astype(np.int64) - reference.per_axis(w_zp, weights.ndim, 0).astype(np.int64)
         per_group = centred.shape[0] // int(site.attributes.get("group", 1))
         columns = np.arange(centred.shape[0])
-        terms = centred.reshape(centred.shape[0], -1).T
+        terms = centred.reshape(centred.shape[0], math.prod(centred.shape[1:])).T
     else:
         centred = np.atleast_2d(weights.astype(np.int64).T).T - np.asarray(0 if w_zp is None else w_zp, np.int64)
         first = {column.tobytes(): c for c, column in reversed(list(enumerate(np.ascontiguousarray(centred.T))))}
@@ -268,7 +268,7 @@ def _driven(site: Site, conv: bool, weights: np.ndarray, w_zp: np.ndarray | None
                 else:
                     v = _drive(centred[:, column], lo[row], hi[row], sign, past, probe)
                     if v is not None:
-                        shifted.reshape(-1, shape[-1])[slot] = v
+                        shifted.reshape(math.prod(shape[:-1]), shape[-1])[slot] = v  # not -1: K may be 0
                 driven |= v is not None
             if driven:
                 points = zp.reshape(-1, 1) if zp.size > 1 and not conv else zp[0]

@@ -181,7 +181,7 @@ class _Product:
     names: tuple[str, str]  # the operands as the ONNX pages call them
     axes: Callable[[int], tuple[int, int]]  # W's rank -> the reduction axis of the activation and of the weights
     zero_point_axis: Callable[[int], int | None]  # W's rank -> the axis a zero point of several values lies along
-    terms: Callable[[np.ndarray, int], np.ndarray]  # |centred weights|, reduction axis -> bound per [reduction, output]
+    terms: Callable[[np.ndarray, int], np.ndarray]  # |centred weights| (uint8), reduction axis -> bound per [reduction, output]
     worst: Callable[[ir.Node, int], tuple[int, int]]  # non-constant weights: reduction length, terms per element
 
 
@@ -228,6 +228,15 @@ _PRODUCTS = {
 }
 
 
+def _without_terms(node: ir.Node) -> bool:
+    """Whether the product's sums have no term: a reduction axis (ConvInteger: a kernel axis too) of known size 0."""
+    kind = _PRODUCTS[node.op_type]
+    a, w = node.inputs[:2]
+    a_axis, w_axis = kind.axes(2 if w.shape is None else len(w.shape))
+    kernel = list(w.shape[2:]) if kind.op == "Conv" and w.shape is not None else []
+    return 0 in (_static_dim(a, a_axis), _static_dim(w, w_axis), *kernel)
+
+
 def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     kind = _PRODUCTS[node.op_type]
     a, w, a_zp, w_zp = (list(node.inputs) + [None] * 4)[:4]
@@ -253,11 +262,8 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     axes = kind.axes(2 if rank is None else rank)
     known = weights is not None and (w_zp is None or w_points is not None)  # B - b_zp, before any run
     if known:
-        # int16 holds every difference of two 8-bit values: the weights are widened once, to twice
-        # their size, and each chunk becomes float32 straight from them.
-        centred = weights.astype(np.int16) - (0 if w_points is None else _shaped(w_points, along).astype(np.int16))
-        del weights
-        proof = _planned(lambda: plan(kind.terms(np.abs(centred), axes[1]), a_span, "constant weights"))
+        shift = None if w_points is None else _shaped(w_points, along)
+        proof = _planned(lambda: plan(kind.terms(_magnitudes(weights, shift), axes[1]), a_span, "constant weights"))
     else:
         depth, window = kind.worst(node, axes[1])
         proof = _planned(lambda: plan_uniform(depth, a_span * w_span * window, f"worst case of {w_dtype.name.lower()} weights"))
@@ -265,7 +271,7 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
             raise CannotLower(f"the bound {proof.bound:,} exceeds 2^24 and {kind.names[1]}'s rank, along which it is cut, is unknown")
     if known and b.weights == "float":
         part = lambda start, stop: b.const(  # noqa: E731
-            f"weight_{start}_{stop}", centred[_chunk(centred.ndim, axes[1], start, stop)].astype(np.float32))
+            f"weight_{start}_{stop}", _centred(weights[_chunk(weights.ndim, axes[1], start, stop)], shift))
     else:
         # Integer weights stay in the file as they are; constant ones are folded by the runtime at
         # load, chunks included (the cast tensor is sliced: exact, as it holds small integers).
@@ -278,6 +284,30 @@ def _integer_product(node: ir.Node, b: Builder) -> tuple[ir.Value, Proof]:
     activation = _shifted(b, a, a_zp, a_points, None)
     product = lambda x, y: b.op(kind.op, [x, y], FLOAT, attributes=node.attributes.values())  # noqa: E731
     return _reduce(b, proof, product, activation, part, axes), proof
+
+
+_BLOCK = 1 << 20  # elements: the weights are widened this many at a time, never whole
+
+
+def _magnitudes(weights: np.ndarray, shift: np.ndarray | None) -> np.ndarray:
+    """``|weights - shift|`` of 8-bit weights and zero points, in uint8 (at most 255), the size of
+    the weights: computed a block of axis 0 at a time, in int16."""
+    magnitudes = np.empty(weights.shape, np.uint8)
+    rows = max(1, _BLOCK // max(1, math.prod(weights.shape[1:])))
+    for start in range(0, len(weights), rows):
+        block = weights[start:start + rows].astype(np.int16)
+        if shift is not None:  # per output channel of a ConvInteger lies along axis 0, as the blocks do
+            block -= shift[start:start + rows] if shift.ndim == weights.ndim and len(shift) > 1 else shift
+        magnitudes[start:start + rows] = np.abs(block, out=block)
+    return magnitudes
+
+
+def _centred(weights: np.ndarray, shift: np.ndarray | None) -> np.ndarray:
+    """``weights - shift`` in float32, exact (small integers): the only copy is the float32 one."""
+    centred = weights.astype(np.float32)
+    if shift is not None:
+        centred -= shift.astype(np.float32)
+    return centred
 
 
 def _planned(planner: Callable[[], Proof]) -> Proof:
@@ -443,6 +473,9 @@ class Rule:
     # (operand, its zero point): the inputs a block (dql_pass.lowering.blocks) may feed as one
     # float32 difference, which verify then feeds as such.
     centred: tuple[tuple[int, int], ...] = ()
+    # Whether the node's output is a sum without terms, which ONNX defines 0 and ORT 1.32 leaves
+    # unwritten (whatever its memory held): verify holds ORIGINAL's to 0.
+    without_terms: Callable[[ir.Node], bool] = lambda node: False
 
     def expected(self, arrays: Sequence[np.ndarray | None], attributes: Attributes) -> np.ndarray:
         """The exact result of the op on ``arrays``, one per input (None: absent)."""
@@ -476,20 +509,25 @@ def _no_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) ->
 
 
 def _quantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
+    precision = attributes.get("precision")  # opset 23: the type the division rounds to
     return {**_dequantize_keywords(attributes, arrays),
-            "dtype": ir.DataType(attributes.get("output_dtype") or ir.DataType.UINT8).numpy()}
+            "dtype": ir.DataType(attributes.get("output_dtype") or ir.DataType.UINT8).numpy(),
+            **({"precision": ir.DataType(precision).numpy()} if precision else {})}
 
 
 def _dequantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | None]) -> dict[str, object]:
-    return {"axis": int(attributes.get("axis", 1))}
+    block_size = int(attributes.get("block_size", 0))  # opset 21: blocked scales
+    return {"axis": int(attributes.get("axis", 1)), **({"block_size": block_size} if block_size else {})}
 
 
 # The only list of the rules: adding one adds its record here and the reference it names.
 REGISTRY: tuple[Rule, ...] = (
     Rule("MatMulInteger", rewrite=_integer_product, reference=reference.matmul_integer, keywords=_no_keywords,
-         operand_types=_zero_point_types, cases=operands.matmul_integer, centred=((0, 2), (1, 3))),
+         operand_types=_zero_point_types, cases=operands.matmul_integer, centred=((0, 2), (1, 3)),
+         without_terms=_without_terms),
     Rule("ConvInteger", rewrite=_integer_product, reference=reference.conv_integer, keywords=_conv_keywords,
-         operand_types=_zero_point_types, cases=operands.conv_integer, centred=((0, 2), (1, 3))),
+         operand_types=_zero_point_types, cases=operands.conv_integer, centred=((0, 2), (1, 3)),
+         without_terms=_without_terms),
     Rule("QuantizeLinear", rewrite=_quantize_linear, reference=reference.quantize_linear, keywords=_quantize_keywords,
          operand_types=_own_types, cases=operands.quantize_linear),  # x is float, its zero point an integer
     Rule("DequantizeLinear", rewrite=_dequantize_linear, reference=reference.dequantize_linear,

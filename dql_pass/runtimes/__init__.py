@@ -8,7 +8,8 @@ loaded, so listing them, reading their limits and picking a target cost no runti
 from __future__ import annotations
 
 __all__ = [
-    "ELSEWHERE", "RUNTIMES", "Elsewhere", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "get", "lacking",
+    "ELSEWHERE", "RUNTIMES", "TIMEOUT_OPTION", "Elsewhere", "InexactProduct", "KnownDifference", "Lack", "Runtime",
+    "RuntimeFailure", "RuntimeTimeout", "Session", "get", "lacking", "refused",
 ]
 
 from collections.abc import Iterable
@@ -16,7 +17,9 @@ from collections.abc import Iterable
 import onnx
 
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.runtimes.base import (
+    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session, refused,
+)
 from dql_pass.runtimes.elsewhere import ELSEWHERE, Elsewhere
 from dql_pass.runtimes.iree import Iree
 from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack

@@ -17,14 +17,17 @@ writing one that does not load costs the user a deployment.
 
 from __future__ import annotations
 
-__all__ = ["InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "Session", "failures_of"]
+__all__ = [
+    "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout", "Session",
+    "failures_of", "refused",
+]
 
 import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -32,6 +35,7 @@ import onnx_ir as ir
 
 from dql_pass.errors import InputError
 from dql_pass.inputs import check_class, input_classes
+from dql_pass.op import CENTRED_FROM, OUTPUTS
 
 
 class RuntimeFailure(Exception):
@@ -39,6 +43,19 @@ class RuntimeFailure(Exception):
 
     Callers tell the model's fault (this) from a bug of ours (anything else, which propagates).
     """
+
+
+TIMEOUT_OPTION = "--runtime-timeout SECONDS"  # what lengthens a runtime's time limit, as a timeout names it
+
+
+class RuntimeTimeout(RuntimeFailure):
+    """A runtime gave no answer within its time limit: slow, which says nothing of whether it can run
+    the model. Callers report what it kept unchecked, never that the runtime cannot run it."""
+
+
+def refused(error: RuntimeFailure, what: str) -> str:
+    """``cannot WHAT`` for a refusal, ``did not WHAT in time`` for a timeout: slow is not unable."""
+    return f"did not {what} in time" if isinstance(error, RuntimeTimeout) else f"cannot {what}"
 
 
 @contextlib.contextmanager
@@ -64,6 +81,8 @@ class Lack:
     measured: str
     reason: str
     domain: str = ""
+    # The inputs (by position) that, when all are constants (initializers), make the op run after all.
+    unless_constant: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"{self.op_type}-{self.since_version} does not run on {self.runtime} ({self.measured}): {self.reason}"
@@ -85,7 +104,8 @@ class InexactProduct:
 
 @dataclasses.dataclass(frozen=True)
 class KnownDifference:
-    """Where a runtime's outputs differ from the contract: a form, a class of inputs, a policy."""
+    """Where a runtime's outputs differ from the contract: a form, a class of inputs, a policy, and
+    the outputs it changes, the only ones it excuses."""
 
     forms: tuple[str, ...]  # "native" (the DQL node) or expansion variants
     # One of :data:`dql_pass.inputs.CLASSES`, checked here: a misspelt class would never match.
@@ -93,10 +113,14 @@ class KnownDifference:
     inputs: str | None
     reason: str
     policy: str | None = None  # the zero-range policy under which it shows; None: any
+    # Of dql_pass.op.OUTPUTS, those the reason says come out otherwise; checked here.
+    outputs: tuple[str, ...] = dataclasses.field(kw_only=True)
 
     def __post_init__(self) -> None:
         if self.inputs is not None:
             check_class(self.inputs)
+        if not self.outputs or not set(self.outputs) <= set(OUTPUTS):
+            raise ValueError(f"a known difference names outputs of {OUTPUTS}, not {self.outputs}")
 
 
 class Session:
@@ -133,6 +157,9 @@ class Runtime:
     # Ops that load but run off the runtime's accelerator (op: the input types), measured; expand says so.
     no_kernel: dict[str, str] = {}
     where: str | None = None  # what a model loaded on it runs in, when that is not the Python process
+    # Seconds one load or run may take, where the adapter limits them (a browser, a converter in a
+    # process of its own); None: the adapter's own limits. Past it: RuntimeTimeout.
+    timeout: float | None = None
 
     def installed(self) -> bool:
         try:
@@ -170,11 +197,20 @@ class Runtime:
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         raise NotImplementedError
 
-    def differences(self, x: np.ndarray, form: str, policy: str) -> list[str]:
-        """The reasons this runtime is known to give other outputs for ``x`` in ``form`` under ``policy``."""
+    def differences(self, x: np.ndarray, form: str, policy: str, outputs: Iterable[str] | None = None) -> list[str]:
+        """The reasons this runtime is known to give other outputs for ``x`` in ``form`` under ``policy``.
+
+        ``outputs``: those that differ; then only where the differences stated for ``x`` name every
+        one of them (none otherwise), and only the reasons that name one.
+        """
         classes = input_classes(x, policy)
         found = [
-            d.reason for d in self.known_differences
+            d for d in self.known_differences
             if form in d.forms and d.inputs in (None, *classes) and d.policy in (None, policy)
         ]
-        return [self.unloadable[form], *found] if form in self.unloadable else found
+        if outputs is not None:
+            differing = {name for output in outputs for name in CENTRED_FROM.get(output, (output,))}
+            covers = differing <= {name for d in found for name in d.outputs}
+            found = [d for d in found if differing & set(d.outputs)] if covers else []
+        reasons = [d.reason for d in found]
+        return [self.unloadable[form], *reasons] if form in self.unloadable else reasons

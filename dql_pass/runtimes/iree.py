@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from dql_pass import variants
+from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session
 from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
 
@@ -50,13 +51,13 @@ class Iree(Runtime):
     known_differences = (
         KnownDifference(("native", *variants.NAMES), "subnormal",
                         "measured: IREE's llvm-cpu code flushes subnormal floats to zero, so a subnormal x, "
-                        "range or scale quantizes as zero (x/0 is inf, 0/0 NaN)"),
+                        "range or scale quantizes as zero (x/0 is inf, 0/0 NaN)", outputs=OUTPUTS),
         KnownDifference(("native",), "zero range",
                         "measured: IREE's DynamicQuantizeLinear gives an all-zero or empty input the scale 0 "
-                        "(ORT: 1.0)"),
+                        "(ORT: 1.0)", outputs=("y_scale",)),
         KnownDifference(("native",), "infinite",
                         "measured: IREE's DynamicQuantizeLinear gives -inf in x the zero point 0 and quantizes "
-                        "every element to 0 (ORT: zero point 255)"),
+                        "every element to 0 (ORT: zero point 255)", outputs=("y", "y_zero_point")),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:

@@ -44,7 +44,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dql_pass.runtimes.base import InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.op import OUTPUTS
+from dql_pass.runtimes.base import (
+    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
+)
 from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, output_types
 
 CONVERT_SECONDS = 600.0  # a MiniLM converts in seconds; a hung converter is stopped
@@ -79,7 +82,8 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
         done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=folder, env=env,
                               timeout=timeout, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
-        raise RuntimeFailure(f"MNN's converter did not finish in {timeout:.0f} s") from error
+        raise RuntimeTimeout(f"a timeout: MNN's converter did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it "
+                             "longer") from error
     output = done.stdout + done.stderr
     if done.returncode < 0:
         raise RuntimeFailure(f"MNN's converter crashed ({_crash(done.returncode)}) on this model: {_why(output)}")
@@ -90,7 +94,8 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
 class _Worker:
     """A process that has loaded the MNN model and answers runs, until it crashes or is stopped."""
 
-    def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+    def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float) -> None:
+        self._seconds = seconds
         self._process = subprocess.Popen(
             worker_command("serve", str(model), str(threads), json.dumps(list(inputs)), json.dumps(list(outputs))),
             cwd=model.parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -104,12 +109,14 @@ class _Worker:
             if arrays is not None:
                 pickle.dump(arrays, self._process.stdin)
                 self._process.stdin.flush()
-            status, answer = _answer(self._process)
+            status, answer = _answer(self._process, self._seconds)
         except (EOFError, BrokenPipeError, subprocess.TimeoutExpired) as error:
             self._stop()
-            hung = isinstance(error, subprocess.TimeoutExpired)
-            why = "did not answer" if hung else f"crashed ({_crash(self._process.returncode)})"
-            raise RuntimeFailure(f"MNN {why} {'loading the model' if arrays is None else 'on this input'}") from None
+            doing = "loading the model" if arrays is None else "on this input"
+            if isinstance(error, subprocess.TimeoutExpired):
+                raise RuntimeTimeout(f"a timeout: MNN did not answer within {self._seconds:g} s {doing}; "
+                                     f"{TIMEOUT_OPTION} gives it longer") from None
+            raise RuntimeFailure(f"MNN crashed ({_crash(self._process.returncode)}) {doing}") from None
         if status != "ok":
             self._stop()  # a failed run can leave MNN's module giving no outputs to the next ones (measured)
             raise RuntimeFailure(answer)
@@ -119,12 +126,12 @@ class _Worker:
         return self._stop.alive and self._process.poll() is None
 
 
-def _answer(process: subprocess.Popen) -> tuple[str, object]:
-    """The worker's next answer, within :data:`RUN_SECONDS`; EOFError when it died."""
+def _answer(process: subprocess.Popen, seconds: float) -> tuple[str, object]:
+    """The worker's next answer, within ``seconds``; EOFError when it died."""
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(RUN_SECONDS):
-            raise subprocess.TimeoutExpired(process.args, RUN_SECONDS)
+        if not selector.select(seconds):
+            raise subprocess.TimeoutExpired(process.args, seconds)
     return pickle.load(process.stdout)
 
 
@@ -151,9 +158,9 @@ def _widened(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 class _MnnSession(Session):
     def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str],
-                 types: Sequence[np.dtype]) -> None:
+                 types: Sequence[np.dtype], seconds: float) -> None:
         super().__init__(inputs, outputs)
-        self._start = lambda: _Worker(model, threads, inputs, outputs)
+        self._start = lambda: _Worker(model, threads, inputs, outputs, seconds)
         self._worker = self._start()
         self._types = list(types)
 
@@ -180,25 +187,27 @@ class Mnn(Runtime):
              "MNN's DynamicQuantizeLinear is its own int8 scheme: y as int8, the zero point as a float32 minus 128, "
              "the scale of shape [1], and 0 left out of the range ([0.1, 0.2, 0.3] gives scale 0.00078, not 0.00118)"),
         Lack("mnn", "QuantizeLinear", 10, "3.6.1",
-             "MNN's converter crashes (SIGSEGV) on a QuantizeLinear whose scale is computed at run time"),
+             "MNN's converter crashes (SIGSEGV) on a QuantizeLinear whose scale is computed at run time",
+             unless_constant=(1, 2)),
         *(Lack("mnn", op_type, 10, "3.6.1", f"MNN's converter: These Op Not Support: ONNX::{op_type}")
           for op_type in ("ConvInteger", "MatMulInteger")),
     )
     _ROUNDING = ("arithmetic", "float64", "residual")
     known_differences = (
-        KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)"),
+        KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)", outputs=("y", "y_zero_point")),
         KnownDifference(_ROUNDING, "reciprocal",
                         "measured: MNN's converter folds Div by the constant 255 into a Mul by float32(1/255), and MNN "
-                        "computes float64 as float32, so the scale is the range times that reciprocal"),
+                        "computes float64 as float32, so the scale is the range times that reciprocal", outputs=OUTPUTS),
         KnownDifference(_ROUNDING, "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, MNN gives the zero point 0; the contract saturates "
-                        "it to 255"),
+                        "it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(_ROUNDING, "infinite",
-                        "measured: with +inf in x, MNN gives y 255 for the NaN quotient inf/inf; the contract gives 0"),
-        KnownDifference(("arithmetic",), "empty", "measured: MNN crashes (SIGSEGV) reducing an empty tensor"),
+                        "measured: with +inf in x, MNN gives y 255 for the NaN quotient inf/inf (the contract: 0); with -inf, "
+                        "the zero point 0 for inf/inf (the contract saturates it to 255)", outputs=("y", "y_zero_point")),
+        KnownDifference(("arithmetic",), "empty", "measured: MNN crashes (SIGSEGV) reducing an empty tensor", outputs=OUTPUTS),
         KnownDifference(("residual",), None,
                         "measured: MNN's Less compares float bits as int32, wrong when both operands are negative, "
-                        "as the residual variant's test of its rounded scale has them (on inputs of any class)"),
+                        "as the residual variant's test of its rounded scale has them (on inputs of any class)", outputs=OUTPUTS),
     )
 
     inexact_products = (
@@ -214,9 +223,9 @@ class Mnn(Runtime):
             path = files.enter_context(as_file(model, private=True))
             proto = onnx.load(path, load_external_data=False)
             target = path.with_name("model.mnn")
-            convert(path, target)
+            convert(path, target, self.timeout or CONVERT_SECONDS)
             session = _MnnSession(target, threads, [v.name for v in fed_inputs(proto)],
-                                  [v.name for v in proto.graph.output], output_types(proto))
+                                  [v.name for v in proto.graph.output], output_types(proto), self.timeout or RUN_SECONDS)
             kept = files.pop_all()
         # A new worker reads the file again: the folder lives as long as the session.
         weakref.finalize(session, kept.close)

@@ -10,13 +10,26 @@ from __future__ import annotations
 
 __all__ = ["OpenVino"]
 
+import sys
 
 import numpy as np
 import onnx
 
+from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
 
+
+def _import_openvino():
+    """The openvino module, imported without its telemetry."""
+    # `import openvino` starts openvino-telemetry, which writes a client id and usage stats under
+    # $HOME/intel and sends an "import" event to Google Analytics; where that package does not
+    # import, OpenVINO uses its own no-op stub. Nothing dql_pass runs may reach the network.
+    if "openvino" not in sys.modules:
+        sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
 
 
 class OpenVino(Runtime):
@@ -31,32 +44,31 @@ class OpenVino(Runtime):
     known_differences = (
         KnownDifference(("native",), "zero range",
                         "measured: OpenVINO's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "
-                        "scale 0"),
+                        "scale 0", outputs=("y_scale", "y_zero_point")),
         KnownDifference(("native",), "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, OpenVINO's DynamicQuantizeLinear gives the zero "
-                        "point 0 for 0/0; the contract saturates it to 255"),
+                        "point 0 for 0/0; the contract saturates it to 255", outputs=("y_zero_point",)),
         KnownDifference(("native",), "infinite",
                         "measured: with -inf in x, OpenVINO's DynamicQuantizeLinear gives the zero point 0 for "
-                        "inf/inf; the contract saturates it to 255"),
+                        "inf/inf; the contract saturates it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(("native", "quantizelinear"), "near tie",
                         "measured: OpenVINO rounds a quotient on or next to a tie away from zero, after adding the "
-                        "zero point in float32 (127.49999 + 127 rounds to 255, not 254)"),
+                        "zero point in float32 (127.49999 + 127 rounds to 255, not 254)", outputs=("y", "y_zero_point")),
         KnownDifference(("quantizelinear",), "infinite",
                         "measured: OpenVINO's QuantizeLinear gives y 255 for x = +inf (inf/inf); the contract "
-                        "gives 0"),
+                        "gives 0", outputs=("y",)),
         KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
-                        "measured: OpenVINO computes every float32 Div as a multiplication by the reciprocal"),
+                        "measured: OpenVINO computes every float32 Div as a multiplication by the reciprocal", outputs=OUTPUTS),
         KnownDifference(("float64",), "reciprocal",
                         "measured: OpenVINO's CPU plugin computes float64 as float32, so the float64 divisions "
-                        "go through a float32 reciprocal too"),
+                        "go through a float32 reciprocal too", outputs=OUTPUTS),
         KnownDifference(("residual",), "tiny scale",
                         "measured: with a scale near 1.5e-38 the residual variant's remainders fall out of the "
-                        "normal float32 range, where OpenVINO loses their low bits (32 of 1,256 inputs)"),
+                        "normal float32 range, where OpenVINO loses their low bits (32 of 1,256 inputs)", outputs=("y_scale",)),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
-        import openvino
-
+        openvino = _import_openvino()
         config = {"INFERENCE_PRECISION_HINT": "f32"}
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads

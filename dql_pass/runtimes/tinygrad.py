@@ -17,6 +17,7 @@ import weakref
 
 import onnx
 
+from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, output_types
 
@@ -36,19 +37,19 @@ class Tinygrad(Runtime):
     known_differences = (
         KnownDifference(("native",), "zero range",
                         "measured: tinygrad's DynamicQuantizeLinear gives a zero range (all zero, or empty) the "
-                        "scale 0"),
+                        "scale 0", outputs=("y_scale",)),
         KnownDifference(("native", "quantizelinear"), "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, tinygrad's DynamicQuantizeLinear gives the zero "
-                        "point 0 or 128, and its QuantizeLinear y 0 for x/0 = +inf; the contract saturates them to 255"),
+                        "point 0 or 128, and its QuantizeLinear y 0 for x/0 = +inf; the contract saturates them to 255", outputs=("y", "y_zero_point")),
         KnownDifference(("native",), "infinite",
                         "measured: with -inf in x, tinygrad's DynamicQuantizeLinear gives the zero point 0 for "
-                        "inf/inf; the contract saturates it to 255"),
+                        "inf/inf; the contract saturates it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(("native", "quantizelinear"), "near tie",
                         "measured: tinygrad rounds a quotient on a tie, or within a few ulps of one, away from zero "
-                        "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even"),
+                        "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even", outputs=("y", "y_zero_point")),
         KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
-                        "measured: tinygrad divides by a constant (range / 255) through its reciprocal"),
-        *(KnownDifference(("residual", "portable"), inputs, _REWRITES) for inputs in ("reciprocal", "near tie")),
+                        "measured: tinygrad divides by a constant (range / 255) through its reciprocal", outputs=OUTPUTS),
+        *(KnownDifference(("residual", "portable"), inputs, _REWRITES, outputs=OUTPUTS) for inputs in ("reciprocal", "near tie")),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
+from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto, conform, fed_inputs, output_types
 
@@ -93,7 +94,7 @@ class OnnxToTorch(_Converter):
         )
     )
     known_differences = (
-        KnownDifference(("arithmetic",), "empty", _EMPTY_REDUCTION),
+        KnownDifference(("arithmetic",), "empty", _EMPTY_REDUCTION, outputs=OUTPUTS),
     )
 
     def _convert(self, proto: onnx.ModelProto):
@@ -108,17 +109,17 @@ class OnnxToPytorch(_Converter):
     distribution = "onnx2pytorch"
     extra = "onnx2pytorch"
     known_differences = (
-        KnownDifference(("native", "quantizelinear", "arithmetic"), "empty", _EMPTY_REDUCTION),
+        KnownDifference(("native", "quantizelinear", "arithmetic"), "empty", _EMPTY_REDUCTION, outputs=OUTPUTS),
         KnownDifference(("native",), "all zero",
                         "measured: onnx2pytorch's DynamicQuantizeLinear gives an all-zero input the scale 0 (ORT: "
-                        "1.0)"),
+                        "1.0)", outputs=("y_scale",)),
         KnownDifference(("native",), "x/scale overflows to +inf",
                         "measured: onnx2pytorch's DynamicQuantizeLinear adds the zero point before it clamps: where "
                         "range/255 underflows to 0, x/0 = inf plus the zero point 0/0 = NaN casts to 0 (expected "
-                        "255)"),
+                        "255)", outputs=("y", "y_zero_point")),
         KnownDifference(("native",), "infinite",
                         "measured: onnx2pytorch's DynamicQuantizeLinear gives -inf in x the zero point "
-                        "-(-inf)/inf = NaN, which casts to 0 (expected 255)"),
+                        "-(-inf)/inf = NaN, which casts to 0 (expected 255)", outputs=("y", "y_zero_point")),
     )
 
     def _convert(self, proto: onnx.ModelProto):

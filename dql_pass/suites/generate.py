@@ -46,7 +46,8 @@ from dql_pass import inputs, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged, tidy_up
-from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, OUTPUTS, check_choice, one_node_model, version
+from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, NAME, OUTPUTS, check_choice, one_node_model, version
+from dql_pass.suites import family
 from dql_pass.suites.defaults import DEFAULT_OPSETS
 from dql_pass.suites.layout import (
     DATA, DATA_SET, FORMAT, FORMS, INPUT_FILE, MANIFEST, MODEL, OUTPUT_FILES, LeftOut, SuiteEntry,
@@ -235,6 +236,9 @@ def generate_suite(
     include_large: bool = True,
     names: Collection[str] | None = None,
     force: bool = False,
+    ops: Collection[str] = (NAME,),
+    size: str = "small",
+    family_opsets: Collection[int] | None = None,
 ) -> GeneratedSuite:
     """Write a conformance suite to ``outdir`` (see :mod:`dql_pass.suites` for the layout).
 
@@ -243,12 +247,18 @@ def generate_suite(
     the newest opset; ``names`` keeps only the catalogue cases of those names. The folder that
     holds ``outdir`` is made if missing. An existing suite in ``outdir`` that holds files gen-tests did not
     write is replaced only with ``force``; a folder that holds no suite, never.
+
+    ``ops`` picks among DynamicQuantizeLinear and the family's ops (:data:`dql_pass.suites.family.REGISTRY`),
+    written at each opset where they changed (those in ``family_opsets`` when given), at ``size``
+    (``small`` for CI, ``full``); ``opsets``, ``forms`` and the rest are DynamicQuantizeLinear's.
     """
     start = time.perf_counter()
+    ops = family.check_ops(ops)
     opsets = sorted(set(opsets))
-    _check_options(opsets, forms, zero_range)
+    if NAME in ops:
+        _check_options(opsets, forms, zero_range)
     forms = [f for f in FORMS if f in forms]
-    cases = inputs.cases(include_large=include_large, include_nan=include_unspecified)
+    cases = inputs.cases(include_large=include_large, include_nan=include_unspecified) if NAME in ops else []
     if names is not None:
         names = set(names)
         unknown = sorted(names - {c.name for c in cases})
@@ -268,7 +278,8 @@ def generate_suite(
         for folder in created:
             folder.mkdir()
         with staged(outdir.parent.resolve(), outdir.name, mode=default_file_mode(folder=True)) as stage:
-            entries, left_out = _write_cases(stage, cases, opsets, forms, zero_range)
+            entries, left_out = _write_cases(stage, cases, opsets, forms, zero_range) if NAME in ops else ([], [])
+            entries += family.write_cases(stage, [op for op in ops if op != NAME], family_opsets, size)
             manifest = {
                 "format": FORMAT,
                 "generator": f"dql_pass {version()}",
@@ -276,6 +287,7 @@ def generate_suite(
                 "policy": zero_range,
                 "opsets": opsets,
                 "variants": forms,
+                "ops": ops,
                 "cases": [dataclasses.asdict(e) for e in entries],
                 "left_out": [dataclasses.asdict(item) for item in left_out],
             }

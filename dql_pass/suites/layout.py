@@ -87,6 +87,11 @@ class SuiteEntry:
     policy_dependent: bool
     comparable: bool
     known_differences: dict[str, str] = dataclasses.field(default_factory=dict)
+    op: str = "DynamicQuantizeLinear"
+    # The family's folders list their files (inputs and outputs vary by op); empty: :data:`CASE_FILES`.
+    files: list[str] = dataclasses.field(default_factory=list)
+    answers: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # a runtime's known answer, its files
+    lacks: dict[str, str] = dataclasses.field(default_factory=dict)  # runtimes that cannot run the op: why
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,11 +260,11 @@ def written_paths(path: Path) -> set[str] | None:
         manifest = json.loads(read_file(path / MANIFEST, path.resolve(), _MANIFEST_LIMIT, MANIFEST))
         if manifest.get("format") != FORMAT:
             return None
-        folders = [entry["folder"] for entry in manifest["cases"]]
+        listed = {entry["folder"]: entry.get("files") or CASE_FILES for entry in manifest["cases"]}
     except (Refused, ValueError, AttributeError, KeyError, TypeError):
         return None
-    if not all(isinstance(folder, str) for folder in folders):
+    if not all(isinstance(folder, str) and all(isinstance(f, str) for f in files) for folder, files in listed.items()):
         return None
     return {MANIFEST} | {
-        file for folder in folders for file in (folder, f"{folder}/{DATA_SET}", *(f"{folder}/{f}" for f in CASE_FILES))
+        file for folder, files in listed.items() for file in (folder, f"{folder}/{DATA_SET}", *(f"{folder}/{f}" for f in files))
     }

@@ -47,11 +47,15 @@ def blockers(model: ir.Model, runtime: str, dims: Mapping[str, int] | None = Non
         not_tried = None
     try:
         session = runner.load(model)
+    except runtimes.RuntimeTimeout as error:  # slow is not unable: not tried, not a blocker
+        return Blockers(runtime, reasons, f"not checked whether {runtime} loads it: {error}")
     except runtimes.RuntimeFailure as error:
         return Blockers(runtime, [*reasons, f"{runtime} cannot load it: {error}"])
     if feeds is not None:
         try:
             session.run(feeds)
+        except runtimes.RuntimeTimeout as error:
+            not_tried = f"loaded on {runtime}, not checked whether it runs there: {error}"
         except runtimes.RuntimeFailure as error:
             reasons.append(f"{runtime} loads it but cannot run it: {error}")
     return Blockers(runtime, reasons, not_tried)

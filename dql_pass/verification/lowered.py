@@ -217,7 +217,7 @@ def _session(
     try:
         return runtime.load(model, threads=1, optimize="basic"), runtime, None
     except runtimes.RuntimeFailure as error:
-        reason = f"{runtime.name} cannot load the replacement: {one_line(error)}"
+        reason = f"{runtime.name} {runtimes.refused(error, 'load the replacement')}: {one_line(error)}"
     ort = runtimes.get("onnxruntime")
     if runtime is ort:
         return None, ort, reason
@@ -257,7 +257,8 @@ def _check(site: LoweredSite, replacement: _Replacement, runtime: runtimes.Runti
                 (difference.elements is None, difference.elements or 0), difference.text)
         except runtimes.RuntimeFailure as error:
             if runtime.name != "onnxruntime":  # another runtime's refusal of a piece: not checked there
-                result.not_checked = result.not_checked or f"{runtime.name} cannot run case {name}: {one_line(error)}"
+                refusal = f"{runtime.name} {runtimes.refused(error, f'run case {name}')}: {one_line(error)}"
+                result.not_checked = result.not_checked or refusal
                 continue
             diff = SiteDifference(WORST, f"{runtime.name} failed: {one_line(error)}")  # an operand ORT cannot run is a mismatch
         tally.add(name, category, diff)

@@ -48,7 +48,8 @@ import onnx
 
 from dql_pass import variants
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session
+from dql_pass.op import OUTPUTS
+from dql_pass.runtimes.base import TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types, with_shapes
 
 ONNX2TF = "2.6.9"  # the onnx2tf version measured; setup installs exactly this one
@@ -126,7 +127,7 @@ def convert(path: Path, timeout: float) -> bytes:
         done = subprocess.run(command, env=_environ(path.parent), cwd=path.parent, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, errors="replace", timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RuntimeFailure(f"onnx2tf did not finish in {timeout:.0f} s") from None
+        raise RuntimeTimeout(f"a timeout: onnx2tf did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it longer") from None
     tflite = out / f"{path.stem}_float32.tflite"
     if done.returncode != 0 or not tflite.is_file():
         lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
@@ -184,13 +185,13 @@ _FLUSHED = (f"{_M}: XNNPACK flushes subnormal float32 to zero, in its reductions
 _CONVERTED = (  # what onnx2tf does, whichever kernels run
     KnownDifference(("native",), "reciprocal",
                     f"{_M}: onnx2tf makes DynamicQuantizeLinear float ops that divide by the scale and by 255 through "
-                    "a multiplication by the reciprocal"),
+                    "a multiplication by the reciprocal", outputs=OUTPUTS),
     KnownDifference(("arithmetic",), "reciprocal",
                     f"{_M}: onnx2tf folds the variant's Div by the constant 255 into a Mul by float32(1/255), which "
-                    "makes the scale 1 ulp off"),
+                    "makes the scale 1 ulp off", outputs=OUTPUTS),
     KnownDifference(("native",), "zero range",
                     f"{_M}: onnx2tf's DynamicQuantizeLinear gives a zero range (all zero, or empty) the scale 0 and "
-                    "the zero point 255 (the contract: scale 1, zero point 0)"),
+                    "the zero point 255 (the contract: scale 1, zero point 0)", outputs=OUTPUTS),
 )
 
 
@@ -221,14 +222,14 @@ class LiteRt(Runtime):
     }
     known_differences = (
         *_CONVERTED,
-        *(KnownDifference(("native", "arithmetic", "residual", "portable"), inputs, _CLAMPED)
+        *(KnownDifference(("native", "arithmetic", "residual", "portable"), inputs, _CLAMPED, outputs=OUTPUTS)
           for inputs in ("infinite", "range overflows")),
         KnownDifference(("native", "arithmetic", "residual"), "x/scale overflows to +inf",
                         f"{_M}: where the scale underflows to 0, the builtin kernels give y 255 where the contract "
-                        "gives 0 (x <= 0, whose quotient x/0 is -inf or NaN)"),
+                        "gives 0 (x <= 0, whose quotient x/0 is -inf or NaN)", outputs=("y",)),
         KnownDifference(("residual",), "tiny scale",
                         f"{_M}: with a scale near 1.5e-38 the residual variant's remainders fall out of the normal "
-                        "float32 range, where LiteRT loses their low bits (26 of 1,000 inputs built apart)"),
+                        "float32 range, where LiteRT loses their low bits (26 of 1,000 inputs built apart)", outputs=OUTPUTS),
     )
 
     def installed(self) -> bool:
@@ -264,7 +265,7 @@ class LiteRt(Runtime):
                 onnx.save(fixed, copy)
                 for data in path.parent.glob(path.name + ".data"):
                     os.link(data, copy.with_name(data.name))  # our own copy's data, read only by the converter
-                tflite = _convert_once(copy, self.conversion_timeout)
+                tflite = _convert_once(copy, self.timeout or self.conversion_timeout)
             interpreter = litert.Interpreter(model_content=tflite, num_threads=threads or None,
                                              experimental_op_resolver_type=resolver)
             interpreter.allocate_tensors()
@@ -296,11 +297,11 @@ class LiteRtXnnpack(LiteRt):
     # portable: exact but for subnormals, which XNNPACK flushes; ±inf too is right here.
     known_differences = (
         *_CONVERTED,
-        KnownDifference(("native", "arithmetic", "residual", "portable"), "subnormal", _FLUSHED),
+        KnownDifference(("native", "arithmetic", "residual", "portable"), "subnormal", _FLUSHED, outputs=OUTPUTS),
         KnownDifference(("native", "arithmetic", "residual"), "infinite",
-                        f"{_M}: with XNNPACK, +inf in x quantizes to 255 (the contract: 0, for inf/inf)"),
+                        f"{_M}: with XNNPACK, +inf in x quantizes to 255 (the contract: 0, for inf/inf)", outputs=("y",)),
         KnownDifference(("residual",), "reciprocal",
                         f"{_M}: with XNNPACK the residual variant's scale or quotients are 1 ulp off on 102 of 1,000 "
                         "inputs built apart, each one where dividing through the reciprocal changes an output; "
-                        "the portable variant, built for fused products, is exact on them"),
+                        "the portable variant, built for fused products, is exact on them", outputs=OUTPUTS),
     )

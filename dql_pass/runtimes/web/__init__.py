@@ -37,9 +37,10 @@ import onnx
 import onnx.inliner
 
 from dql_pass.errors import InputError
-from dql_pass.runtimes.base import KnownDifference, Runtime, RuntimeFailure, Session
+from dql_pass.op import OUTPUTS
+from dql_pass.runtimes.base import TIMEOUT_OPTION, KnownDifference, Runtime, RuntimeFailure, RuntimeTimeout, Session
 from dql_pass.runtimes.sessions import as_file, fed_inputs, output_types
-from dql_pass.runtimes.web.browser import Browser, BrowserFailure, Server, chromium
+from dql_pass.runtimes.web.browser import Browser, BrowserFailure, BrowserTimeout, Server, chromium
 
 ORT_WEB = "1.30.0"  # the onnxruntime-web version measured; setup installs exactly this one
 CACHE_VARIABLE = "DQL_PASS_WEB_CACHE"
@@ -190,8 +191,13 @@ class _WebSession(Session):
             self._held.pop().close()
 
     def _call(self, expression: str, timeout: float):
+        timeout = self._runtime.timeout or timeout
         try:
             return self._held[0].evaluate(f"(async () => {expression})()", timeout=timeout)
+        except BrowserTimeout:
+            self._stop()
+            raise RuntimeTimeout(f"a timeout: {self._runtime.name} gave no answer within {timeout:g} s; "
+                                 f"{TIMEOUT_OPTION} gives it longer") from None
         except BrowserFailure as error:
             self._stop()  # the next run starts afresh: a failed run can hang the one after it
             raise RuntimeFailure(str(error)) from None
@@ -344,14 +350,14 @@ class WebGpu(WebRuntime):
     known_differences = (
         KnownDifference(("quantizelinear", "arithmetic"), "empty",
                         "measured: the WebGPU provider's ReduceMin and ReduceMax refuse an empty tensor (the run "
-                        "fails in reduction_ops.h); float64 and residual reduce over x and a 0, and keep it"),
+                        "fails in reduction_ops.h); float64 and residual reduce over x and a 0, and keep it", outputs=OUTPUTS),
         KnownDifference(("quantizelinear", "arithmetic", "residual", "portable"), "subnormal",
                         "measured: SwiftShader, Chromium's WebGPU adapter without a GPU, flushes subnormal float32 to 0: "
                         "as operands of comparisons and min/max, and as results (a subnormal scale comes out 0, the "
                         "zero point 255 and y saturated), so the range, the scale and the zero point come out "
                         "otherwise (portable: 4 of 56 catalogue inputs and 170 of 1,000 built apart; 151 of the 174 "
                         "give the reference of x with its subnormals set to 0, the other 23, whose scale is "
-                        "subnormal, the scale 0)"),
+                        "subnormal, the scale 0)", outputs=OUTPUTS),
     )
 
 

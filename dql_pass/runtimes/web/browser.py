@@ -9,7 +9,7 @@ host resolves to nothing, so the browser cannot reach the network.
 
 from __future__ import annotations
 
-__all__ = ["Browser", "BrowserFailure", "Server"]
+__all__ = ["Browser", "BrowserFailure", "BrowserTimeout", "Server"]
 
 import contextlib
 import fcntl
@@ -43,6 +43,10 @@ _TYPES = {".html": "text/html", ".mjs": "text/javascript", ".js": "text/javascri
 
 class BrowserFailure(Exception):
     """The browser died, timed out, or a page raised; the page's own message is the text."""
+
+
+class BrowserTimeout(BrowserFailure):
+    """No answer within the time given: the browser was stopped."""
 
 
 class Server:
@@ -103,13 +107,17 @@ class Browser:
         child_out = fcntl.fcntl(from_browser, fcntl.F_DUPFD_CLOEXEC, 10)
         for fd in (to_browser, from_browser):
             os.close(fd)
+        # Chromium writes its crash-report settings and dconf's cache under $HOME whatever the
+        # profile: inside the profile, they go with it.
+        environ = {**os.environ, "HOME": self._profile.name, "TMPDIR": self._profile.name,
+                   "XDG_CONFIG_HOME": self._profile.name, "XDG_CACHE_HOME": self._profile.name}
         quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
         try:
             # posix_spawn, not subprocess: moving the pipes to 3 and 4 would need a preexec_fn,
             # which is not safe in a process with threads. A session of its own: close() stops
             # the whole group (GPU and renderer processes too).
             self.pid = os.posix_spawn(
-                executable, [executable, *_FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"], os.environ,
+                executable, [executable, *_FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"], environ,
                 file_actions=[*quiet, (os.POSIX_SPAWN_DUP2, child_in, 3), (os.POSIX_SPAWN_DUP2, child_out, 4)],
                 setsid=True,
             )
@@ -184,7 +192,7 @@ class Browser:
             raise BrowserFailure(f"the browser is gone ({error})") from None
         if not event.wait(timeout):
             self.close()
-            raise BrowserFailure(f"no answer from the browser within {timeout:g} s to {method}; it was stopped")
+            raise BrowserTimeout(f"no answer from the browser within {timeout:g} s to {method}; it was stopped")
         reply = slot[0]
         if "error" in reply:
             raise BrowserFailure(f"{method}: {reply['error'].get('message')}")

@@ -1,0 +1,149 @@
+"""Divergence reports: for each runtime x op that fails, a folder a runtime's maintainers can act on.
+
+Each folder ``<runtime>__<op>/`` holds the smallest failing test folder as it is in the suite
+(ONNX's backend-test layout: ``model.onnx``, ``test_data_set_0/input_N.pb`` and the expected
+``output_N.pb``), the runtime's outputs beside them (``actual/output_N.pb``), ``differences.txt``
+(the first differing values with their bits) and ``ISSUE.md``, a short text ready for the
+runtime's issue tracker, with its version. Nothing is sent anywhere: the user files it.
+The report folder is written in a stage and put in place in one step (:mod:`dql_pass.files`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_report_dir", "first_differences", "write_reports"]
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from onnx import numpy_helper
+
+from dql_pass import runtimes
+from dql_pass.compare import same_bits
+from dql_pass.errors import InputError
+from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged
+from dql_pass.suites.layout import DATA_SET, MODEL
+from dql_pass.suites.matrix import Matrix
+from dql_pass.suites.run import Mismatch, Outcome
+
+_SHOWN = 12  # differing values listed in differences.txt
+
+
+def check_report_dir(path: str | os.PathLike) -> Path:
+    """The report folder: absent or empty, in an existing folder; a refusal in one line otherwise."""
+    target = Path(os.path.abspath(path))
+    check_not_system(target, "report folder")
+    if target.is_symlink() or target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InputError(f"{target}: exists and is not an empty folder; choose a new folder for the reports")
+    if not target.parent.is_dir():
+        raise InputError(f"{target}: {target.parent} is not a folder")
+    return target
+
+
+def _bits(value: np.generic) -> str:
+    """The bits of one element, most significant first (little-endian storage reversed)."""
+    return "0x" + np.asarray(value).tobytes()[::-1].hex()
+
+
+def first_differences(expected: np.ndarray, actual: np.ndarray, limit: int = _SHOWN) -> list[str]:
+    """The first ``limit`` differing elements: index, expected and actual values with their bits."""
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        return [f"expected {expected.dtype} of shape {list(expected.shape)}, got {actual.dtype} of shape {list(actual.shape)}"]
+    differs = np.argwhere(~same_bits(actual, expected)) if expected.ndim else (
+        np.zeros((0, 0), int) if same_bits(actual, expected) else np.zeros((1, 0), int))
+    lines = []
+    for where in differs[:limit]:
+        index = tuple(int(i) for i in where)
+        e, a = expected[index], actual[index]
+        lines.append(f"{list(index)}: expected {e.item()!r} ({_bits(e)}), got {a.item()!r} ({_bits(a)})")
+    return lines
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _smallest(failures: Sequence[Outcome], suite: Path) -> Outcome:
+    """The failure with the smallest folder, wrong outputs before crashes (they say more)."""
+    return min(failures, key=lambda o: (o.mismatch is None, _size(suite / o.name), o.name))
+
+
+def _issue(runtime: str, op: str, chosen: Outcome, failures: Sequence[Outcome], total: int, lines: list[str]) -> str:
+    adapter = runtimes.get(runtime)
+    opset = chosen.name.rsplit("_opset", 1)[-1]
+    found = chosen.mismatch
+    what = found.text if found is not None else chosen.detail
+    listing = "\n".join(f"- {o.name}: {o.detail}" for o in sorted(failures, key=lambda o: o.name)[:20])
+    more = f"\n- ... and {len(failures) - 20} more" if len(failures) > 20 else ""
+    shown = "\n".join(lines) if lines else "(the runtime did not run it: see above)"
+    return f"""# {op}: outputs differ from the ONNX spec on {runtime} {adapter.version()}
+
+{runtime} {adapter.version()} gives other outputs than the ONNX specification for {op} (opset {opset}) on
+{len(failures)} of {total} conformance cases written by dql_pass. The smallest failing case is `{chosen.name}`:
+
+    {what}
+
+First differing values (expected from the spec, with their bits):
+
+```
+{shown}
+```
+
+To reproduce: the folder `{chosen.name}/` is in ONNX's backend-test layout (`model.onnx`, `{DATA_SET}/input_N.pb`,
+the expected `{DATA_SET}/output_N.pb`); `actual/output_N.pb` holds what {runtime} gave. It runs with onnx's
+backend-test runner, or:
+
+```python
+import onnx, numpy as np
+from onnx import numpy_helper
+model = onnx.load("{chosen.name}/model.onnx")
+feeds = {{i.name: numpy_helper.to_array(onnx.load_tensor(f"{chosen.name}/{DATA_SET}/input_{{n}}.pb"))
+         for n, i in enumerate(model.graph.input)}}
+expected = numpy_helper.to_array(onnx.load_tensor("{chosen.name}/{DATA_SET}/output_0.pb"))
+```
+
+Every failing case of {op} on {runtime}:
+
+{listing}{more}
+"""
+
+
+def _write_one(folder: Path, suite: Path, runtime: str, op: str, failures: Sequence[Outcome], total: int) -> None:
+    chosen = _smallest(failures, suite)
+    folder.mkdir()
+    shutil.copytree(suite / chosen.name, folder / chosen.name, symlinks=False)
+    found: Mismatch | None = chosen.mismatch
+    lines: list[str] = []
+    if found is not None:
+        (folder / "actual").mkdir()
+        for i, (name, actual) in enumerate(found.actual.items()):
+            (folder / "actual" / f"output_{i}.pb").write_bytes(numpy_helper.from_array(np.asarray(actual), name).SerializeToString())
+            lines += [f"{name}: " + line for line in first_differences(found.expected[name], np.asarray(actual))]
+    (folder / "differences.txt").write_text("\n".join(lines or [chosen.detail]) + "\n")
+    (folder / "ISSUE.md").write_text(_issue(runtime, op, chosen, failures, total, lines))
+
+
+def write_reports(report_dir: str | os.PathLike, suite_dir: str | os.PathLike, found: Matrix) -> list[Path]:
+    """Write one report folder per runtime x op with failures under ``report_dir``; the folders written."""
+    target = check_report_dir(report_dir)
+    suite = Path(suite_dir)
+    groups: dict[tuple[str, str], list[Outcome]] = {}
+    totals: dict[tuple[str, str], int] = {}
+    for runtime, report in found.reports.items():
+        for outcome in report.outcomes if report is not None else []:
+            totals[runtime, outcome.op] = totals.get((runtime, outcome.op), 0) + 1
+            if outcome.status == "FAIL" and (suite / outcome.name).is_dir():
+                groups.setdefault((runtime, outcome.op), []).append(outcome)
+    written = []
+    with staged(target.parent, target.name, mode=default_file_mode(folder=True)) as stage:
+        for (runtime, op), failures in sorted(groups.items()):
+            _write_one(stage / f"{runtime}__{op}", suite, runtime, op, failures, totals[runtime, op])
+            written.append(target / f"{runtime}__{op}")
+        with FolderLock(target.parent):
+            check_report_dir(target)  # again: the folder may have changed meanwhile
+            if target.exists():
+                target.rmdir()
+            put_folder(stage, target)
+    return written

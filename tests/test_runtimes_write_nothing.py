@@ -1,0 +1,61 @@
+"""Running a runtime leaves nothing in $HOME or $TMPDIR: onnxruntime and OpenVINO with their
+telemetry (a device id, a database, a session file, a client id; events sent over the network),
+Chromium with its crash-report settings and dconf's cache. Each command runs in a subprocess whose
+HOME and TMPDIR are empty folders of its own, which must stay empty."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import installed
+
+import dql_pass
+from dql_pass.runtimes import web
+from dql_pass.runtimes.web.browser import Browser, chromium
+
+MODELS = Path(__file__).parent.parent / "models"
+
+
+def _private(tmp_path: Path) -> tuple[Path, Path]:
+    home, tmpdir = tmp_path / "home", tmp_path / "tmpdir"
+    home.mkdir()
+    tmpdir.mkdir()
+    return home, tmpdir
+
+
+def _written(*folders: Path) -> list[str]:
+    return sorted(str(path) for folder in folders for path in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])
+def test_verify_writes_nothing_to_home_or_tmpdir(tmp_path, runtime):
+    installed(runtime)
+    lowered = tmp_path / "lowered.onnx"
+    dql_pass.save_model(dql_pass.lower(dql_pass.load_model(MODELS / "relu_dql.onnx"))[0], lowered)
+    home, tmpdir = _private(tmp_path)
+    # ORT's own switch, set off by the user: dql_pass sets it on whatever the caller says.
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmpdir), "ORT_DISABLE_TELEMETRY": "0"}
+    done = subprocess.run([sys.executable, "-m", "dql_pass", "verify", "-q", "--runtime", runtime,
+                           str(MODELS / "relu_dql.onnx"), str(lowered)], env=env, capture_output=True, text=True)
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr
+    assert _written(home, tmpdir) == []
+
+
+@pytest.mark.skipif(web.missing() is not None or chromium() is None, reason="the web runtimes are not set up")
+def test_chromium_writes_nothing_to_home_or_tmpdir(tmp_path, monkeypatch):
+    home, tmpdir = _private(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    for variable in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    browser = Browser(chromium(), "about:blank")
+    try:
+        assert browser.evaluate("1 + 1") == 2
+    finally:
+        browser.close()
+    assert _written(home, tmpdir) == []

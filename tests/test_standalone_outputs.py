@@ -1,0 +1,122 @@
+"""Outputs stand alone by default: the output and the data file written for it are all it needs,
+wherever it is written; ``--share-data`` (``share_data=True``) refers to the input's data files
+instead, and the output line says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from helpers import assert_outputs_bits_equal
+from onnx import TensorProto, helper, numpy_helper
+
+import dql_pass
+from dql_pass import runtimes
+from dql_pass.cli import main
+from dql_pass.files import models
+
+ORT = runtimes.get("onnxruntime")
+FEEDS = {"x": np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)}
+
+
+def _model(folder: Path) -> Path:
+    """DQL -> MatMulInteger (uint8 weights) -> Cast -> Mul -> Add of a float bias: every tensor
+    in the input's data file, and the bias one that lower keeps."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "scale", "zp"]),
+        helper.make_node("MatMulInteger", ["q", "W", "zp", "W_zp"], ["acc"]),
+        helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["accf", "scale"], ["y0"]),
+        helper.make_node("Add", ["y0", "bias"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])],
+        [numpy_helper.from_array(rng.integers(0, 256, (64, 32)).astype(np.uint8), "W"),
+         numpy_helper.from_array(np.array(128, np.uint8), "W_zp"),
+         numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "bias")])
+    path = folder / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path,
+              save_as_external_data=True, all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0)
+    return path
+
+
+def _locations(path: Path) -> set[str]:
+    return {t.location for t in models.external_tensors(ir.load(path))}
+
+
+def _run(path: Path) -> list[np.ndarray]:
+    return ORT.load(path, threads=1, optimize="basic").run(FEEDS)
+
+
+@pytest.mark.parametrize("command", ["lower", "expand"])
+def test_an_output_beside_its_input_runs_after_the_input_and_its_data_are_gone(tmp_path, command, capsys):
+    """Moved elsewhere with its data file, the input and its data deleted: it loads and gives the
+    same bits (before, it referred to m.onnx.data, and ORT refused it)."""
+    source = _model(tmp_path)
+    expected = _run(source)
+    output = tmp_path / "m.out.onnx"
+    assert main([command, str(source), "-o", str(output)]) == 0
+    assert "data file" not in capsys.readouterr().out
+    locations = _locations(output)
+    assert locations and all(location.startswith("m.out.onnx.") for location in locations), locations
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    for location in locations:
+        shutil.move(tmp_path / location, moved / location)
+    shutil.move(output, moved / output.name)
+    source.unlink()
+    (tmp_path / "m.onnx.data").unlink()
+    assert_outputs_bits_equal(_run(moved / output.name), expected)
+
+
+@pytest.mark.parametrize("command", ["expand", "lower", "fuse"])
+def test_share_data_refers_to_the_inputs_data_file_and_says_so(tmp_path, command, capsys):
+    source = _model(tmp_path)
+    output = tmp_path / "m.out.onnx"
+    assert main([command, str(source), "-o", str(output), "--share-data", "--json", str(tmp_path / "r.json")]) == 0
+    assert "m.onnx.data" in _locations(output)
+    assert f"{output} refers to the input's data file m.onnx.data (--share-data)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["shared_data"] == ["m.onnx.data"]
+    assert_outputs_bits_equal(_run(output), _run(source))
+
+
+def test_share_data_in_another_folder_copies_and_says_nothing_is_shared(tmp_path, capsys):
+    source = _model(tmp_path)
+    (tmp_path / "out").mkdir()
+    output = tmp_path / "out" / "m.out.onnx"
+    assert main(["expand", str(source), "-o", str(output), "--share-data"]) == 0
+    assert all(location.startswith("m.out.onnx.") for location in _locations(output))
+    assert f"{output} stands alone: --share-data shares only" in capsys.readouterr().out
+
+
+def test_the_api_shares_only_when_asked(tmp_path):
+    source = _model(tmp_path)
+    dql_pass.lower_file(source, tmp_path / "a.onnx")
+    dql_pass.lower_file(source, tmp_path / "b.onnx", share_data=True)
+    dql_pass.fuse_file(source, tmp_path / "c.onnx", share_data=True)
+    assert "m.onnx.data" not in _locations(tmp_path / "a.onnx")
+    assert models.shared_data_files(tmp_path / "a.onnx", source) == []
+    assert models.shared_data_files(tmp_path / "b.onnx", source) == ["m.onnx.data"]
+    assert models.shared_data_files(tmp_path / "c.onnx", source) == ["m.onnx.data"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="permission bits")
+def test_the_data_file_written_beside_the_input_takes_the_inputs_permission_bits(tmp_path):
+    """Private weights stay private: the copy beside the input is as closed as the input's data."""
+    source = _model(tmp_path)
+    os.chmod(source, 0o640)
+    os.chmod(tmp_path / "m.onnx.data", 0o600)
+    output = tmp_path / "m.out.onnx"
+    dql_pass.expand_file(source, output)
+    (location,) = _locations(output)
+    assert location.startswith("m.out.onnx.") and stat.S_IMODE(os.stat(tmp_path / location).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(output).st_mode) == 0o640

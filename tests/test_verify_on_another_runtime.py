@@ -1,0 +1,144 @@
+"""verify on another runtime: REWRITTEN's final outputs are held to ORIGINAL run there, or where
+ORIGINAL there differs from ORT, to ORIGINAL on ORT (the contract's bits), and the report says
+which side differs; a REWRITTEN that matches neither still fails. A runtime's known difference
+excuses the outputs it names, and only those."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import helpers
+import pytest
+from helpers import installed
+from onnx import TensorProto, helper, numpy_helper
+
+import dql_pass
+from dql_pass import runtimes
+
+
+def _dequantize(zero_point: int = 255, scale: float = 0.0123) -> onnx.ModelProto:
+    """DequantizeLinear with zero point 255: OpenVINO's own kernel folds it into an FMA, which
+    rounds otherwise than ORT on some inputs."""
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "s", "zp"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(np.array(scale, np.float32), "s"),
+         numpy_helper.from_array(np.array(zero_point, np.uint8), "zp")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_a_rewrite_with_orts_bits_passes_where_original_on_the_runtime_differs():
+    installed("openvino")
+    original = _dequantize()
+    report = dql_pass.verify(original, dql_pass.lower(original, target="openvino")[0], runtime="openvino")
+    assert report.verdict == "PASS", report.format()
+    assert report.from_ort[0].identical
+    assert any(note.startswith("final output 'y': ORIGINAL on openvino differs from ORT: ")
+               and note.endswith("REWRITTEN on openvino is bit-identical to ORT") for note in report.notes), report.notes
+
+
+def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():
+    installed("openvino")
+    wrong = dql_pass.lower(_dequantize(scale=0.0124), target="openvino")[0]  # another scale: other values
+    report = dql_pass.verify(_dequantize(), wrong, runtime="openvino")
+    assert report.verdict == "FAIL" and not report.outputs[0].identical, report.format()
+    assert not any("bit-identical to ORT" in note for note in report.notes)
+
+
+# --- a known difference excuses the outputs it names, and only those ----------------------------------------------------
+
+_INFINITE = next(d for d in runtimes.get("mnn").known_differences if d.inputs == "infinite")
+
+
+class _Corrupting(runtimes.Runtime):
+    """ORT, with MNN's infinite-class difference stated, and one output made wrong on inputs with an
+    infinity: y 255 at +inf (what the difference says MNN does) or y_scale 1 ulp nearer 0 (what it does not say)."""
+
+    name = "corrupting"
+    module = "onnxruntime"
+    distribution = "onnxruntime"
+    variant = "arithmetic"
+    known_differences = (_INFINITE,)
+
+    def __init__(self, output: str):
+        self.output = output
+
+    def _load(self, model, *, threads: int, optimize: str) -> runtimes.Session:
+        session = runtimes.get("onnxruntime").load(model, threads=threads, optimize=optimize)
+        wrong = self.output
+
+        class Corrupted(runtimes.Session):
+            def run(self, feeds, outputs=None):
+                results = session.run(feeds, outputs)
+                names = list(outputs or session.output_names)
+                x = next(iter(feeds.values()))
+                if wrong in names and np.isinf(x).any():
+                    k = names.index(wrong)
+                    if wrong == "y":
+                        results[k] = np.where(x == np.inf, np.uint8(255), results[k])
+                    else:
+                        results[k] = np.nextafter(results[k], np.float32(0))
+                return results
+
+        return Corrupted(session.input_names, session.output_names)
+
+
+def _verify_on(monkeypatch, output: str):
+    monkeypatch.setitem(runtimes.RUNTIMES, "corrupting", _Corrupting(output))
+    original = helpers.dql_model(21)
+    return dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0], runtime="corrupting")
+
+
+def test_mnns_infinite_difference_does_not_name_y_scale():
+    assert "y" in _INFINITE.outputs and "y_scale" not in _INFINITE.outputs
+
+
+def test_a_wrong_y_scale_on_infinite_inputs_fails_though_the_runtime_states_a_difference_in_y_there(monkeypatch):
+    report = _verify_on(monkeypatch, "y_scale")
+    assert report.verdict == "FAIL", report.format()
+    assert report.sites[0].mismatches > 0 and report.sites[0].classes.get("infinite", 0) > 0
+    assert not report.sites[0].known
+
+
+def test_a_difference_in_y_on_infinite_inputs_is_the_stated_one_and_passes(monkeypatch):
+    report = _verify_on(monkeypatch, "y")
+    assert report.verdict == "PASS", report.format()
+    assert report.sites[0].known == {_INFINITE.reason: report.sites[0].known[_INFINITE.reason]}
+    assert report.sites[0].known[_INFINITE.reason] > 0
+
+
+def test_a_difference_is_known_only_where_the_stated_ones_name_every_output_that_differs():
+    mnn = runtimes.get("mnn")
+    x = np.array([1.0, np.inf], np.float32)
+    assert mnn.differences(x, "arithmetic", "onnxruntime", ["y"]) == [_INFINITE.reason]
+    assert mnn.differences(x, "arithmetic", "onnxruntime", ["y", "y_scale"]) == []
+    assert mnn.differences(x, "arithmetic", "onnxruntime", ["y_scale"]) == []
+
+
+@pytest.mark.parametrize("outputs", [(), ("y", "scale")])
+def test_a_known_difference_names_outputs_of_the_op(outputs):
+    with pytest.raises(ValueError, match="names outputs of"):
+        runtimes.KnownDifference(("native",), "infinite", "a reason", outputs=outputs)
+
+
+class _Slow(runtimes.Runtime):
+    """ORT that never answers in time."""
+
+    name = "slow"
+    module = "onnxruntime"
+    distribution = "onnxruntime"
+    variant = "arithmetic"
+
+    def _load(self, model, *, threads: int, optimize: str) -> runtimes.Session:
+        raise runtimes.RuntimeTimeout("a timeout: slow gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+
+
+def test_a_runtime_that_times_out_leaves_verify_incomplete_not_failed(monkeypatch):
+    monkeypatch.setitem(runtimes.RUNTIMES, "slow", _Slow())
+    original = helpers.dql_model(21)
+    report = dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0], runtime="slow")
+    assert report.verdict == "INCOMPLETE", report.format()
+    assert report.sites[0].not_checked.startswith("slow did not load the site model in time: a timeout: ")
+    assert report.model_not_checked.startswith("REWRITTEN did not finish on slow: a timeout: ")
+    assert "cannot" not in report.format()
