@@ -55,10 +55,9 @@ __all__ = [
     "verify",
 ]
 
-from typing import TYPE_CHECKING
-
 from dql_pass.lazy import exports
-from dql_pass.metadata import VERSION as __version__
+
+TYPE_CHECKING = False  # typing's own costs an import before the command line handles Ctrl-C
 
 # Every name loads its module when first used, so that importing dql_pass (and the command line's
 # --help) costs no graph library, and expanding loads neither onnxscript nor a runtime. No module
@@ -66,6 +65,7 @@ from dql_pass.metadata import VERSION as __version__
 _LAZY = {
     "Advice": "advice",
     "advise": "advice",
+    "__version__": "metadata",
     "ExpandDynamicQuantizeLinearPass": "expansion",
     "ExpandReport": "expansion",
     "ExpandResult": "expansion",
@@ -103,6 +103,7 @@ if TYPE_CHECKING:
     from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
     from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport
     from dql_pass.lowering import LowerQuantizationPass, LowerReport
+    from dql_pass.metadata import __version__
     from dql_pass.files import load_model, save_model
     from dql_pass.op import VARIANTS
     from dql_pass.reference import dynamic_quantize_linear

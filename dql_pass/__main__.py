@@ -1,5 +1,28 @@
-"""``python -m dql_pass`` runs the CLI."""
+"""The process entry point: ``python -m dql_pass`` and the ``dql-pass`` script.
 
-from dql_pass.cli import run
+The signals that stop a command are handled from here on (:mod:`dql_pass.interrupts`), before
+the command line loads: Ctrl-C, SIGTERM or SIGHUP while it loads ends the process as later, with
+one line and no traceback. Before this module runs, the interpreter's own start has Python's
+defaults, as every Python program has.
+"""
 
-run()
+import os
+
+
+def run() -> None:
+    """Run the command line; a signal while it loads ends the process as one later does."""
+    try:
+        from dql_pass import interrupts  # imports nothing heavy
+    except KeyboardInterrupt:
+        os.write(2, b"dql-pass: interrupted\n")
+        os._exit(130)
+    try:
+        interrupts.install()
+        from dql_pass import cli
+    except KeyboardInterrupt as interrupt:
+        os._exit(interrupts.report(interrupt))
+    cli.run()
+
+
+if __name__ == "__main__":
+    run()

@@ -1,7 +1,8 @@
 """The ``dql-pass`` command line: a thin shell over the public API.
 
 Exit codes: 0 on success, 1 when verify finds a mismatch or run-tests a failure, 2 on bad input (one
-line on stderr, no traceback), 130 on Ctrl-C and 143 on SIGTERM.
+line on stderr, no traceback), 130 on Ctrl-C, 143 on SIGTERM and 129 on SIGHUP (see
+:mod:`dql_pass.interrupts`).
 
 The parser is built from leaf modules only (the variant records, the suite defaults), and every
 command imports what it runs, so that ``--help`` and a usage error cost no graph library.
@@ -27,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dql_pass import variants
+from dql_pass import interrupts, variants
 from dql_pass.errors import InputError, MissingDependency
 
 if TYPE_CHECKING:
@@ -763,14 +764,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that every write on the way out is undone."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 def _heavy_modules(args: argparse.Namespace) -> list[str]:
     """The libraries the command will load: the graph libraries always, ORT (through its adapter,
     which turns its telemetry off) where it runs models, onnxscript's rewriter to fuse."""
@@ -783,12 +776,12 @@ def _heavy_modules(args: argparse.Namespace) -> list[str]:
 
 
 def _import_held(*modules: str) -> None:
-    """Import ``modules`` with Ctrl-C and SIGTERM held back until they are in: an interrupt inside a
+    """Import ``modules`` with Ctrl-C, SIGTERM and SIGHUP held back until they are in: an interrupt inside a
     library's import leaves it half made (onnxruntime turns it into an ImportError with a
     traceback); held, it arrives a moment later, where it unwinds cleanly."""
     import importlib
 
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, set(interrupts.SIGNALS))
     try:
         for module in modules:
             if module == "onnxruntime":
@@ -847,18 +840,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, MissingDependency) as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as interrupt:
-        return _interrupted(interrupt)
-
-
-def _interrupted(interrupt: KeyboardInterrupt) -> int:
-    # The temporary files are gone by now: every write undoes itself on the way out.
-    print("dql-pass: interrupted", file=sys.stderr)
-    return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated) else signal.SIGINT)
+    except KeyboardInterrupt as interrupt:  # the temporary files are gone by now: every write undoes itself
+        return interrupts.report(interrupt)
 
 
 def run() -> None:
-    """The process entry point: the ``dql-pass`` script and ``python -m dql_pass``."""
+    """Run the command of ``sys.argv`` and end the process (:mod:`dql_pass.__main__` loads it)."""
     # A short-lived process that builds large graphs: the cyclic GC would only rescan them, and
     # freeing them object by object at exit takes as long as writing them; the OS frees at once.
     try:
@@ -866,10 +853,10 @@ def run() -> None:
         if hasattr(signal, "SIGPIPE"):
             # Die quietly when the reader goes away (`| head`), as command-line tools do.
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, _terminate)
+        interrupts.install()
         code = main()
         sys.stdout.flush()
         sys.stderr.flush()
     except KeyboardInterrupt as interrupt:  # before main, or while flushing
-        code = _interrupted(interrupt)
+        code = interrupts.report(interrupt)
     os._exit(code)

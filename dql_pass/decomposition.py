@@ -2,7 +2,7 @@
 
 The bodies come from the onnxscript functions of :mod:`dql_pass.onnxscript_bodies`, the single
 source of the decomposition; the pass, the function mode, the fusion rules and the conformance
-suites all stamp what this module gives. Five variants exist:
+suites all stamp what this module gives. Six variants exist:
 
 - ``quantizelinear``: two reductions, scalar arithmetic for the scale and zero point, then
   QuantizeLinear; as cheap as ONNX's own function body.
@@ -17,6 +17,9 @@ suites all stamp what this module gives. Five variants exist:
   its own residual, reductions over x and one 0. Exact where Div is up to 3 ulp off, products
   are fused into sums, comparisons read float bits as int32, or (except for a subnormal x or
   y_scale) subnormals are flushed; ``tools.gpu_divider`` runs it so.
+- ``lean``: portable's guarantees (but for comparisons of float bits as int32) in about two thirds
+  of its nodes and half its whole-tensor ones: the exact thresholds of every rounding step built
+  once per site on a small vector, then per element a slot from Div, one Less and Gathers.
 
 :func:`variant` gives each one's record (summary, node count, longest path), read off its body.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["VERSION"]
+__all__ = ["VERSION", "__version__"]
 
 import importlib.metadata
 
@@ -10,3 +10,5 @@ try:
     VERSION = importlib.metadata.version("dql_pass")
 except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
     VERSION = "unknown"
+
+__version__ = VERSION

@@ -22,6 +22,26 @@ def _tensor(value, dtype=np.float32) -> onnx.TensorProto:
     return onnx.numpy_helper.from_array(np.array(value, dtype))
 
 
+# The lean variant's slots: the quotient's slot i stands for u in {i - centre, i - centre + 1}.
+_LEAN_CENTRE = 384  # a subnormal scale puts x / scale within +-383
+_LEAN_SLOTS = 2 * _LEAN_CENTRE + 1
+
+
+def _lean_tables() -> tuple:
+    """The lean variant's constant vectors, one entry per slot, and its sizes."""
+    slots, centre = _LEAN_SLOTS, _LEAN_CENTRE
+    m = np.arange(slots) - centre
+    h = (m + 0.5).astype(np.float32)
+    # Half the ulp of h, up where h rounds to the even m, down where to the odd m + 1.
+    d = np.where(m % 2 == 0, 1, -1) * np.spacing(np.abs(h)) / 2
+    phi = np.float32(2.0**-24 + 2.0**-47)
+    fixed = (m <= -256) | (m == centre)
+    fixed_value = np.where(m == centre, np.inf, -np.inf)
+    base = np.where(m == centre, -1024.0, m + 1 - (slots - centre))  # u + zp = base + count
+    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(fixed, np.bool_), _tensor(fixed_value),
+            _tensor(base), slots, _tensor(float(centre)), _tensor(centre - 1, np.int32))
+
+
 def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     """Every variant as an onnxscript function, under ``zero_range``."""
     zero, qmax, one = _tensor(0.0), _tensor(255.0), _tensor(1.0)
@@ -274,6 +294,90 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         y = op.Cast(op.Mul(op.Clip(y_fp, q_min, q_max), op.Where(x_finite, unit, q_min)), to=onnx.TensorProto.UINT8)
         return y, y_scale, y_zero_point
 
+    # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
+    # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since three
+    # Less compare values of either sign) in 14 whole-tensor nodes and 48 on scalars and on one
+    # vector of 769 thresholds, built once per site. Per element: a rough slot from Div, one Less
+    # against the exact threshold of that slot, one Gather of the answer. Where the nodes go:
+    # 4 reductions; 10 per element; 20 for the scale (7 of them its exact rounding, 9 the powers
+    # of two that keep every residual normal and a subnormal scale rounded once, 2 the zero range,
+    # 1 each the infinite and zero scale); 17 for the thresholds (a Veltkamp split, exact
+    # residuals, one successor); 11 for the zero point and the answer table.
+    # The floor: the thresholds need s * c for 25-bit c to 48 bits (two exact products and a
+    # residual test, some 12 nodes), the scale a correctly rounded quotient under a GPU Div (6),
+    # and float32 without exponent access needs Where over powers of two to stay normal.
+    (lean_h, lean_d, lean_sphi, lean_fixed, lean_fixed_value, lean_base,
+     lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
+    policy_range = _tensor(255.0 if reference.zero_range_scale(zero_range) == 1 else 1.0)
+    tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
+    up64, down64, down16, up16 = _tensor(2.0**64), _tensor(2.0**-64), _tensor(2.0**-16), _tensor(2.0**16)
+    range_cap, scale_floor, zero_scale = _tensor(2.0**122), _tensor(2.0**-100), _tensor(2.0**-99)
+    splitter_power, minus_inf = _tensor(2.0**12), _tensor(-np.inf)
+    top_slot = _tensor(lean_slots - 1.0)
+
+    @onnxscript.script(default_opset=op)
+    def lean(x: FLOAT[...]):
+        x_min, x_max = extremes_never_empty(x)  # 4 whole-tensor nodes
+        x_range = op.Sub(x_max, x_min)
+        q_min = op.Constant(value=zero)
+        unit = op.Constant(value=one)
+        # A zero range is rounded as the range whose scale the policy gives (255 or 1).
+        x_range = op.Where(op.Less(q_min, x_range), x_range, op.Constant(value=policy_range))
+        # Powers of two: k brings the scale (times k) into [2^-85, 2^104], where every residual
+        # below is normal; a subnormal scale is rounded unscaled (gradual underflow), then scaled.
+        small = op.Less(x_range, op.Constant(value=tiny_range))
+        subnormal = op.Less(x_range, op.Constant(value=subnormal_range))
+        k = op.Where(small, op.Constant(value=up64), op.Constant(value=down16))
+        k_inverse = op.Where(small, op.Constant(value=down64), op.Constant(value=up16))
+        # An infinite range is capped where its scale times k overflows back to inf below.
+        a = op.Min(op.Mul(x_range, op.Where(subnormal, unit, k)), op.Constant(value=range_cap))
+        # RN(a / 255) whatever Div returns within 2^14 ulp: the residual a - 255 q is exact. A
+        # converter may make this Div a Mul by 1/255 (within 2 ulp: still exact, unless a compiler
+        # then fuses that product into the sums that read q).
+        q_max = op.Constant(value=qmax)
+        q = op.Div(a, q_max)
+        residual = op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q)
+        rounded_scale = op.Add(q, op.Mul(residual, op.Constant(value=reciprocal_qmax)))
+        scaled = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64), unit))  # y_scale * k
+        y_scale = op.Mul(scaled, k_inverse)
+        # A zero scale divides as 2^-100: every x > 0 then lands past the last slot.
+        b = op.Max(scaled, op.Constant(value=scale_floor))
+        # The thresholds T[i] = RU(b * c_i) in x * k's units, c_i the real at which round half to
+        # even of RN(x / scale) passes i - centre: h +- ulp(h) / 2 for h = i - centre + 0.5, 25
+        # bits, so b * c_i is never a float. b = b_high + b_low (12 bits each) makes b * h two
+        # exact products; F, one of the two floats around b * c_i, is the threshold unless its
+        # exact residual F - b * h is below b * (c_i - h): then its successor is.
+        t = op.Add(b, op.Mul(b, op.Constant(value=splitter_power)))
+        b_high = op.Sub(t, op.Sub(t, b))
+        b_low = op.Sub(b, b_high)
+        p_high = op.Mul(b_high, op.Constant(value=lean_h))
+        p_low = op.Mul(b_low, op.Constant(value=lean_h))
+        offset = op.Mul(b, op.Constant(value=lean_d))
+        f = op.Add(p_high, op.Add(p_low, offset))
+        short = op.Less(op.Sub(op.Sub(f, p_high), p_low), offset)
+        successor = op.Add(f, op.Mul(f, op.Constant(value=lean_sphi)))  # f + |f| * PHI
+        # Fixed slots: -inf below -255 (y is 0 there whatever the threshold, and the count below
+        # saturates), +inf in the last (only +inf reaches it, for which y is 0).
+        thresholds = op.Where(op.Constant(value=lean_fixed), op.Constant(value=lean_fixed_value),
+                              op.Where(short, successor, f))
+        # zp = min(255, -u(x_min)): the thresholds above x_min * k, less those of slots >= 0.
+        # A zero scale saturates it (ORT: 0/0), and starts x's slots at 1, so that x <= 0 gets 0.
+        x_min_k = op.Mul(x_min, k)
+        zero_scaled = op.Less(scaled, op.Constant(value=zero_scale))
+        x_min_k = op.Where(zero_scaled, op.Constant(value=minus_inf), x_min_k)
+        centre = op.Where(zero_scaled, unit, op.Constant(value=lean_centre))
+        above = op.ReduceSum(op.Cast(op.Less(x_min_k, thresholds), to=onnx.TensorProto.FLOAT), keepdims=0)
+        # The answer of slot j: clamp(u + zp, 0, 255), with u = j - centre + 1.
+        answers = op.Cast(op.Clip(op.Add(op.Constant(value=lean_base), above), q_min, q_max), to=onnx.TensorProto.UINT8)
+        y_zero_point = op.Gather(answers, op.Constant(value=lean_zero_slot))  # u(0) = 0
+        # Per element: the slot of x / scale (within a few ulp, Floor by the Cast of a value >= 1),
+        # then one step down where x is below the slot's threshold.
+        x_k = op.Mul(x, k)
+        slot = op.Cast(op.Clip(op.Add(op.Div(x_k, b), centre), unit, op.Constant(value=top_slot)), to=onnx.TensorProto.INT32)
+        below = op.Cast(op.Less(x_k, op.Gather(thresholds, slot)), to=onnx.TensorProto.INT32)
+        y = op.Gather(answers, op.Sub(slot, below))
+        return y, y_scale, y_zero_point
+
     # The body of each variant is the function of its name; variants.NAMES says which there are.
-    defined = {function.name: function for function in (quantizelinear, arithmetic, float64, residual, portable)}
+    defined = {function.name: function for function in (quantizelinear, arithmetic, float64, residual, portable, lean)}
     return {name: defined[name] for name in variants.NAMES}

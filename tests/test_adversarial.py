@@ -176,11 +176,12 @@ _DRIVER = textwrap.dedent(r'''
     import errno, json, os, shutil, signal, sys
     from dql_pass import cli
 
-    import onnx_ir
+    import onnx
 
     args, out_dir, snapshots, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored when pytest runs in the background
     # Every step that touches the disk; a full disk fails only those that take space.
-    STEPS = [(os, name) for name in ("mkdir", "rename", "replace", "fsync", "chmod")] + [(onnx_ir, "save")]
+    STEPS = [(os, name) for name in ("mkdir", "rename", "replace", "fsync", "chmod")] + [(onnx, "save_model")]
     if mode != "full":
         STEPS += [(os, name) for name in ("unlink", "rmdir", "scandir", "remove")]
 
@@ -207,7 +208,7 @@ _DRIVER = textwrap.dedent(r'''
         sys.argv = ["dql-pass", *args]
         cli.run()
 
-    real_save = onnx_ir.save
+    real_save = onnx.save_model
     codes = []
     for n in range(1, 80):
         pid = os.fork()
@@ -313,7 +314,14 @@ def _wait_for_stage(folder: Path, process: subprocess.Popen) -> bool:
     return False
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def _signals_as_by_default() -> None:
+    """In a child before it starts: the stopping signals at their defaults, though pytest runs in
+    the background (SIGINT ignored) or under nohup (SIGHUP ignored), which the child would inherit."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_real_interrupt_says_so_and_leaves_nothing(tmp_path, sig, code):
     (tmp_path / "in").mkdir()
     (tmp_path / "out").mkdir()
@@ -324,7 +332,7 @@ def test_a_real_interrupt_says_so_and_leaves_nothing(tmp_path, sig, code):
     for _ in range(5):  # the write must be under way when the signal lands
         process = subprocess.Popen([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "in" / "big.onnx"),
                                     "-o", str(tmp_path / "out" / "o.onnx")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+                                   text=True, preexec_fn=_signals_as_by_default)
         if _wait_for_stage(tmp_path / "out", process):
             process.send_signal(sig)
             _, err = process.communicate(timeout=60)
@@ -336,6 +344,42 @@ def test_a_real_interrupt_says_so_and_leaves_nothing(tmp_path, sig, code):
         for path in (tmp_path / "out").iterdir():
             path.unlink()
     pytest.fail("the write never got under way before it finished")
+
+
+# A sitecustomize that sends the process a signal as it starts to import a given module: a
+# Ctrl-C at a chosen moment of the start, every time.
+_SIGNAL_AT_IMPORT = textwrap.dedent('''
+    import os, signal, sys
+
+    class SignalAtImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == os.environ["SIGNAL_AT"]:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+            return None
+
+    sys.meta_path.insert(0, SignalAtImport())
+''')
+_ENTRY_POINTS = {"module": ["-m", "dql_pass"],
+                 "script": ["-c", "import sys; from dql_pass.__main__ import run; sys.argv[0] = 'dql-pass'; run()"]}
+
+
+@pytest.mark.parametrize("entry, name, at", [
+    ("module", "SIGINT", "dql_pass.interrupts"), ("module", "SIGINT", "dql_pass.cli"), ("module", "SIGINT", "argparse"),
+    ("module", "SIGINT", "dql_pass.variants"), ("module", "SIGINT", "onnx"), ("script", "SIGINT", "dql_pass.interrupts"),
+    ("script", "SIGINT", "json"), ("module", "SIGTERM", "logging"), ("script", "SIGHUP", "dql_pass.cli"),
+])
+def test_a_signal_while_the_command_line_loads_ends_it_with_one_line(tmp_path, entry, name, at):
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(_SIGNAL_AT_IMPORT)
+    source = tmp_path / "in.onnx"
+    onnx.save(dql_model(13), source)
+    env = {**os.environ, "SIGNAL_AT": at, "SIGNAL": name,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    run = subprocess.run([sys.executable, *_ENTRY_POINTS[entry], "expand", str(source), "-o", str(tmp_path / "out.onnx")],
+                         capture_output=True, text=True, env=env, timeout=120, preexec_fn=_signals_as_by_default)
+    assert (run.returncode, run.stderr) == (128 + getattr(signal, name), "dql-pass: interrupted\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "in.onnx"]
 
 
 # External data and permissions.
@@ -424,7 +468,7 @@ def test_a_sparse_npy_beyond_what_verify_allows_is_refused_before_it_is_read(tmp
 def test_an_opset_ort_cannot_run_for_the_variant_is_refused_naming_one_it_can(tmp_path):
     source = tmp_path / "m.onnx"
     onnx.save(dql_model(28), source)
-    assert_bad_input(dql_pass_cli("expand", source, "-o", tmp_path / "o.onnx"), "the variant arithmetic or float64 or residual or portable runs there")
+    assert_bad_input(dql_pass_cli("expand", source, "-o", tmp_path / "o.onnx"), "the variant arithmetic or float64 or residual or portable or lean runs there")
     assert not (tmp_path / "o.onnx").exists()
     assert dql_pass_cli("expand", source, "-o", tmp_path / "o.onnx", "--variant", "arithmetic").returncode == 0
     session(onnx.load(tmp_path / "o.onnx"))

@@ -291,3 +291,69 @@ def test_the_sweep_keeps_the_data_of_a_copy_in_a_text_format(tmp_path, suffix):
     shutil.copy(out, keep)
     dql_pass.lower_file(source, out)
     onnx.checker.check_model(onnx.load(keep), full_check=True)  # its data is still there
+
+
+def _loads_with_its_data(path: Path, format: str | None = None) -> None:
+    model = onnx.load(path, format=format)  # reads the external data: raises when a data file is gone
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_the_sweep_reads_a_textproto_copy_whatever_its_name_and_escapes(tmp_path):
+    # textproto writes ' as \' (and non-ASCII as octal escapes); a copy named .onnx is text all the same.
+    source = quantized_model(tmp_path / "src" / "m.onnx", "m.onnx.data")
+    (tmp_path / "w").mkdir()
+    out = tmp_path / "w" / "mod'elè.onnx"
+    dql_pass.expand_file(source, out)
+    copy = onnx.load(out, load_external_data=False)
+    onnx.save(copy, tmp_path / "w" / "copy.textproto")
+    onnx.save(copy, tmp_path / "w" / "copy.onnx", format="textproto")
+    assert b"\\'" in (tmp_path / "w" / "copy.textproto").read_bytes()
+    dql_pass.expand_file(source, out)
+    _loads_with_its_data(tmp_path / "w" / "copy.textproto")
+    _loads_with_its_data(tmp_path / "w" / "copy.onnx", "textproto")
+    assert len(list((tmp_path / "w").glob("*.data"))) == 2  # the copies' and the new output's
+
+
+def test_the_sweep_reads_a_json_copy_with_escaped_characters(tmp_path):
+    # JSON writes è as \u00e8: `cp modèle.json backup.json`, then the same lower again.
+    source = quantized_model(tmp_path / "src" / "m.onnx", "m.onnx.data", kept_weight=True)
+    out = tmp_path / "modèle.json"
+    dql_pass.lower_file(source, out)
+    shutil.copy(out, tmp_path / "backup.json")
+    assert b"\\u00e8" in (tmp_path / "backup.json").read_bytes()
+    dql_pass.lower_file(source, out)
+    _loads_with_its_data(tmp_path / "backup.json")
+
+
+def test_the_sweep_reads_an_onnxtxt_copy(tmp_path):
+    source = quantized_model(tmp_path / "src" / "m.onnx", "m.onnx.data")
+    out = tmp_path / 'x"y.onnx'
+    dql_pass.expand_file(source, out)
+    text = onnx.printer.to_text(onnx.load(out, load_external_data=False))
+    (tmp_path / "copy.txt").write_text(text)
+    assert '\\"' in text
+    dql_pass.expand_file(source, out)
+    model = onnx.parser.parse_model((tmp_path / "copy.txt").read_text())
+    onnx.load_external_data_for_model(model, os.fspath(tmp_path))
+
+
+def test_strings_of_every_text_format_are_read_in_every_spelling():
+    import io
+
+    from dql_pass.files.safe import _quoted
+
+    key = "d'è\".0123456789ab.data".encode()
+    spellings = [
+        b'location: "d\\\'\\303\\250\\".0123456789ab.data"\n',  # textproto, as protobuf writes it
+        b"value: 'd\\'\\u00e8\"' \".0123\" # a comment's ' quote\n '456789ab\\x2edata'\n",  # joined, hex escape
+        b'{"value": "d\'\\u00e8\\".0123456789ab\\u002edata"}',  # JSON
+        b'<ir_version: 8>\n# a comment\'s " quote\ng () => () <float[1] w = ["location": "d\'\xc3\xa8\\".0123456789ab.data"]> {}',
+    ]
+    tensor = "raw_data: '" + "\\000\\\\\\'\"" * 20_000 + "' location: "  # too long to be a location, read past
+    spellings.append(tensor.encode() + spellings[0].split(b": ", 1)[1])
+    for text in spellings:
+        for block in (3, 1000, 1 << 20):  # strings cut between blocks
+            assert _quoted(io.BytesIO(text), {key}, block) == {key}, (text, block)
+    weights = np.random.default_rng(0).bytes(1 << 16) + b'"' + key + b'"'
+    assert _quoted(io.BytesIO(weights), {key}) == set()  # not UTF-8: no text format
+    assert _quoted(io.BytesIO(bytes(1 << 16) + b'"' + key + b'"'), {key}) == set()  # zeros: no text outside strings

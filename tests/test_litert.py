@@ -24,7 +24,7 @@ from dql_pass import inputs, runtimes
 from dql_pass.compare import compare_site
 from dql_pass.op import one_node_model
 from dql_pass.reference import dynamic_quantize_linear
-from dql_pass.runtimes import litert
+from dql_pass.runtimes import isolated, litert
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 _F = np.float32
@@ -96,7 +96,7 @@ def test_the_conversion_runs_in_a_network_namespace_of_its_own(monkeypatch):
     """Where the system allows one, the converter runs with no network at all: from inside, a
     server on this machine's loopback cannot be reached; the conversion works there."""
     installed("litert")
-    prefix = litert._network_off()
+    prefix = isolated.network_off()
     if not prefix:
         pytest.skip("this system allows no network namespace (unshare --net): the audit hook alone guards")
     with socket.create_server(("127.0.0.1", 0)) as server:

@@ -13,10 +13,14 @@ import dql_pass
 from tests.helpers import assert_outputs_bits_equal, edit_graph, sample
 
 BLOCKED = ["mlp_dynamic", "conv_dynamic"]
+# A body ending in Casts to uint8 (portable, openvino's variant, blocks asked for) and one ending in
+# Gathers from a uint8 table (lean, webgpu's): the op that makes y - y_zero_point, the uint8 Casts of
+# a site unfused, and the nodes a site with one product saves.
+FORMS = {"openvino": ("Sub", 2, 6), "webgpu": ("Gather", 1, 5)}
 
 
-def _lowered(model: onnx.ModelProto, blocks: bool | None = None) -> tuple[onnx.ModelProto, dql_pass.LowerReport]:
-    return dql_pass.lower(model, target="webgpu", blocks=blocks)
+def _lowered(model: onnx.ModelProto, blocks: bool | None = None, target: str = "webgpu") -> tuple[onnx.ModelProto, dql_pass.LowerReport]:
+    return dql_pass.lower(model, target=target, blocks=True if blocks is None and target == "openvino" else blocks)
 
 
 def _casts(model: onnx.ModelProto, to: int) -> list[onnx.NodeProto]:
@@ -37,38 +41,45 @@ def _feeds(model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
     return feeds
 
 
+@pytest.mark.parametrize("target", FORMS)
 @pytest.mark.parametrize("name", BLOCKED)
-def test_block_has_no_uint8_tensor_nor_cast_pairs_on_the_fused_path(name):
+def test_block_has_no_uint8_tensor_nor_cast_pairs_on_the_fused_path(name, target):
+    op_type, uint8_casts, saved = FORMS[target]
     original = sample(name)
     sites = sum(n.op_type == "DynamicQuantizeLinear" for n in original.graph.node)
-    blocked, report = _lowered(original)
-    unfused, _ = _lowered(original, blocks=False)
+    blocked, report = _lowered(original, target=target)
+    unfused, _ = _lowered(original, blocks=False, target=target)
     assert report.blocks == sites == 3
-    assert not _casts(blocked, TensorProto.UINT8) and len(_casts(unfused, TensorProto.UINT8)) == 2 * sites
-    assert not _casts(blocked, TensorProto.INT32)  # the product's Cast to int32 and back went
-    centred = [n for n in blocked.graph.node if n.output[0].endswith("_centred")]
-    assert [n.op_type for n in centred] == ["Sub"] * sites
+    assert not _casts(blocked, TensorProto.UINT8) and len(_casts(unfused, TensorProto.UINT8)) == uint8_casts * sites
     producers = {o: n for n in blocked.graph.node for o in n.output}
-    for sub in centred:  # the body's float values, no Cast between
-        assert {producers[i].op_type for i in sub.input} & {"Cast"} == set()
-    # Per site with one product: Cast to uint8 of y and of the zero point, their Casts back, the
-    # Sub per product in place of the block's one, Cast to int32 and the Cast back to float32.
-    assert len(unfused.graph.node) - len(blocked.graph.node) == 6 * sites
+    # the product's Cast to int32 and back went (lean casts its slot indices to int32: not a product's)
+    assert not [n for n in _casts(blocked, TensorProto.INT32) if producers[n.input[0]].op_type in ("MatMul", "Conv")]
+    centred = [n for n in blocked.graph.node if n.output[0].endswith("_centred")]
+    assert [n.op_type for n in centred] == [op_type] * sites
+    for node in centred:  # the body's float values, or lean's float table shifted by the zero point: no Cast
+        read = [producers[node.input[0]].op_type] if op_type == "Gather" else [producers[i].op_type for i in node.input]
+        assert read == ["Sub"] if op_type == "Gather" else "Cast" not in read, read
+    # Per site with one product: the Casts back to float32 of y and of the zero point, the Sub per
+    # product, Cast to int32 and the Cast back to float32; portable's Casts to uint8 too, less its
+    # one Sub; lean's table Cast and its two Gathers, less a Gather, a Sub and a Gather.
+    assert len(unfused.graph.node) - len(blocked.graph.node) == saved * sites
 
 
+@pytest.mark.parametrize("target", FORMS)
 @pytest.mark.parametrize("name", BLOCKED)
-def test_block_is_bit_identical_to_the_unfused_lowering_on_ort(name):
+def test_block_is_bit_identical_to_the_unfused_lowering_on_ort(name, target):
     original = sample(name)
-    blocked, unfused = _lowered(original)[0], _lowered(original, blocks=False)[0]
+    blocked, unfused = _lowered(original, target=target)[0], _lowered(original, blocks=False, target=target)[0]
     ort = dql_pass.runtimes.get("onnxruntime")
     first, second = ort.load(blocked, threads=1, optimize="basic"), ort.load(unfused, threads=1, optimize="basic")
     for feed in _feeds(original):
         assert_outputs_bits_equal(first.run(feed), second.run(feed))
 
 
-def test_verify_passes_a_block_and_says_what_it_checked():
+@pytest.mark.parametrize("target", FORMS)
+def test_verify_passes_a_block_and_says_what_it_checked(target):
     original = sample("mlp_dynamic")
-    report = dql_pass.verify(original, _lowered(original)[0], samples=1)
+    report = dql_pass.verify(original, _lowered(original, target=target)[0], samples=1)
     assert report.verdict == "PASS", report.format()
     blocks = {s.name: s.block for s in report.sites if s.block}
     assert len(blocks) == 6  # 3 DQL sites and their 3 products
@@ -77,9 +88,9 @@ def test_verify_passes_a_block_and_says_what_it_checked():
     assert all(s.cases for s in report.sites)
 
 
-def _swap_centred(graph: ir.Graph) -> None:
+def _swap_centred(graph: ir.Graph, name: str = "input_quantized_centred") -> None:
     """zero point - y in place of y - zero point."""
-    sub = next(n for n in graph if n.outputs[0].name == "input_quantized_centred")
+    sub = next(n for n in graph if n.outputs[0].name == name or n.name == name)
     first, second = sub.inputs
     sub.replace_input_with(0, second)
     sub.replace_input_with(1, first)
@@ -97,13 +108,19 @@ def _off_by_one_product(graph: ir.Graph) -> None:
     product.replace_input_with(0, add.outputs[0])
 
 
-@pytest.mark.parametrize(("edit", "row", "detail"), [
-    (_swap_centred, "input_QuantizeLinear", "y_centred differs"),
-    (_off_by_one_product, "MatMulInteger 'MatMul1_quant'", "output differs"),
+def _swap_table_shift(graph: ir.Graph) -> None:
+    """lean's table: zero point - table in place of table - zero point."""
+    _swap_centred(graph, "input_quantized_centred_table")
+
+
+@pytest.mark.parametrize(("edit", "target", "row", "detail"), [
+    (_swap_centred, "openvino", "input_QuantizeLinear", "y_centred differs"),
+    (_swap_table_shift, "webgpu", "input_QuantizeLinear", "y_centred differs"),
+    (_off_by_one_product, "openvino", "MatMulInteger 'MatMul1_quant'", "output differs"),
 ])
-def test_verify_fails_a_wrong_block(edit, row, detail):
+def test_verify_fails_a_wrong_block(edit, target, row, detail):
     original = sample("mlp_dynamic")
-    wrong = edit_graph(_lowered(original)[0], edit)
+    wrong = edit_graph(_lowered(original, target=target)[0], edit)
     report = dql_pass.verify(original, wrong, samples=1)
     assert report.verdict == "FAIL"
     (site,) = [s for s in report.sites if s.name == row]
@@ -128,7 +145,7 @@ def _dql_also_read_elsewhere() -> onnx.ModelProto:
 
 @pytest.mark.parametrize("original", [_dql_also_read_elsewhere(), sample("relu_dql")], ids=["another op", "graph output"])
 def test_dql_read_by_more_than_lowered_products_keeps_the_uint8_path(original):
-    lowered, report = _lowered(original)
+    lowered, report = _lowered(original, target="openvino")
     assert report.blocks == 0
     assert len(_casts(lowered, TensorProto.UINT8)) == 2  # y and its zero point
     assert not any(n.output[0].endswith("_centred") for n in lowered.graph.node)

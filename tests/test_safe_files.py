@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import onnx
 import onnx_ir as ir
 import pytest
 from test_files_round3 import files_of, quantized_model
@@ -77,7 +78,7 @@ def test_a_failed_write_never_removes_a_file_that_holds_the_new_data_name(tmp_pa
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(ir, "save", full_disk)
+    monkeypatch.setattr(onnx, "save_model", full_disk)
     with pytest.raises(dql_pass.InputError, match="No space left"):
         dql_pass.lower_file(tmp_path / "in.onnx", tmp_path / "a.onnx")
     assert files_of(tmp_path) == before
@@ -137,3 +138,74 @@ def test_the_temporary_file_that_a_killed_small_write_left_is_swept_by_the_next_
             open(temporary, "w").write("b")
         assert os.path.exists(in_flight) and report.read_text() == "b"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"] and report.read_text() == "a"
+
+
+def _constant_and_initializer_model(path, elements: int, *, small: int = 0):
+    """y = (x + c) * w: c a Constant node's tensor and w an initializer, ``elements`` float32 each;
+    and ``small`` initializers under the external-data threshold, added to y one by one."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array(np.arange(elements, dtype=np.float32), "c")
+    w = numpy_helper.from_array(np.full(elements, 3.0, np.float32), "w")
+    nodes = [helper.make_node("Constant", [], ["c"], value=c), helper.make_node("Add", ["x", "c"], ["a"]),
+             helper.make_node("Mul", ["a", "w"], ["y0"])]
+    initializers = [w]
+    for i in range(small):
+        initializers.append(numpy_helper.from_array(np.full(elements, i, np.float32), f"s{i}"))
+        nodes.append(helper.make_node("Add", [f"y{i}", f"s{i}"], [f"y{i + 1}"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [elements])],
+                              [helper.make_tensor_value_info(f"y{small}", TensorProto.FLOAT, [elements])],
+                              initializer=initializers)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_a_one_file_output_counts_its_constants_and_graph_toward_the_protobuf_limit(tmp_path, monkeypatch):
+    # 40 kB of initializer and 40 kB of Constant, against a limit of 60 kB: the initializers alone are under it.
+    import numpy as np
+    import onnx
+
+    from helpers import session
+
+    source = _constant_and_initializer_model(tmp_path / "in.onnx", 10_000)
+    monkeypatch.setattr(models, "INLINE_LIMIT", 60_000)
+    out = tmp_path / "out.onnx"
+    models.save_model(models.load_model(source), out, source=source)
+    assert out.stat().st_size <= 60_000
+    written = onnx.load(out, load_external_data=False)
+    constant = written.graph.node[0].attribute[0].t
+    assert constant.data_location == onnx.TensorProto.EXTERNAL  # the Constant's tensor went too
+    x = np.linspace(-1, 1, 10_000, dtype=np.float32)
+    assert session(onnx.load(out)).run({"x": x})[0].tobytes() == session(onnx.load(source)).run({"x": x})[0].tobytes()
+
+
+def test_a_model_past_the_protobuf_limit_without_its_large_tensors_is_refused(tmp_path, monkeypatch, capsys):
+    # 32 tensors of 200 bytes (under the threshold of external data) against a limit of 4 kB.
+    from dql_pass.cli import main
+
+    source = _constant_and_initializer_model(tmp_path / "in.onnx", 50, small=30)
+    monkeypatch.setattr(models, "INLINE_LIMIT", 4_000)
+    assert main(["expand", str(source), "-o", str(tmp_path / "out.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "past protobuf's limit of 4,000" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]
+
+
+def test_a_tensors_metadata_stays_one_entry_per_key_through_expand_fuse_and_lower(tmp_path):
+    import onnx
+
+    # onnx_ir (1.1) writes the entries of a tensor read from a one-file model twice: 2, 3, 4 copies.
+    model = onnx.load(quantized_model(tmp_path / "m.onnx", "m.onnx.data", kept_weight=True))
+    (v,) = [tensor for tensor in model.graph.initializer if tensor.name == "v"]
+    v.metadata_props.add(key="tag", value="kept")
+    source = tmp_path / "inline.onnx"
+    onnx.save(model, source)
+    path = source
+    for command in ("expand", "fuse", "lower"):
+        written = tmp_path / f"{command}.onnx"
+        getattr(dql_pass, f"{command}_file")(path, written)
+        (v,) = [t for t in onnx.load(written, load_external_data=False).graph.initializer if t.name == "v"]
+        assert [(e.key, e.value) for e in v.metadata_props] == [("tag", "kept")], command
+        path = written

@@ -142,3 +142,16 @@ def test_a_runtime_that_times_out_leaves_verify_incomplete_not_failed(monkeypatc
     assert report.sites[0].not_checked.startswith("slow did not load the site model in time: a timeout: ")
     assert report.model_not_checked.startswith("REWRITTEN did not finish on slow: a timeout: ")
     assert "cannot" not in report.format()
+
+
+@pytest.mark.parametrize("outputs, excused", [(("y", "y_zero_point"), True), (("y",), False)])
+def test_a_blocks_centred_value_is_excused_only_by_a_difference_naming_y_and_the_zero_point(outputs, excused):
+    """A block's y - y_zero_point differs where y or the zero point does: a difference that names
+    both excuses it, one that names y alone does not (the zero point might be what is wrong)."""
+    class Stated(runtimes.Runtime):
+        name, module, distribution, variant = "stated", "onnxruntime", "onnxruntime", "arithmetic"
+        known_differences = (runtimes.KnownDifference(("arithmetic",), "infinite", "stated", outputs=outputs),)
+
+    x = np.array([np.inf, 1.0], np.float32)
+    assert bool(Stated().differences(x, "arithmetic", "onnxruntime", ("y_centred",))) == excused
+    assert not Stated().differences(x, "arithmetic", "onnxruntime", ("y_centred", "y_scale"))

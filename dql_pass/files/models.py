@@ -15,6 +15,7 @@ import errno
 import math
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import onnx
@@ -29,6 +30,40 @@ from dql_pass.files.safe import (
 
 
 @dataclasses.dataclass
+class _Slot:
+    """Where a tensor of the model sits: an initializer's value, or a node's tensor attribute."""
+
+    value: ir.Value | None = None
+    node: ir.Node | None = None
+    name: str = ""
+
+    @property
+    def tensor(self) -> ir.TensorProtocol | None:
+        return self.value.const_value if self.value is not None else self.node.attributes[self.name].value
+
+    @tensor.setter
+    def tensor(self, tensor: ir.TensorProtocol) -> None:
+        if self.value is not None:
+            self.value.const_value = tensor
+        else:
+            old = self.node.attributes[self.name]
+            self.node.attributes[self.name] = ir.AttrTensor(self.name, tensor, doc_string=old.doc_string)
+
+
+def _slots(model: ir.Model) -> Iterator[_Slot]:
+    """Every initializer and tensor attribute of the model, in every graph and function."""
+    for root in [model.graph, *(function.graph for function in model.functions.values())]:
+        yield from (_Slot(value) for value in root.initializers.values())
+        for node in ir.traversal.RecursiveGraphIterator(root):
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR:
+                    yield _Slot(node=node, name=attr.name)
+                elif attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                    for graph in attr.value if attr.type == ir.AttributeType.GRAPHS else [attr.value]:
+                        yield from (_Slot(value) for value in graph.initializers.values())
+
+
+@dataclasses.dataclass
 class ExternalData:
     """The model's tensors kept in external data, found in one walk over every graph and function."""
 
@@ -37,23 +72,15 @@ class ExternalData:
 
     @classmethod
     def of(cls, model: ir.Model) -> ExternalData:
-        graphs = [model.graph, *(function.graph for function in model.functions.values())]
         found = cls([], [])
-        for root in graphs:
-            found._add_initializers(root)
-            for node in ir.traversal.RecursiveGraphIterator(root):
-                for attr in node.attributes.values():
-                    if attr.type == ir.AttributeType.TENSOR and isinstance(attr.value, ir.ExternalTensor):
-                        found.attributes.append((node, attr))
-                    elif attr.type == ir.AttributeType.GRAPH:
-                        found._add_initializers(attr.value)
-                    elif attr.type == ir.AttributeType.GRAPHS:
-                        for graph in attr.value:
-                            found._add_initializers(graph)
+        for slot in _slots(model):
+            if not isinstance(slot.tensor, ir.ExternalTensor):
+                continue
+            if slot.value is not None:
+                found.values.append(slot.value)
+            else:
+                found.attributes.append((slot.node, slot.node.attributes[slot.name]))
         return found
-
-    def _add_initializers(self, graph: ir.Graph) -> None:
-        self.values += [v for v in graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
 
     @property
     def initializers(self) -> list[ir.ExternalTensor]:
@@ -200,10 +227,46 @@ def shared_data_files(path: str | os.PathLike, source: str | os.PathLike) -> lis
     return sorted(Path(file).name for file in written & _data_files(_read(Path(source))))
 
 
-# Protobuf refuses a message of 2 GiB or more; the graph around the tensors gets the rest.
-INLINE_LIMIT = (1 << 31) - (1 << 27)
+# Protobuf parses no message past 2 GiB: a one-file model up to this size stays one file.
+INLINE_LIMIT = (1 << 31) - 1
 _THRESHOLD = 256  # bytes: smaller tensors stay in the model (ir.save's threshold)
 _STREAMED = 1 << 20  # bytes: larger tensors of a one-file model are serialised one at a time
+# Bytes a tensor's data adds to a model besides its own: its field's tag and length, and the
+# lengths of the messages around it growing, as deep as graphs nest.
+_AROUND_DATA = 64
+
+
+class _TooLarge(ValueError):
+    """The model is past :data:`INLINE_LIMIT` with every tensor that can be in external data there."""
+
+
+def _held(model: ir.Model) -> list[_Slot]:
+    """The tensors held in memory that external data can take (ONNX keeps no strings there)."""
+    return [slot for slot in _slots(model) if (tensor := slot.tensor) is not None
+            and not isinstance(tensor, ir.ExternalTensor) and tensor.dtype != ir.DataType.STRING
+            and tensor.nbytes > _THRESHOLD]
+
+
+@contextlib.contextmanager
+def _stand_ins(slots: list[_Slot]) -> Iterator[None]:
+    """The ``slots``' tensors replaced, for a serialisation, by stand-ins that hold none of their bytes."""
+    tensors = [slot.tensor for slot in slots]
+    for slot, tensor in zip(slots, tensors):
+        name = slot.value.name if slot.value is not None else tensor.name
+        slot.tensor = ir.ExternalTensor("", 0, 0, tensor.dtype, shape=tensor.shape, name=name)
+    try:
+        yield
+    finally:
+        for slot, tensor in zip(slots, tensors):
+            slot.tensor = tensor
+
+
+def _size_bound(model: ir.Model, held: list[_Slot]) -> int:
+    """At least the size of ``model`` serialised, the graph included: that of its protobuf without
+    the ``held`` tensors' bytes, exact, and theirs."""
+    with _stand_ins(held):
+        skeleton = ir.serde.serialize_model(model).ByteSize()
+    return skeleton + sum(slot.tensor.nbytes + _AROUND_DATA for slot in held)
 
 
 def save_model(
@@ -213,11 +276,12 @@ def save_model(
     """Write ``model`` to ``path`` atomically, with its external data as one unit.
 
     The output stands alone: external weights are streamed, never loaded whole, into a new
-    ``<path>.<12 hex>.data`` beside it, and so are the tensors held in memory when ``external``
-    (the input kept its weights in external data) or when they would take the model past
-    :data:`INLINE_LIMIT`. With ``share_data``, external weights in ``path``'s folder are referred
-    to where they are and nothing is copied (but another output's data file, which its next write
-    removes): the output then needs those files.
+    ``<path>.<12 hex>.data`` beside it, and so are the initializers held in memory when
+    ``external`` (the input kept its weights in external data), and every tensor held in memory,
+    initializer or attribute (a Constant's), when the whole model would pass :data:`INLINE_LIMIT`;
+    a model past it even so is refused. With ``share_data``, external weights in ``path``'s folder
+    are referred to where they are and nothing is copied (but another output's data file, which its
+    next write removes): the output then needs those files.
     ``path`` is replaced last, by one rename: whatever happens, it is the complete old model with
     its data or the complete new one. Nothing is written through a link, and no file the input
     consists of is replaced: ``source`` and every data file it refers to, though ``model`` may no
@@ -241,39 +305,87 @@ def save_model(
     if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
     folder = entry.parent
-    moved = [value for value in found.values if not _may_refer_to(value.const_value, folder, share_data)]
-    held = [value for graph in model.graphs() for value in graph.initializers.values()
-            if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
-            and value.const_value.nbytes > _THRESHOLD]
-    if not external and sum(value.const_value.nbytes for value in held) <= INLINE_LIMIT:
-        held = []
-    data_name = data_file_name(path.name) if moved or held else None
     try:
         if not all(_may_refer_to(attr.value, folder, share_data) for _, attr in found.attributes):
             _read_attributes(found.attributes)
+        moved = [_Slot(value) for value in found.values if not _may_refer_to(value.const_value, folder, share_data)]
+        held = _held(model)
+        if _size_bound(model, held) <= INLINE_LIMIT:
+            # The input kept its weights in external data: so does the output.
+            held = [slot for slot in held if slot.value is not None] if external else []
+        data_name = data_file_name(path.name) if moved or held else None
         model_mode, data_mode = _modes(model, source)
         _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
     except OSError as error:
         raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
+    except _TooLarge as error:
+        raise InputError(f"{path}: cannot write the output: it takes {error.args[0]:,} bytes with every tensor that "
+                         f"can be in external data there, past protobuf's limit of {INLINE_LIMIT:,}") from None
 
 
-def _save(model: ir.Model, path: Path, data_name: str | None, values: list[ir.Value]) -> None:
-    """``ir.save`` of ``model`` with ``values``' tensors streamed, one at a time, into ``data_name``
-    beside ``path``; the model is left as it was."""
-    tensors = [value.const_value for value in values]
+def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[_Slot]) -> None:
+    """The model saved at ``path``, with ``slots``' tensors streamed, one at a time, into
+    ``data_name`` beside it; the model is left as it was."""
+    tensors = [slot.tensor for slot in slots]
     if data_name is not None:
         written = ir.external_data.convert_tensors_to_external(tensors, path.parent, data_name)
-        for value, tensor in zip(values, written):
-            value.const_value = tensor
+        for slot, tensor in zip(slots, written):
+            slot.tensor = tensor
     try:
         protobuf = onnx.serialization.registry.get_format_from_file_extension(path.suffix) in (None, "protobuf")
         if data_name is None and protobuf:
             _save_streamed(model, path)
         else:
-            ir.save(model, path)
+            proto = _serialized(model)
+            _check_size(proto.ByteSize())
+            onnx.save_model(proto, path)  # in the format of its extension, as ir.save
     finally:
-        for value, tensor in zip(values, tensors):
-            value.const_value = tensor
+        for slot, tensor in zip(slots, tensors):
+            slot.tensor = tensor
+
+
+def _check_size(size: int) -> None:
+    if size > INLINE_LIMIT:
+        raise _TooLarge(size)
+
+
+def _serialized(model: ir.Model) -> onnx.ModelProto:
+    proto = ir.serde.serialize_model(model)
+    if any(isinstance(slot.tensor, ir.serde.TensorProtoTensor) and slot.tensor.metadata_props for slot in _slots(model)):
+        for tensor in _tensor_protos(proto):
+            _one_entry_per_key(tensor)
+    return proto
+
+
+def _one_entry_per_key(tensor: onnx.TensorProto) -> None:
+    """One metadata_props entry per key, the last: onnx_ir (1.1) writes the entries of a tensor it
+    read from a proto twice, the proto's and its own copy, so that each save would add a copy."""
+    entries = {entry.key: entry.value for entry in tensor.metadata_props}
+    if len(entries) < len(tensor.metadata_props):
+        del tensor.metadata_props[:]
+        for key, value in entries.items():
+            tensor.metadata_props.add(key=key, value=value)
+
+
+def _tensor_protos(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every initializer and tensor attribute of ``proto``, in every graph and function."""
+
+    def in_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                for graph in [attr.g] if attr.HasField("g") else attr.graphs:
+                    yield from in_graph(graph)
+
+    def in_graph(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+        yield from graph.initializer
+        yield from in_nodes(graph.node)
+
+    yield from in_graph(proto.graph)
+    for function in proto.functions:
+        yield from in_nodes(function.node)
 
 
 def _save_streamed(model: ir.Model, path: Path) -> None:
@@ -283,17 +395,14 @@ def _save_streamed(model: ir.Model, path: Path) -> None:
     protobuf merges a message field that occurs twice (here ``graph``) and appends to a repeated
     one (``initializer``), so the file parses as one model. Each tensor is serialised alone.
     """
-    large = [value for value in model.graph.initializers.values()
+    large = [_Slot(value) for value in model.graph.initializers.values()
              if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
              and value.const_value.nbytes > _STREAMED]
+    with _stand_ins(large):  # each dropped from the proto below, and serialised alone
+        proto = _serialized(model)
+    large = [slot.value for slot in large]
     tensors = [value.const_value for value in large]
-    for value in large:  # a stand-in that serialises without its bytes, dropped from the proto below
-        value.const_value = ir.ExternalTensor("", 0, 0, value.const_value.dtype, shape=value.const_value.shape, name=value.name)
-    try:
-        proto = ir.serde.serialize_model(model)
-    finally:
-        for value, tensor in zip(large, tensors):
-            value.const_value = tensor
+    _check_size(proto.ByteSize() + sum(tensor.nbytes + _AROUND_DATA for tensor in tensors))
     names = {value.name for value in large}
     for index in reversed(range(len(proto.graph.initializer))):
         if proto.graph.initializer[index].name in names:
@@ -335,6 +444,7 @@ def _write_initializer(file, tensor: ir.TensorProtocol) -> None:
     if not bitwidth or bitwidth % 8:
         piece = onnx.ModelProto()
         ir.serde.serialize_tensor_into(piece.graph.initializer.add(), tensor)
+        _one_entry_per_key(piece.graph.initializer[0])
         file.write(piece.SerializeToString())
         return
     size = bitwidth // 8 * math.prod(tensor.shape.numpy())
@@ -356,16 +466,16 @@ def _write_initializer(file, tensor: ir.TensorProtocol) -> None:
 
 
 def _write(
-    model: ir.Model, folder: Path, name: str, data_name: str | None, values: list[ir.Value], model_mode: int,
+    model: ir.Model, folder: Path, name: str, data_name: str | None, slots: list[_Slot], model_mode: int,
     data_mode: int, keep: set[Path],
 ) -> None:
     """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted;
-    ``values``' tensors go to ``data_name``, the model's other external tensors stay where they are."""
+    ``slots``' tensors go to ``data_name``, the model's other external tensors stay where they are."""
     with staged(folder, name) as stage:
         placed = None  # the new data file, once beside the output and until its model is in place
         try:
             staged_model = stage / name
-            _save(model, staged_model, data_name, values)
+            _save(model, staged_model, data_name, slots)
             os.chmod(staged_model, model_mode)
             fsync(staged_model)
             if data_name is not None:

@@ -16,7 +16,7 @@ The body patterns are not written a second time here: each one is generated node
 FunctionProto that defines the decomposition (``onnx.defs`` for ONNX's body,
 :func:`dql_pass.decomposition.function_proto` for ours). ``fuse_rules()`` asks for commuted inputs,
 so ``Min(0, ReduceMin(x))``, ``Equal(0, range)`` or ``Add(zp, Round(q))`` fuse as well; a body
-with more than eight commutative nodes (the residual and portable variants) fuses with its inputs in dql_pass's
+with more than eight commutative nodes (the residual, portable and lean variants) fuses with its inputs in dql_pass's
 order only, since each ordering is a rule of its own.
 
 What a rule checks before it fuses, so that the fused node computes exactly what the block did:
@@ -407,7 +407,7 @@ def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]
     bodies: list[_FusionRule] = [OnnxFunctionBodyFusion(v, keep_identity=k) for v in versions for k in (True, False)]
     bodies += [DqlPassBodyFusion(v, p) for v in VARIANTS for p in ZERO_RANGE_POLICIES]
     # A rule per ordering of the commutative nodes' inputs: 2^n rules. A body with more than
-    # _MAX_COMMUTED of them (residual has 38, portable 36) fuses with its inputs in dql_pass's order.
+    # _MAX_COMMUTED of them (residual has 38, portable 36, lean 22) fuses with its inputs in dql_pass's order.
     few = [b for b in bodies if b.commutative_nodes <= _MAX_COMMUTED]
     commuted = RewriteRuleSet([b.rule() for b in few], commute=True).rules
     commuted += [b.rule() for b in bodies if b.commutative_nodes > _MAX_COMMUTED]

@@ -14,7 +14,9 @@ Rules (``lower`` applies them where its ``blocks`` option, the target's by defau
   exact: one Sub per site, named :func:`centred_name` of ``y`` (verify finds it there), which every
   product of the site reads. No uint8 tensor is left, no Cast out and back, and no Sub per product.
   The rewrite reads only the two Casts that end the body, so any variant that ends so plugs in; one
-  that ends otherwise (QuantizeLinear) keeps the uint8 path.
+  that ends otherwise (QuantizeLinear) keeps the uint8 path. A body whose y and zero point are
+  Gathers from one ``Cast(F, uint8)`` table (lean) gets ``Gather(F - F[zero slot], slot)`` instead:
+  the table is shifted once per site and each element still takes one Gather.
 - A lowered product in one float32 piece holds an integer of magnitude at most 2^24 (its proof), which
   int32 and float32 both hold exactly: when only Cast(to=float) nodes read its int32 output (the
   dequantizing Cast of ``quantize_dynamic``), Cast(int32) and that Cast are an identity. Both go, and
@@ -84,25 +86,50 @@ def reading_products(dql: ir.Node, lowered: set[ir.Node]) -> Block | None:
     return Block(tuple(shifts))
 
 
+def _table_gathers(ends: tuple[ir.Node | None, ...]) -> ir.Value | None:
+    """The float32 table F when ``y`` and ``y_zero_point`` are Gathers from one ``Cast(F, uint8)``
+    (the lean variant's answers), else None."""
+    if not all(end is not None and end.domain in DOMAINS and end.op_type == "Gather" for end in ends):
+        return None
+    tables = {end.inputs[0] for end in ends}
+    table = tables.pop() if len(tables) == 1 else None
+    cast = None if table is None else table.producer()
+    return cast.inputs[0] if _cast_to(cast, UINT8) else None
+
+
 def keep_in_float(block: Block, names: UniqueNames) -> bool:
     """Rewrite an expanded block (see the module docstring); False, and nothing changed, when its
-    body does not end in Casts to uint8 from float32 or the name of ``y - zp`` is taken."""
+    body ends neither in Casts to uint8 from float32 nor in Gathers from one such Cast, or the name
+    of ``y - zp`` is taken."""
     y, zero_point = (block.shifts[0].inputs[k].producer().inputs[0] for k in (0, 1))
     ends = y.producer(), zero_point.producer()
-    if not all(_cast_to(end, UINT8) and end.graph is block.shifts[0].graph for end in ends):
+    if any(end is None or end.graph is not block.shifts[0].graph for end in ends):
+        return False
+    table = _table_gathers(ends)
+    if table is None and not all(_cast_to(end, UINT8) for end in ends):
         return False
     name = centred_name(y.name)
     if names.unique(name) != name:
         return False
     graph = ends[0].graph
     later = max(ends, key=graph.index)
-    centred = ir.node("Sub", [ends[0].inputs[0], ends[1].inputs[0]], name=name, outputs=[ir.Value(name=name)])
+    if table is None:
+        added = [ir.node("Sub", [ends[0].inputs[0], ends[1].inputs[0]], name=name, outputs=[ir.Value(name=name)])]
+    else:  # table - table[zero slot], 769 values, then one Gather per element as before
+        point = ir.node("Gather", [table, ends[1].inputs[1]], name=names.unique(f"{name}_point"))
+        shifted = ir.node("Sub", [table, point.outputs[0]], name=names.unique(f"{name}_table"))
+        added = [point, shifted, ir.node("Gather", [shifted.outputs[0], ends[0].inputs[1]], name=name,
+                                         outputs=[ir.Value(name=name)])]
+    centred = added[-1]
     centred.outputs[0].type = ir.TensorType(FLOAT)
-    graph.insert_after(later, centred)
+    graph.insert_after(later, added)
     casts = [sub.inputs[k].producer() for sub in block.shifts for k in (0, 1)]
+    answers = ends[0].inputs[0].producer() if table is not None else None  # the uint8 table's Cast
     for sub in block.shifts:
         sub.outputs[0].replace_all_uses_with(centred.outputs[0])
     graph.remove([*block.shifts, *dict.fromkeys(casts), *ends], safe=True)
+    if answers is not None and not answers.outputs[0].uses() and not answers.outputs[0].is_graph_output():
+        graph.remove(answers, safe=True)
     return True
 
 

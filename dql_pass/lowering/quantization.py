@@ -166,7 +166,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                 why = ("makes y by QuantizeLinear" if self.variant == "quantizelinear" else
                        "casts a NaN to uint8 for y where x holds both infinities")
                 report.no_blocks = (f"variant {self.variant} {why}, so y - y_zero_point is not kept in float32 "
-                                    "(variant portable's is, as for --target webgpu)")
+                                    "(variants portable's and lean's are, as for --target webgpu)")
             kept = []
         if kept:
             block_names = UniqueNames.of_model(model)

@@ -9,6 +9,9 @@ Rules:
   ``MNN.tools`` runs ``MNN/tools/utils/log.py``, which ``pip install``s a logging SDK into the first
   Python on PATH and then uploads usage logs (model size, arguments, machine id). Nothing else in
   MNN's Python sources (3.6.1) opens a connection or starts a process.
+- The converter and the run worker are kept apart as LiteRT's converter is
+  (:mod:`dql_pass.runtimes.isolated`): no network where the system allows a namespace of their
+  own, and the temporary folder as their home and scratch folder.
 - The converter gets a private copy of the model in a temporary folder, writes beside it, and
   runs in a fresh process with a timeout: it crashes on some models (a QuantizeLinear with a
   run-time scale, a Cast of a graph input), which is then a :class:`RuntimeFailure` with its
@@ -45,6 +48,7 @@ import numpy as np
 import onnx
 
 from dql_pass.op import OUTPUTS
+from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import (
     TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
 )
@@ -72,15 +76,24 @@ def _crash(returncode: int) -> str:
     return signal.Signals(-returncode).name if returncode < 0 else f"exit status {returncode}"
 
 
+def _isolated(command: list[str]) -> list[str]:
+    """``command`` run with no network (:mod:`dql_pass.runtimes.isolated`)."""
+    return [*isolated.network_off(), *command]
+
+
+def _environ(folder: Path) -> dict[str, str]:
+    """The worker's environment: ``folder``, the temporary one, as its home and scratch folder, so
+    that whatever MNN writes lands there; the caller's Python path, which may be where MNN is."""
+    return isolated.environ(folder, os.environ.get("PATH", os.defpath), keep=("PYTHONPATH", "LD_LIBRARY_PATH"))
+
+
 def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> None:
     """ONNX file ``source`` converted into MNN file ``target`` by a process working in ``target``'s
     folder; :class:`RuntimeFailure` with the reason when the converter refuses, crashes or hangs."""
     try:
-        # Its home and scratch folder too are the temporary one: whatever it writes, it writes there.
-        folder = str(target.parent)
-        env = {**os.environ, "HOME": folder, "TMPDIR": folder, "XDG_CACHE_HOME": folder}
-        done = subprocess.run(worker_command("convert", str(source), str(target)), cwd=folder, env=env,
-                              timeout=timeout, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+        done = subprocess.run(_isolated(worker_command("convert", str(source), str(target))), cwd=target.parent,
+                              env=_environ(target.parent), timeout=timeout, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
         raise RuntimeTimeout(f"a timeout: MNN's converter did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it "
                              "longer") from error
@@ -97,8 +110,9 @@ class _Worker:
     def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float) -> None:
         self._seconds = seconds
         self._process = subprocess.Popen(
-            worker_command("serve", str(model), str(threads), json.dumps(list(inputs)), json.dumps(list(outputs))),
-            cwd=model.parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            _isolated(worker_command("serve", str(model), str(threads), json.dumps(list(inputs)), json.dumps(list(outputs)))),
+            cwd=model.parent, env=_environ(model.parent), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         self._stop = weakref.finalize(self, _stop, self._process)
         self.ask(None)  # the load's answer

@@ -33,11 +33,9 @@ __all__ = ["CACHE_VARIABLE", "ONNX2TF", "SETUP", "LiteRt", "LiteRtXnnpack", "cac
            "environment", "missing"]
 
 import contextlib
-import functools
 import hashlib
 import importlib.util
 import os
-import shutil
 import subprocess
 import tempfile
 import weakref
@@ -49,6 +47,7 @@ import onnx
 from dql_pass import variants
 from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
+from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types, with_shapes
 
@@ -57,7 +56,6 @@ CACHE_VARIABLE = "DQL_PASS_LITERT_CACHE"
 SETUP = "python -m dql_pass.runtimes.litert setup"
 READY = "ready"  # the file setup writes into the environment last, once onnx2tf is in it
 _WORKER = Path(__file__).with_name("convert.py")
-_CLOSED_PORT = "http://127.0.0.1:9"  # the discard port, where nothing listens
 _CACHED_BYTES = 1 << 20  # models up to this size are converted once per process
 _MEASURED = f"2.3.0, onnx2tf {ONNX2TF}"
 
@@ -87,31 +85,11 @@ def missing() -> str | None:
     return None
 
 
-@functools.cache
-def _network_off() -> tuple[str, ...]:
-    """The command prefix that runs the converter in a network namespace of its own, with no
-    interface but a loopback that is down; () where the system allows none."""
-    unshare = shutil.which("unshare")
-    for prefix in ((unshare, "--net"), (unshare, "--map-root-user", "--net")) if unshare else ():
-        if subprocess.run([*prefix, "true"], stdin=subprocess.DEVNULL, capture_output=True).returncode == 0:
-            return prefix
-    return ()
-
-
 def _environ(folder: Path) -> dict[str, str]:
-    """The converter's environment variables: nothing of the caller's but the locale, every write
-    and every download pointed where it goes nowhere."""
-    kept = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "LC_CTYPE")}
-    proxies = {name: _CLOSED_PORT for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-                                               "ALL_PROXY")}
-    return {
-        **kept, **proxies, "no_proxy": "", "NO_PROXY": "",
-        "PATH": os.pathsep.join([str(environment() / "bin"), "/usr/bin", "/bin"]),
-        "HOME": str(folder), "TMPDIR": str(folder), "XDG_CACHE_HOME": str(folder),
-        "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull, "PYTHONNOUSERSITE": "1",
-        "TQDM_DISABLE": "1",  # onnx2tf's progress bars cost a second a conversion
-        "CUDA_VISIBLE_DEVICES": "",
-    }
+    """The converter's environment variables (see :func:`~dql_pass.runtimes.isolated.environ`)."""
+    return {**isolated.environ(folder, os.pathsep.join([str(environment() / "bin"), "/usr/bin", "/bin"])),
+            "TQDM_DISABLE": "1",  # onnx2tf's progress bars cost a second a conversion
+            "CUDA_VISIBLE_DEVICES": ""}
 
 
 def convert(path: Path, timeout: float) -> bytes:
@@ -122,7 +100,7 @@ def convert(path: Path, timeout: float) -> bytes:
     if python is None:
         raise InputError(f"the LiteRT runtimes need onnx2tf: {missing()}")
     out = path.with_name(path.stem + ".tflite.d")
-    command = [*_network_off(), str(python), "-I", str(_WORKER), str(path), str(out)]
+    command = [*isolated.network_off(), str(python), "-I", str(_WORKER), str(path), str(out)]
     try:
         done = subprocess.run(command, env=_environ(path.parent), cwd=path.parent, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, errors="replace", timeout=timeout)
