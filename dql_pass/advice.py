@@ -15,6 +15,7 @@ __all__ = ["Advice", "RuntimeAdvice", "advise"]
 import collections
 import dataclasses
 import os
+import shlex  # the commands are printed for a shell: a path with spaces or quotes stays one argument
 from collections.abc import Sequence
 
 import onnx_ir as ir
@@ -86,7 +87,7 @@ def _with_adapter(
     name: str, path: str, counts: collections.Counter[tuple[str, str]], opset: int, model: ir.Model | None
 ) -> RuntimeAdvice:
     runner = registry.get(name)
-    stem = f"dql-pass {{}} {path} -o {_beside(path, name)} --target {name}"
+    stem = f"dql-pass {{}} {shlex.quote(path)} -o {shlex.quote(_beside(path, name))} --target {name}"
     needs, notes = [], []
     lacks = registry.lacking(name, counts, opset)
     needs += [lack.describe() for lack in lacks]
@@ -133,7 +134,7 @@ def _without_adapter(name: str, path: str, counts: collections.Counter[tuple[str
     notes = [f"source: {other.source} (not measured here)"]
     if other.after:
         notes.append(f"then {other.after}")
-    return RuntimeAdvice(name, False, needs, f"dql-pass lower {path} -o {_beside(path, 'float')}", notes)
+    return RuntimeAdvice(name, False, needs, f"dql-pass lower {shlex.quote(path)} -o {shlex.quote(_beside(path, 'float'))}", notes)
 
 
 def advise(model: str | os.PathLike, runtimes: Sequence[str] | None = None, *, load: bool | None = None) -> Advice:

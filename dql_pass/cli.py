@@ -560,7 +560,10 @@ def _targets(verbose: bool = False) -> list[str]:
                      _some([lack.op_type for lack in runtime.lacks]),
                      ", ".join(sorted({d.inputs or "any" for d in differs})) or "-"))
         details.append(f"{name}:")
-        details += ["  lower keeps y - y_zero_point in float32 where only lowered products read it (blocks)"] * runtime.blocks
+        if runtime.blocks:
+            details.append("  lower drops the Cast pair after each lowered product" + (
+                " and keeps y - y_zero_point in float32 where only lowered products read it (blocks)"
+                if variants.BY_NAME[runtime.variant].float_y else f" (blocks; variant {runtime.variant} keeps y in uint8)"))
         details += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in differs]
         details += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
         details += [f"  lower leaves {p.op_type} alone: {p.reason}" for p in runtime.inexact_products]

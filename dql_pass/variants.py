@@ -25,6 +25,11 @@ class Variant:
     # where the runtime rounds a division correctly), "double" (float64, cast back once, where it
     # divides through the reciprocal), or None: QuantizeLinear is left alone for that target.
     division: str | None
+    # Whether y is the Cast to uint8 of a float32 integer in [0, 255] on every input, NaN and
+    # infinities included (or a Gather from such a table: lean), so that lower's blocks may read
+    # that float (dql_pass.lowering.blocks).
+    # arithmetic and float64 cast Clip(NaN) for an x of both infinities, relying on the Cast.
+    float_y: bool = False
 
 
 REGISTRY: tuple[Variant, ...] = (
@@ -39,9 +44,10 @@ REGISTRY: tuple[Variant, ...] = (
     Variant("portable", "float32 only, rounding built from Floor, exact residuals and Less against 0: exact where Div "
             "is up to 3 ulp off (WebGPU), products are fused into sums or comparisons read float bits as int32, and "
             "with subnormals flushed but for a subnormal x or scale; no Round, Sign, QuantizeLinear, Equal, Greater or "
-            "float64", None),
+            "float64", None, float_y=True),
     Variant("lean", "portable's guarantees in 62 nodes, 14 of them over the whole tensor: exact thresholds built once "
-            "per site on a vector of 769, then per element Div, Clip, Cast to int32, Gather, Less and Gather", None),
+            "per site on a vector of 769, then per element Div, Clip, Cast to int32, Gather, Less and Gather", None,
+            float_y=True),
 )
 
 NAMES: tuple[str, ...] = tuple(variant.name for variant in REGISTRY)

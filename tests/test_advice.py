@@ -92,3 +92,16 @@ def test_an_unknown_runtime_is_bad_input(capsys):
 def test_expand_without_a_target_points_to_advise(tmp_path, capsys):
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx")]) == 0
     assert f"or `dql-pass advise {MLP}`" in capsys.readouterr().err
+
+
+def test_a_suggested_command_runs_as_printed_for_a_path_with_spaces_and_quotes(tmp_path):
+    import shlex
+
+    path = tmp_path / "my model's.onnx"
+    onnx.save(dql_model(21), path)
+    rows = _rows(dql_pass.advise(path, ["tensorrt", "reference"], load=False))  # no browser to start
+    for row in rows.values():
+        argv = shlex.split(row.command)
+        assert argv[:3] == ["dql-pass", argv[1], str(path)], row.command
+        assert main([*argv[1:], "-q"]) in (0, 1)  # 1: something may still block the target
+        assert Path(argv[4]).is_file()

@@ -151,3 +151,15 @@ def test_dql_read_by_more_than_lowered_products_keeps_the_uint8_path(original):
     assert not any(n.output[0].endswith("_centred") for n in lowered.graph.node)
     verdict = dql_pass.verify(original, lowered, samples=1)
     assert verdict.verdict == "PASS", verdict.format()
+
+
+@pytest.mark.parametrize("target", [None, "reference", "tract"])
+def test_blocks_with_a_variant_that_casts_a_nan_y_keep_the_uint8_path(target):
+    """arithmetic and float64 end in Cast(Clip(NaN), uint8) for an x of both infinities: a block
+    reading the float before that Cast would give NaN where y - y_zero_point is -255."""
+    original = sample("mlp_dynamic")
+    lowered, report = dql_pass.lower(original, target=target, blocks=True)
+    assert report.blocks == 0 and "no blocks" in report.format()
+    assert not any(n.output[0].endswith("_centred") for n in lowered.graph.node)
+    verdict = dql_pass.verify(original, lowered, samples=1)  # its catalogue holds both infinities
+    assert verdict.verdict == "PASS", verdict.format()

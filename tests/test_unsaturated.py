@@ -98,3 +98,48 @@ def test_verify_passes_a_rewrite_of_a_model_whose_int8_product_saturates_on_ort(
     out = capsys.readouterr().out
     assert "PASS" in out
     assert ("saturate on this CPU" in out) == (("MatMulInteger", U8, S8) in ORT.saturating_products())
+
+
+def _untyped_int8_weight(where: str) -> onnx.ModelProto:
+    """uint8 ``a`` times an int8 weight whose type the model does not state: the output of a
+    Constant node, of a Transpose, or a function's input (the product inside the function)."""
+    w = np.where(np.arange(64 * 4).reshape(64, 4) % 3 == 0, -128, 127).astype(np.int8)
+    opset = [helper.make_opsetid("", 13)]
+    a = helper.make_tensor_value_info("a", U8, [2, 64])
+    out = helper.make_tensor_value_info("y", TensorProto.INT32, None)
+    functions = []
+    if where == "constant":
+        nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
+                 helper.make_node("MatMulInteger", ["a", "w"], ["y"])]
+    elif where == "transpose":
+        nodes = [helper.make_node("Constant", [], ["wt"], value=numpy_helper.from_array(w.T.copy(), "wt")),
+                 helper.make_node("Transpose", ["wt"], ["w"], perm=[1, 0]),
+                 helper.make_node("MatMulInteger", ["a", "w"], ["y"])]
+    else:
+        functions = [helper.make_function("local", "product", ["p", "q"], ["r"],
+                                          [helper.make_node("MatMulInteger", ["p", "q"], ["r"])], opset)]
+        nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
+                 helper.make_node("product", ["a", "w"], ["y"], domain="local")]
+    graph = helper.make_graph(nodes, "g", [a], [out])
+    return helper.make_model(graph, opset_imports=[*opset, helper.make_opsetid("local", 1)], functions=functions)
+
+
+@pytest.mark.parametrize("where", ["constant", "transpose", "function"])
+def test_an_int8_operand_of_no_stated_type_is_shifted(where):
+    model = ir.from_proto(_untyped_int8_weight(where))
+    assert len(saturating_nodes(model, EVERY)) == 1
+    a = np.full([2, 64], 255, np.uint8)
+    a[1, ::2] = 3
+    w = np.where(np.arange(64 * 4).reshape(64, 4) % 3 == 0, -128, 127).astype(np.int8)
+    expected = reference.matmul_integer(a, w, np.array(0, np.uint8), None)
+    assert_outputs_bits_equal(ORT.load(unsaturated(model, EVERY), optimize="none").run({"a": a}), [expected])
+
+
+def test_verify_passes_a_lowering_whose_int8_weight_is_a_constant_node(tmp_path, capsys):
+    model = _dql_then_int8_matmul()
+    w = model.graph.initializer.pop()
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["w"], value=w))
+    onnx.save(model, tmp_path / "m.onnx")
+    assert main(["lower", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "r.onnx"), "-q"]) == 0
+    assert main(["verify", str(tmp_path / "m.onnx"), str(tmp_path / "r.onnx")]) == 0
+    assert "PASS" in capsys.readouterr().out

@@ -7,8 +7,10 @@ Rules (``lower`` applies them where its ``blocks`` option, the target's by defau
   rewrote (MatMulInteger or ConvInteger, in the DQL's graph), so that each reads
   ``Sub(Cast(y, float), Cast(y_zero_point, float))``, and neither is a graph output.
 - Once the site is expanded, its body ends with ``y = Cast(V, uint8)`` and
-  ``y_zero_point = Cast(Z, uint8)``, where V and Z are float32 integers in [0, 255] (every variant
-  saturates and rounds before it casts; the Cast only changes the type). So ``y - zp`` is ``V - Z``,
+  ``y_zero_point = Cast(Z, uint8)``, where V and Z are float32 integers in [0, 255] for a variant
+  whose record says so (:attr:`~dql_pass.variants.Variant.float_y`: it saturates and rounds before it
+  casts, NaN included, so the Cast only changes the type; arithmetic and float64 leave V NaN for an
+  x of both infinities and keep the uint8 path). So ``y - zp`` is ``V - Z``,
   exact: one Sub per site, named :func:`centred_name` of ``y`` (verify finds it there), which every
   product of the site reads. No uint8 tensor is left, no Cast out and back, and no Sub per product.
   The rewrite reads only the two Casts that end the body, so any variant that ends so plugs in; one

@@ -40,7 +40,7 @@ import logging
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass import runtimes
+from dql_pass import runtimes, variants
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
 from dql_pass.graph.constants import drop_unused
 from dql_pass.lowering import blocks
@@ -80,6 +80,7 @@ class LowerReport:
     variant: str
     weights: str = "float"  # how constant integer weights were stored: dql_pass.variants.WEIGHTS
     blocks: int = 0  # DQL sites whose quantized activation stays in float32 (dql_pass.lowering.blocks)
+    no_blocks: str | None = None  # why blocks were asked for and none kept
     lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
     left_alone: list[UnloweredNode] = dataclasses.field(default_factory=list)
     lacking: list[str] = dataclasses.field(default_factory=list)
@@ -88,6 +89,7 @@ class LowerReport:
         lines = [f"  {n.op_type} {n.node!r} in {n.graph}: {n.proof}" for n in self.lowered]
         lines += [f"left alone: {n.op_type} {n.node!r} in {n.graph}: {n.reason}" for n in self.left_alone]
         lines += [f"{self.blocks} DynamicQuantizeLinear sites keep y - y_zero_point in float32 (blocks)"] if self.blocks else []
+        lines += [f"no blocks: {self.no_blocks}"] if self.no_blocks else []
         lines += [f"still blocks {self.target}: {lack}" for lack in self.lacking]
         return "\n".join(lines)
 
@@ -114,6 +116,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         default = "float" if runtime is None else runtime.weights
         self.weights = check_choice("weights", default if weights is None else weights)
         self.blocks = (runtime is not None and runtime.blocks) if blocks is None else blocks
+        self.asked = blocks is True  # say why when none can be kept
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")
@@ -158,6 +161,13 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                 if (block := blocks.reading_products(node, made)) is not None] if self.blocks else []
         if sites:
             ExpandDynamicQuantizeLinearPass(variant=self.variant, runtime=self.target)(model)
+        if kept and not variants.BY_NAME[self.variant].float_y:
+            if self.asked:
+                why = ("makes y by QuantizeLinear" if self.variant == "quantizelinear" else
+                       "casts a NaN to uint8 for y where x holds both infinities")
+                report.no_blocks = (f"variant {self.variant} {why}, so y - y_zero_point is not kept in float32 "
+                                    "(variants portable's and lean's are, as for --target webgpu)")
+            kept = []
         if kept:
             block_names = UniqueNames.of_model(model)
             report.blocks = sum(blocks.keep_in_float(block, block_names) for block in kept)

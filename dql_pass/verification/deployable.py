@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import onnx_ir as ir
 
 from dql_pass import runtimes
+from dql_pass.errors import one_line
 from dql_pass.graph.walk import ops_used
 from dql_pass.op import ai_onnx_opset
 from dql_pass.verification.inputs import Unsynthesizable, input_sets
@@ -48,14 +49,14 @@ def blockers(model: ir.Model, runtime: str, dims: Mapping[str, int] | None = Non
     try:
         session = runner.load(model)
     except runtimes.RuntimeTimeout as error:  # slow is not unable: not tried, not a blocker
-        return Blockers(runtime, reasons, f"not checked whether {runtime} loads it: {error}")
+        return Blockers(runtime, reasons, f"not checked whether {runtime} loads it: {one_line(error)}")
     except runtimes.RuntimeFailure as error:
-        return Blockers(runtime, [*reasons, f"{runtime} cannot load it: {error}"])
+        return Blockers(runtime, [*reasons, f"{runtime} cannot load it: {one_line(error)}"])
     if feeds is not None:
         try:
             session.run(feeds)
         except runtimes.RuntimeTimeout as error:
-            not_tried = f"loaded on {runtime}, not checked whether it runs there: {error}"
+            not_tried = f"loaded on {runtime}, not checked whether it runs there: {one_line(error)}"
         except runtimes.RuntimeFailure as error:
-            reasons.append(f"{runtime} loads it but cannot run it: {error}")
+            reasons.append(f"{runtime} loads it but cannot run it: {one_line(error)}")
     return Blockers(runtime, reasons, not_tried)
