@@ -85,10 +85,22 @@ def matmul_integer(
     a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None
 ) -> np.ndarray:
     """MatMulInteger: int32 ``(a - a_zero_point) @ (b - b_zero_point)``, summed exactly."""
-    wide = _sum_type(a, b, a.shape[-1])
+    terms = a.shape[-1]
+    wide = _sum_type(a, b, terms)
     a_shifted = a.astype(wide) - per_axis(a_zero_point, max(a.ndim, 2), -2).astype(wide)  # per row of a
-    b_shifted = b.astype(wide) - np.asarray(0 if b_zero_point is None else b_zero_point).astype(wide)  # per column of b
-    return np.matmul(a_shifted, b_shifted).astype(np.int64).astype(np.int32)
+    b_point = np.asarray(0 if b_zero_point is None else b_zero_point).astype(wide)  # per column of b
+    # B widened a block of its K rows at a time (whole, it would take 8 times its size); every
+    # partial sum is exact, so their sum is too.
+    step = max(1, _BLOCK // max(b.size // max(terms, 1), 1))
+    total = None
+    for start in range(0, max(terms, 1), step):
+        rows = slice(start, start + step)
+        part = np.matmul(a_shifted[..., rows], (b[rows] if b.ndim == 1 else b[..., rows, :]).astype(wide) - b_point)
+        total = part if total is None else total + part
+    return total.astype(np.int64).astype(np.int32)
+
+
+_BLOCK = 1 << 20  # elements of B widened at a time
 
 
 def _sum_type(a: np.ndarray, b: np.ndarray, terms: int) -> type:

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass import reference, runtimes
+from dql_pass.lowering import operands
 from dql_pass.lowering.operands import _drive
 from dql_pass.lowering.proof import LIMIT
 from dql_pass.verification.lowered import check_lowered
@@ -408,3 +409,38 @@ def test_a_lowered_product_with_an_empty_operand_is_checked_without_a_mismatch(o
     report = dql_pass.verify(original, dql_pass.lower(original)[0])
     # PASS, or INCOMPLETE where every graph output is empty (nothing to compare at model level).
     assert report.verdict in ("PASS", "INCOMPLETE") and not any(s.mismatches for s in report.sites), report.summary
+
+
+# --- operands as large as memory allows: made and widened a block at a time ------------------------------------------
+
+
+def test_the_driven_columns_and_their_sums_taken_a_block_at_a_time_are_those_of_a_plain_int64_computation(monkeypatch):
+    monkeypatch.setattr(operands, "_BLOCK", 7)  # blocks of a row or two of 5 columns: many blocks, one ragged
+    rng = np.random.default_rng(1)
+    weights = np.repeat(rng.integers(-128, 128, (37, 5)).astype(np.int8), [1, 3, 1, 2, 1], axis=1)  # equal columns
+    for zero_point in (None, np.int8(-128), rng.integers(-128, 128, weights.shape[1]).astype(np.int8)):
+        plain = weights.astype(np.int64) - np.asarray(0 if zero_point is None else zero_point, np.int64)
+        centred = operands._centred(weights, zero_point)
+        assert centred.dtype == np.int16 and np.array_equal(centred, plain)
+        first = {column.tobytes(): c for c, column in reversed(list(enumerate(plain.T.copy())))}
+        assert operands._distinct_columns(centred).tolist() == sorted(first.values())
+        positive, negative = operands._signed_sums(centred)
+        assert np.array_equal(positive, np.where(plain > 0, plain, 0).sum(axis=0))
+        assert np.array_equal(negative, np.where(plain < 0, plain, 0).sum(axis=0))
+    assert operands._distinct_columns(np.zeros((0, 3), np.int16)).tolist() == [0]  # K empty: all columns equal
+
+
+def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_one_pass(monkeypatch):
+    monkeypatch.setattr(operands, "_BLOCK", 7)
+    monkeypatch.setattr(reference, "_BLOCK", 7)
+    random = operands._integers(ir.DataType.INT8, (37, 5), np.random.default_rng(0))["random"]
+    assert random.dtype == np.int8
+    assert np.array_equal(random, np.random.default_rng(0).integers(-128, 128, (37, 5)).astype(np.int8))
+    rng = np.random.default_rng(2)
+    a, a_zp = rng.integers(0, 256, (3, 37)).astype(np.uint8), np.uint8(200)
+    for b, b_zp in ((rng.integers(-128, 128, (37, 5)).astype(np.int8), rng.integers(-128, 128, 5).astype(np.int8)),
+                    (rng.integers(-128, 128, 37).astype(np.int8), np.int8(-128)),
+                    (rng.integers(-128, 128, (2, 37, 5)).astype(np.int8), None)):
+        plain = (a.astype(np.int64) - int(a_zp)) @ (b.astype(np.int64) - np.asarray(0 if b_zp is None else b_zp, np.int64))
+        actual = reference.matmul_integer(a, b, np.asarray(a_zp), None if b_zp is None else np.asarray(b_zp))
+        assert actual.dtype == np.int32 and np.array_equal(actual, plain)

@@ -24,6 +24,7 @@ from __future__ import annotations
 __all__ = ["Cases", "Site", "Unsynthesizable", "conv_integer", "dequantize_linear", "matmul_integer",
            "quantize_linear", "same_pads"]
 
+import hashlib
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,6 +35,8 @@ import onnx_ir as ir
 
 from dql_pass import reference
 from dql_pass.lowering.proof import LIMIT
+
+_BLOCK = 1 << 20  # elements of an operand made or widened at a time: the operand may be as large as memory allows
 
 Cases = Iterator[tuple[str, str, list[np.ndarray | None]]]  # name, class, one array per input (None: absent)
 
@@ -78,8 +81,11 @@ def _integers(dtype: ir.DataType, shape: Sequence[int], rng: np.random.Generator
     """All zero, all at the type's ends, and random."""
     np_type = dtype.numpy()
     info = np.iinfo(np_type)
+    random = np.empty(math.prod(shape), np_type)
+    for start in range(0, random.size, _BLOCK):  # the same draws as one call, without its int64 array
+        random[start:start + _BLOCK] = rng.integers(info.min, int(info.max) + 1, min(_BLOCK, random.size - start))
     return {"zero": np.zeros(shape, np_type), "max": np.full(shape, info.max, np_type), "min": np.full(shape, info.min, np_type),
-            "random": rng.integers(info.min, int(info.max) + 1, shape).astype(np_type)}
+            "random": random.reshape(shape)}
 
 
 def _zero_points(dtype: ir.DataType, rng: np.random.Generator) -> list[np.ndarray]:
@@ -133,7 +139,8 @@ def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
         return  # nothing to drive (a constant image against synthesized kernels is not driven)
     if weights is None:  # both ends of the type in turn, so every term is as large as the type allows, of either sign
         info = np.iinfo(w_type.numpy())
-        weights = np.resize(np.array([info.max, info.min], w_type.numpy()), w_shape)
+        size = math.prod(w_shape)  # np.resize would hold a reference per element
+        weights = np.tile(np.array([info.max, info.min], w_type.numpy()), -(-size // 2))[:size].reshape(w_shape)
     for k, a_zp in enumerate(a_points):
         w_zp = w_points[k % len(w_points)]
         if constants[0] is not None:  # A stored, B synthesized: B's columns are driven by A's rows, as in B^T A^T
@@ -227,19 +234,18 @@ def _driven(site: Site, conv: bool, weights: np.ndarray, w_zp: np.ndarray | None
         columns = np.arange(centred.shape[0])
         terms = centred.reshape(centred.shape[0], math.prod(centred.shape[1:])).T
     else:
-        centred = np.atleast_2d(weights.astype(np.int64).T).T - np.asarray(0 if w_zp is None else w_zp, np.int64)
-        first = {column.tobytes(): c for c, column in reversed(list(enumerate(np.ascontiguousarray(centred.T))))}
-        columns = np.sort(list(first.values()))  # equal columns are driven alike
+        centred = _centred(np.atleast_2d(weights.T).T, w_zp)
+        columns = _distinct_columns(centred)  # equal columns are driven alike
         terms = centred
     zp = np.asarray(0 if a_zp is None else a_zp, np.int64).ravel()
     lo, hi = np.int64(info.min) - zp, np.int64(info.max) - zp
     # The ends of each column's reachable sums (with the widest range of a zero point per row).
-    positive, negative = np.where(terms > 0, terms, 0).sum(axis=0), np.where(terms < 0, terms, 0).sum(axis=0)
+    positive, negative = _signed_sums(terms)
     reach = {1: positive * hi.max() + negative * lo.min(), -1: -negative * hi.max() - positive * lo.min()}
     for label, past in (("bound", False), ("past 2^24", True)):
         widest = int(max(hi.max(), -lo.min()))
         jobs = [(int(c), sign, probe) for c in columns for sign in (1, -1) if not past or reach[sign][c] > LIMIT
-                for probe in (_probes(terms[:, c], widest) if past else [None])]
+                for probe in (_probes(terms[:, c].astype(np.int64), widest) if past else [None])]
         if not jobs:
             continue
         if not free:
@@ -266,13 +272,48 @@ def _driven(site: Site, conv: bool, weights: np.ndarray, w_zp: np.ndarray | None
                         channels = range(column // per_group * centred.shape[1], (column // per_group + 1) * centred.shape[1])
                         shifted[n][np.ix_(channels, *image)] = v.reshape(window.shape)
                 else:
-                    v = _drive(centred[:, column], lo[row], hi[row], sign, past, probe)
+                    v = _drive(centred[:, column].astype(np.int64), lo[row], hi[row], sign, past, probe)
                     if v is not None:
                         shifted.reshape(math.prod(shape[:-1]), shape[-1])[slot] = v  # not -1: K may be 0
                 driven |= v is not None
             if driven:
                 points = zp.reshape(-1, 1) if zp.size > 1 and not conv else zp[0]
                 yield label, (shifted + points).astype(a_type.numpy())
+
+
+def _centred(values: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray:
+    """``values - zero_point``, in int16 where both are 8-bit (any difference of two fits), else int64."""
+    point = np.asarray(0 if zero_point is None else zero_point)
+    narrow = values.dtype.itemsize == 1 and (zero_point is None or point.dtype.itemsize == 1)
+    wide = np.int16 if narrow else np.int64
+    return values.astype(wide) - point.astype(wide)
+
+
+def _row_blocks(terms: np.ndarray) -> Iterator[np.ndarray]:
+    """``terms`` [K, N] a block of rows at a time, in int64."""
+    rows = max(1, _BLOCK // max(terms.shape[1], 1))
+    for start in range(0, terms.shape[0], rows):
+        yield terms[start:start + rows].astype(np.int64)
+
+
+def _distinct_columns(terms: np.ndarray) -> np.ndarray:
+    """The first of each set of equal columns of ``terms`` [K, N], in order, told by a digest of
+    each column's values (a dict of their bytes would hold a copy of the operand)."""
+    digests = [hashlib.blake2b(digest_size=32) for _ in range(terms.shape[1])]
+    for block in _row_blocks(terms):
+        for digest, column in zip(digests, np.ascontiguousarray(block.T)):
+            digest.update(column.tobytes())
+    first = {digest.digest(): c for c, digest in reversed(list(enumerate(digests)))}
+    return np.sort(list(first.values()))
+
+
+def _signed_sums(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sums of each column's positive and of its negative terms (``terms`` [K, N]), in int64."""
+    positive, negative = np.zeros(terms.shape[1], np.int64), np.zeros(terms.shape[1], np.int64)
+    for block in _row_blocks(terms):
+        positive += np.where(block > 0, block, 0).sum(axis=0)
+        negative += np.where(block < 0, block, 0).sum(axis=0)
+    return positive, negative
 
 
 def _windows(site: Site, w_shape: Sequence[int], a_shape: Sequence[int],
