@@ -373,7 +373,11 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # Per element: the slot of x / scale (within a few ulp, Floor by the Cast of a value >= 1),
         # then one step down where x is below the slot's threshold.
         x_k = op.Mul(x, k)
-        slot = op.Cast(op.Clip(op.Add(op.Div(x_k, b), centre), unit, op.Constant(value=top_slot)), to=onnx.TensorProto.INT32)
+        # A NaN x (outside the contract, but every form must run on it) takes the top slot: Clip keeps
+        # NaN, whose Cast to int32 would index outside the tables.
+        top = op.Constant(value=top_slot)
+        estimate = op.Add(op.Div(x_k, b), centre)
+        slot = op.Cast(op.Clip(op.Where(op.Less(estimate, top), estimate, top), unit, top), to=onnx.TensorProto.INT32)
         below = op.Cast(op.Less(x_k, op.Gather(thresholds, slot)), to=onnx.TensorProto.INT32)
         y = op.Gather(answers, op.Sub(slot, below))
         return y, y_scale, y_zero_point
