@@ -296,10 +296,11 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
     # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since three
-    # Less compare values of either sign) in 14 whole-tensor nodes and 48 on scalars and on one
+    # Less compare values of either sign) in 16 whole-tensor nodes and 48 on scalars and on one
     # vector of 769 thresholds, built once per site. Per element: a rough slot from Div, one Less
     # against the exact threshold of that slot, one Gather of the answer. Where the nodes go:
-    # 4 reductions; 10 per element; 20 for the scale (7 of them its exact rounding, 9 the powers
+    # 4 reductions; 12 per element (2 send a NaN x to a valid slot); 20 for the scale (7 of them
+    # its exact rounding, 9 the powers
     # of two that keep every residual normal and a subnormal scale rounded once, 2 the zero range,
     # 1 each the infinite and zero scale); 17 for the thresholds (a Veltkamp split, exact
     # residuals, one successor); 11 for the zero point and the answer table.
