@@ -808,7 +808,7 @@ def test_gen_tests_killed_at_any_step_keeps_a_whole_suite(pristine, tmp_path):
     assert states[0] == "old" and states[-1] == "new", states
 
 
-# verify against the false verdicts the review found: 1 for a wrong rewrite, 2 for bad input.
+# verify against false verdicts: 1 for a wrong rewrite, 2 for bad input.
 
 MLP = MODELS / "mlp_dynamic.onnx"
 

@@ -247,7 +247,7 @@ def test_expand_without_a_target_names_where_its_variant_is_exact(tmp_path, caps
 
 
 def test_a_report_never_replaces_a_models_data_whatever_its_bytes(tmp_path, capsys):
-    # A review's finding: weights whose bytes read as a report of dql-pass were replaced.
+    # Weights whose bytes read as a report of dql-pass were replaced.
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 

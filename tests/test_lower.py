@@ -509,7 +509,7 @@ def test_lowered_models_run_bit_exact_on_other_runtimes(quantized, name, model_n
 
 
 def test_a_lowered_value_that_keeps_the_name_but_is_not_read_is_not_what_gets_checked():
-    """A review's decoy: the correct lowered MatMul stays under the old name, unread, while the
+    """A decoy: the correct lowered MatMul stays under the old name, unread, while the
     Cast that reads it in ORIGINAL reads a copy plus 1. The site checks what the Cast reads."""
     original = sample("mlp_dynamic")
     lowered, _ = dql_pass.lower(original)

@@ -1,4 +1,4 @@
-"""lower at scale (issue 16, items 13-15): where the lowered weights go, what converting them costs,
+"""lower at scale: where the lowered weights go, what converting them costs,
 and chunk plans for reductions of any declared length.
 
 - 13: an input with external data gives an output with external data, also when lower drops every

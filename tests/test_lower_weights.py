@@ -1,4 +1,4 @@
-"""lower's weight forms (issue 19, item 3): ``integer`` keeps constant int8/uint8 weights in the
+"""lower's weight forms: ``integer`` keeps constant int8/uint8 weights in the
 file as they are, cast and shifted in the graph; ``float`` stores them cast and shifted as float32.
 Both are exact, so their outputs are the same bits; the default is the target's, one attribute of
 its adapter."""

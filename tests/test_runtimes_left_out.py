@@ -1,4 +1,4 @@
-"""RUNTIMES.md states the runtimes left out and why (issue 20: ncnn)."""
+"""RUNTIMES.md states the runtimes left out and why (ncnn)."""
 
 from __future__ import annotations
 

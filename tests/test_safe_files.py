@@ -1,4 +1,4 @@
-"""Issue 18 item 5: safe writing has one home, dql_pass/files/; gen-tests and the model save share
+"""Safe writing has one home, dql_pass/files/; gen-tests and the model save share
 its stage folders, their names and the sweep. (That no other module writes safely on its own is
 tests/test_layers.py's.)"""
 
@@ -14,7 +14,7 @@ import textwrap
 import onnx
 import onnx_ir as ir
 import pytest
-from test_files_round3 import files_of, quantized_model
+from test_inputs_never_lost import files_of, quantized_model
 
 import dql_pass
 from dql_pass import files, suites

@@ -76,7 +76,7 @@ def _row(report: dql_pass.VerifyReport, name: str) -> SiteResult:
 
 
 def _assert_rejected(report: dql_pass.VerifyReport, site: str, input_class: str | None) -> None:
-    """The site failed, with ``input_class`` (of :data:`dql_pass.inputs.CLASSES`) among its failing
+    """The site failed, with ``input_class`` (of:data:`dql_pass.inputs.CLASSES`) among its failing
     input classes when given; its worst case's label is that case's classes."""
     assert not report.passed and report.exit_code == 1 and report.verdict == "FAIL"
     row = _row(report, site)
@@ -288,7 +288,7 @@ def test_sites_in_two_unnamed_ifs_are_told_apart(names):
 
 
 def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model():
-    """The reviewer's false PASS: the first If's else branch computes ONNX's body, the second If's is right.
+    """A false PASS: the first If's else branch computes ONNX's body, the second If's is right.
 
     The two sites had equal names and path, so they were counted as one. Booleans were always True,
     so no else branch ran in the models either.
@@ -464,7 +464,7 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
 
 
 def test_a_dangling_copy_of_the_dql_does_not_stand_in_for_what_its_readers_read(mlp):
-    """The reviewer's false PASS: the DQL outputs' names held by an unused copy, the readers rewired
+    """A false PASS: the DQL outputs' names held by an unused copy, the readers rewired
     to a decomposition that rounds ties up. What the readers read is what gets checked."""
     report = verify(mlp, dangling_dql_rewrite(mlp), samples=50)
     for site in ("input_QuantizeLinear", "relu1_QuantizeLinear", "relu2_QuantizeLinear"):
@@ -777,7 +777,7 @@ def _keep_dead_copy(model: onnx.ModelProto, rewritten: ir.Model, graph: ir.Graph
 
 
 def test_a_dead_copy_of_the_readers_does_not_stand_in_for_the_live_path():
-    """The review's false PASS: the DQL and its DequantizeLinear kept, unused; a Floor(x/s + 0.5)
+    """A false PASS: the DQL and its DequantizeLinear kept, unused; a Floor(x/s + 0.5)
     expansion feeds a new DequantizeLinear that the Identity reads."""
     model = _reader_chain()
     rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])

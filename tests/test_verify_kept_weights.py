@@ -1,4 +1,4 @@
-"""Review D: verify's verdict on what it claims to check."""
+"""verify's verdict on what it claims to check."""
 
 from __future__ import annotations
 

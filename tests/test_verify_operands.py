@@ -1,4 +1,4 @@
-"""verify's operand cases for lowered sites (issue 16, items 5, 6 and 17a): each class of wrong
+"""verify's operand cases for lowered sites: each class of wrong
 rewrite is a class of operands built for every site of its kind, and a constant operand is
 checked on its stored value.
 
@@ -43,7 +43,7 @@ def _rows(original: onnx.ModelProto, rewritten: onnx.ModelProto) -> dict[str, ob
     return {row.name.split()[0]: row for row in check_lowered(ir.from_proto(original), ir.from_proto(rewritten), 0, ORT)}
 
 
-# --- item 5: past 2^24 -------------------------------------------------------------------------------------------------
+# --- past 2^24 -------------------------------------------------------------------------------------------------
 
 K = 1100
 ALTERNATING = np.resize(np.array([127, -128], np.int8), K)  # the issue's weights: 550 * 127 * 255 > 2^24
@@ -109,7 +109,7 @@ def test_an_unchunked_product_past_the_bound_fails_and_the_chunked_one_passes(si
     assert dql_pass.verify(original, _unchunked(original), samples=1).verdict == "FAIL"
 
 
-def test_the_issues_odd_sum_is_reached():
+def test_an_odd_sum_past_2_24_is_reached():
     """K = 1100 of +127/-128 against uint8 at zero point 0: the largest sum 17,811,750 is even; one
     term of 127 one step lower makes it odd, and no float32 holds it."""
     v = _drive(ALTERNATING.astype(np.int64), np.int64(0), np.int64(255), 1, past=True)
@@ -122,7 +122,7 @@ def test_the_issues_odd_sum_is_reached():
     assert -total > LIMIT and int(np.float32(total)) != total
 
 
-# --- item 6: ties and reciprocals at any size ------------------------------------------------------------------------
+# --- ties and reciprocals at any size ------------------------------------------------------------------------
 
 
 def _wrong(original: onnx.ModelProto, wrong: str) -> onnx.ModelProto:
@@ -195,7 +195,7 @@ def test_lowerings_that_round_or_scale_otherwise_fail_at_any_size(case):
                       [("y", y_type, None)], {"s": np.asarray(scale, np.float32), "zp": zp})
     lowered, report = dql_pass.lower(original)
     assert report.lowered, report.format()
-    # lower makes a rank-0 site rank 1 (issue 16, item 18): there, the exact arithmetic by hand.
+    # lower makes a rank-0 site rank 1: there, the exact arithmetic by hand.
     (row,) = _rows(original, lowered if shape else _wrong(original, "exact")).values()
     assert row.passed, (row.detail, row.not_reachable)
     for wrong in wrongs:
@@ -206,7 +206,7 @@ def test_lowerings_that_round_or_scale_otherwise_fail_at_any_size(case):
         assert row.mismatches == row.cases and "output has shape [1], expected []" in row.detail, row.detail
 
 
-# --- item 17a: a constant operand is checked on its stored value ----------------------------------------------------
+# --- a constant operand is checked on its stored value ----------------------------------------------------
 
 
 def _qdq_model(tmp_path) -> onnx.ModelProto:
@@ -355,7 +355,7 @@ def test_a_zero_point_per_row_of_an_a_of_unknown_shape_is_driven_row_by_row():
 
 
 def test_a_one_dimensional_b_is_driven_as_one_column():
-    """MatMulInteger with B [K] (a hand lowering: lower's own handling is item 12's), unchunked past 2^24."""
+    """MatMulInteger with B [K] (a hand lowering), unchunked past 2^24."""
     node = helper.make_node("MatMulInteger", ["a", "b", "a_zp"], ["y"], name="mm")
     original = _model([node], [("a", U8, None), ("a_zp", U8, [])], [("y", I32, None)], {"b": ALTERNATING})
     (row,) = _rows(original, _unchunked(original)).values()

@@ -1,4 +1,4 @@
-"""lower, round three (issue 16, items 9-12 and 18-20): zero points along the right axis, an exact
+"""lower at the operands' edges: zero points along the right axis, an exact
 DequantizeLinear on OpenVINO, Q/DQ attributes lower does not compute, 1-D and empty products, ranks
 kept, and NaN as ORT quantizes it.
 
@@ -56,7 +56,7 @@ def _bits_equal_ort(model: onnx.ModelProto, lowered: onnx.ModelProto, feeds: dic
     return got
 
 
-# --- item 9: a zero point broadcasts along its own axis --------------------------------------------------------------
+# --- a zero point broadcasts along its own axis --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("w_type", [U8, S8])
@@ -128,7 +128,7 @@ def test_a_per_axis_axis_out_of_range_is_left_alone():
     assert [n.reason for n in report.left_alone] == ["axis 3 is outside an input of rank 2"]
 
 
-# --- items 10 and 20a: DequantizeLinear exact on OpenVINO -----------------------------------------------------------
+# --- DequantizeLinear exact on OpenVINO -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("q_type", [U8, S8, U16, S16])
@@ -156,7 +156,7 @@ def test_dequantize_linear_lowered_for_openvino_is_exact_there(q_type, per_axis)
     assert "exact" in report.lowered[0].proof
 
 
-# --- item 11: attributes lower does not compute as ORT does ---------------------------------------------------------
+# --- attributes lower does not compute as ORT does ---------------------------------------------------------
 
 
 def test_quantize_linear_dividing_in_float16_is_left_alone():
@@ -188,7 +188,7 @@ def test_an_attribute_lower_does_not_know_is_left_alone():
     assert [n.reason for n in report.left_alone] == ["its attribute mystery is not one lower knows"]
 
 
-# --- item 12: no traceback, every lowered model checks --------------------------------------------------------------
+# --- no traceback, every lowered model checks --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("a_shape, b_shape, constant_b", [
@@ -225,7 +225,7 @@ def test_matmul_integer_with_a_1d_b_past_the_bound_is_cut_exactly():
     assert_outputs_bits_equal(got, [reference.matmul_integer(a, b, np.array(0, np.uint8), np.array(127, np.int8))])
 
 
-# --- item 18: ranks kept; ORT's own unit-test cases ------------------------------------------------------------------
+# --- ranks kept; ORT's own unit-test cases ------------------------------------------------------------------
 
 # After onnxruntime/test/providers/cpu/tensor/quantize_linear_test.cc: Scalar, Without_Zero_Point, per axis, blocked.
 _ORT_CASES = {
@@ -270,7 +270,7 @@ def test_ort_blocked_case_is_left_alone():
     assert [n.reason for n in report.left_alone] == ["blocked quantization (block_size) is not lowered"]
 
 
-# --- item 19: NaN and infinities as ORT quantizes them ---------------------------------------------------------------
+# --- NaN and infinities as ORT quantizes them ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("q_type, zero_point", [(S8, 0), (S8, 5), (S8, 127), (U8, 0), (U8, 200), (S16, 0), (S16, -7), (U16, 9)])

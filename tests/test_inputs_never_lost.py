@@ -1,5 +1,5 @@
-"""Issue 16, items 1-4 and 20: nothing the input consists of is lost, whatever a command drops;
-nothing in /dev or /proc is replaced; a DQL with an attribute is refused by the API as by the CLI."""
+"""Nothing the input consists of is lost, whatever a command drops; nothing in /dev or /proc is
+replaced; a DQL with an attribute is refused by the API as by the CLI."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def write(how: str, command: str, source: Path, output: Path | str) -> subproces
     return subprocess.CompletedProcess([], 0, "", "")
 
 
-# Items 1 and 2: an output over the input's data file is refused, though the output drops it.
+# an output over the input's data file is refused, though the output drops it.
 
 @pytest.mark.parametrize("how", ["cli", "api"])
 @pytest.mark.parametrize("spelling", ["m.onnx.data", "./m.onnx.data", "sub/../m.onnx.data", "w/weights.bin"])
@@ -114,7 +114,7 @@ def test_an_output_at_the_link_named_as_the_input_is_refused(tmp_path, how):
     assert (tmp_path / "in.onnx").is_symlink() and files_of(tmp_path) == before and source.exists()
 
 
-# Item 3 and its siblings: the sweep keeps what the input, or any model that stays, refers to.
+# the sweep keeps what the input, or any model that stays, refers to.
 
 @pytest.mark.parametrize("how", ["cli", "api"])
 @pytest.mark.parametrize(("command", "kept_weight"), [("lower", False), ("lower", True), ("expand", False)])
@@ -201,7 +201,7 @@ def test_a_new_data_name_that_is_taken_is_never_written_over(tmp_path, monkeypat
     assert files_of(tmp_path) == before
 
 
-# Item 4: nothing in /dev or /proc is replaced, nor through a link of any length.
+# nothing in /dev or /proc is replaced, nor through a link of any length.
 
 @pytest.mark.parametrize("path", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev/null", "/dev/dql_pass_new"])
 def test_system_files_are_never_outputs(path):
@@ -250,7 +250,7 @@ def test_gen_tests_never_writes_into_dev():
         shutil.rmtree(suite, ignore_errors=True)
 
 
-# Item 20: a DQL with an attribute is refused by the API as by the CLI, before anything changes.
+# a DQL with an attribute is refused by the API as by the CLI, before anything changes.
 
 def _with_attribute() -> onnx.ModelProto:
     w = numpy_helper.from_array(np.ones((4, 4), np.int8), "w")
@@ -282,7 +282,7 @@ def test_a_dql_with_an_attribute_is_refused_by_the_cli(tmp_path, command):
 
 @pytest.mark.parametrize("suffix", [".textproto", ".json"])
 def test_the_sweep_keeps_the_data_of_a_copy_in_a_text_format(tmp_path, suffix):
-    # A review's finding: the sweep read only binary models for the names of their data files.
+    # The sweep once read only binary models for the names of their data files.
     source = tmp_path / "m.onnx"
     onnx.save(onnx.load(MODELS / "mlp_dynamic.onnx"), source, save_as_external_data=True, location="m.data",
               size_threshold=0)

@@ -1,5 +1,5 @@
-"""Issue 16, verify and run-tests: no verdict passes what it did not check, none fails what only the
-runtime cannot do (items 7, 8, 16, 17b, 20b)."""
+"""verify and run-tests: no verdict passes what it did not check, none fails what only the runtime
+cannot do."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dql_pass.runtimes.ort import OnnxRuntime
 from helpers import dql_model, sample
 
 
-# -- item 7: a known difference excuses the runtime, not a model no holder can run -------------------
+# -- a known difference excuses the runtime, not a model no holder can run -------------------
 
 
 def _evil(folder) -> None:
@@ -50,7 +50,7 @@ def test_a_known_difference_does_not_excuse_a_model_that_cannot_run_as_onnx_defi
     assert "cannot run it either" in outcome.detail and f"known difference on {runtime}" in outcome.detail
 
 
-# -- items 16 and 20b: a site model the runtime cannot load is not checked there, not a mismatch -------
+# -- a site model the runtime cannot load is not checked there, not a mismatch -------
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_one_line_folds_whitespace_and_keeps_the_whole_reason():
     assert one_line(RuntimeError(_LONG.replace(", ", ",\n  "))) == _LONG
 
 
-# -- item 8: a kept node reads ORIGINAL's constants and carries its attributes ------------------------
+# -- a kept node reads ORIGINAL's constants and carries its attributes ------------------------
 
 
 def _masked_matmul(weight_change: int = 0, alpha: float = 0.01, function: bool = False) -> onnx.ModelProto:
@@ -182,7 +182,7 @@ def test_a_kept_node_reading_a_changed_weight_through_an_identity_fails():
     assert report.verdict == "FAIL" and any("input 1 ('W') differs" in d for d in report.kept_differences)
 
 
-# -- item 17b: exact, for a QDQ model, is the ops as ONNX defines them, not ORT's fused integer kernels --
+# -- exact, for a QDQ model, is the ops as ONNX defines them, not ORT's fused integer kernels --
 
 
 def _qdq_softmax() -> onnx.ModelProto:

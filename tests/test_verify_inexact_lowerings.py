@@ -1,4 +1,4 @@
-"""verify's false PASSes of the round-4 review (/work/wt/review/findings 03, 09, 04, 10).
+"""verify fails lowerings that are inexact only on some inputs:
 
 - a MatMulInteger or ConvInteger lowering cut into float32 chunks one of which can still pass 2^24
   FAILs wherever that chunk lies: the 'past 2^24' cases move a term in every stride of the
