@@ -137,12 +137,12 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One input ``x`` with a stable name, the heading it is listed under and a sentence on what it
-    tests. The heading orders the catalogue for a reader; what the input is, for a check, a report or
+    """One input ``x`` with a stable name, the category it is listed under and a sentence on what it
+    tests. The category orders the catalogue for a reader; what the input is, for a check, a report or
     a known difference, is :meth:`classes`."""
 
     name: str
-    heading: str
+    category: str
     x: np.ndarray
     description: str
 
@@ -151,7 +151,7 @@ class Case:
         return input_classes(self.x, policy)
 
     @property
-    def zero_range(self) -> bool:
+    def policy_dependent(self) -> bool:
         """True when the expected outputs depend on the zero-range policy."""
         with np.errstate(invalid="ignore"):
             return not self.x.size or bool(np.all(self.x == 0))

@@ -130,7 +130,7 @@ def _write_cases(
     for case in cases:
         expected = reference.dynamic_quantize_linear(case.x, zero_range)
         # The large input costs 5 MB per folder: one opset is enough to exercise vectorized kernels.
-        case_opsets = opsets[-1:] if case.heading == "large" else opsets
+        case_opsets = opsets[-1:] if case.category == "large" else opsets
         for opset in case_opsets:
             native_name = folder_name(case.name, "native", opset)
             native = one_node_model(case.x.shape, opset, name=native_name, description=case.description)
@@ -158,9 +158,9 @@ def _write_cases(
                         known[other] = other_reason
                 _write_case(stage / folder, model, case.x, expected)
                 entries.append(SuiteEntry(
-                    name=case.name, folder=folder, category=case.heading, opset=opset, variant=form,
+                    name=case.name, folder=folder, category=case.category, opset=opset, variant=form,
                     policy=zero_range, description=description, shape=tuple(case.x.shape),
-                    policy_dependent=case.zero_range, comparable=case.comparable, known_differences=known,
+                    policy_dependent=case.policy_dependent, comparable=case.comparable, known_differences=known,
                 ))
         logger.info("wrote %s at opsets %s", case.name, case_opsets)
     if not entries:

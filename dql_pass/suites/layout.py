@@ -78,7 +78,7 @@ class SuiteEntry:
 
     name: str
     folder: str
-    category: str  # the heading the case is listed under in the catalogue
+    category: str  # the category the case is listed under in the catalogue
     opset: int
     variant: str
     policy: str
