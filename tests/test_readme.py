@@ -26,7 +26,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 # The manual, in reading order: the README first (its "Try it" writes expanded.onnx), then docs/.
 PAGES = [ROOT / "README.md", *(ROOT / "docs" / name for name in (
     "cli.md", "verify.md", "lower.md", "suites.md", "targets.md", "browser.md", "phones.md", "api.md", "files.md",
-    "performance.md", "architecture.md", "SEMANTICS.md", "RUNTIMES.md", "BENCHMARKS.md"))]
+    "performance.md", "architecture.md", "GLOSSARY.md", "SEMANTICS.md", "RUNTIMES.md", "BENCHMARKS.md"))]
 MANUAL = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 # The two commands a new user types first: they stay exactly as they are.
 FIRST_COMMANDS = ("pip install . && dql-pass expand models/mlp_dynamic.onnx -o expanded.onnx", "pip install '.[test]' && pytest")
