@@ -41,10 +41,9 @@ from __future__ import annotations
 
 __all__ = ["LoweredSite", "check_lowered", "lowered_sites"]
 
-import copy
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -211,16 +210,17 @@ def _static_shapes(site: LoweredSite, replacement: _Replacement) -> list[tuple[i
     return shapes
 
 
-def _fed_shapes(
-    rule: Rule, site: LoweredSite, replacement: _Replacement, rng: np.random.Generator
-) -> list[list[tuple[int, ...]]]:
-    """The shapes fed to the replacement's inputs, case by case: the static ones, else those of the
-    cases made on a copy of ``rng`` (each case dropped once seen: they are made again when run)."""
+def _cases(rule: Rule, site: LoweredSite, replacement: _Replacement, rng: np.random.Generator) -> tuple[
+    Iterable[tuple[str, str, list[np.ndarray | None]]], list[list[tuple[int, ...]]]
+]:
+    """The site's cases and the shapes fed to the replacement's inputs: made one at a time where the
+    site's static shapes tell those shapes (a large operand is a graph input of declared shape), else
+    all made first, to read their shapes (operands of unknown shape are made small)."""
     static = _static_shapes(site, replacement)
     if static is not None:
-        return [static]
-    probe = copy.deepcopy(rng)
-    return [[np.shape(array) for array in replacement.fed(arrays)] for _, _, arrays in rule.cases(site, probe)]
+        return rule.cases(site, rng), [static]
+    cases = list(rule.cases(site, rng))
+    return cases, [[np.shape(array) for array in replacement.fed(arrays)] for _, _, arrays in cases]
 
 
 def _declare_shapes(model: ir.Model, operands: Sequence[Sequence[tuple[int, ...]]]) -> None:
@@ -271,17 +271,17 @@ def _check(
     result.block = _block(site, replacement)
     rule = RULES[site.op_type]
     model = replacement.model
-    declared = _fed_shapes(rule, site, replacement, rng)
+    cases, declared = _cases(rule, site, replacement, rng)
     _declare_shapes(model, declared)
     session, runtime, reason = _session(model, runtime)
     if session is None:
-        for _ in rule.cases(site, rng):  # drawn all the same: the next sites' operands stay as they were
+        for _ in cases:  # drawn all the same: the next sites' operands stay as they were
             pass
         result.mismatches, result.detail = 1, reason
         return result
     result.not_checked = reason
     tally = Tally(result)
-    for name, category, arrays in rule.cases(site, rng):  # one case at a time: an operand may be large
+    for name, category, arrays in cases:
         fed = replacement.fed(arrays)
         if len(declared) == 1 and [np.shape(a) for a in fed] != declared[0]:
             raise AssertionError(f"operands of {site.name} made in another shape than the site's static one")
