@@ -928,7 +928,7 @@ def test_given_inputs_count_toward_the_public_input_cap(mlp, monkeypatch):
 
 def test_a_bug_of_ours_is_a_traceback_not_bad_input(mlp, monkeypatch):
     """Only a runtime's refusal of ORIGINAL is bad input; anything else surfaces as itself."""
-    run = sys.modules["dql_pass.verification.run"]
+    run = sys.modules["dql_pass.verification.model_level"]
 
     def broken(*args, **kwargs):
         raise KeyError("a bug")

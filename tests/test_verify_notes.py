@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass import runtimes
 from dql_pass.verification.report import OutputResult
-from dql_pass.verification.run import _from_ort_in_context
+from dql_pass.verification.notes import from_ort_in_context
 
 
 def test_known_differences_are_one_line_per_reason_with_counts():
@@ -32,15 +32,15 @@ def test_the_distance_from_ort_is_put_in_context():
     far = OutputResult("y", False, 7, 0.25, 3.0, "7 of 10 elements differ; max abs 0.25, max rel 3")
     nearer = OutputResult("y", False, 2, 0.125, 1.0, "2 of 10 elements differ; max abs 0.125, max rel 1")
     same = OutputResult("y", True)
-    assert _from_ort_in_context(runtime, [far], [far]) == [
+    assert from_ort_in_context(runtime, [far], [far]) == [
         "from ORT, 'y': ORIGINAL on reference is as far from ORT (7 of 10 elements differ; max abs 0.25, max rel 3): "
         "that is reference's own float rounding, not the rewrite"]
-    assert _from_ort_in_context(runtime, [far], [nearer]) == [
+    assert from_ort_in_context(runtime, [far], [nearer]) == [
         "from ORT, 'y': ORIGINAL on reference against ORIGINAL on ORT: 2 of 10 elements differ; max abs 0.125, max "
         "rel 1; the rest is the rewrite's own difference on reference"]
-    assert _from_ort_in_context(runtime, [far], [same])[0].startswith("from ORT, 'y': ORIGINAL on reference against "
+    assert from_ort_in_context(runtime, [far], [same])[0].startswith("from ORT, 'y': ORIGINAL on reference against "
                                                                        "ORIGINAL on ORT: bit-identical;")
-    assert _from_ort_in_context(runtime, [same], [same]) == []
+    assert from_ort_in_context(runtime, [same], [same]) == []
 
 
 def _skip_layer_norm(hidden: int = 384) -> onnx.ModelProto:

@@ -77,15 +77,19 @@ def dequantize_linear(site: Site, rng: np.random.Generator) -> Cases:
     return _quantization_cases(site, rng, dequantize=True)
 
 
-def _integers(dtype: ir.DataType, shape: Sequence[int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """All zero, all at the type's ends, and random."""
+def _integers(
+    dtype: ir.DataType, shape: Sequence[int], rng: np.random.Generator
+) -> dict[str, Callable[[], np.ndarray]]:
+    """All zero, all at the type's ends, and random, each made when called: the random one is drawn
+    now (the generator's order stays), the others are not held between cases."""
     np_type = dtype.numpy()
     info = np.iinfo(np_type)
     random = np.empty(math.prod(shape), np_type)
     for start in range(0, random.size, _BLOCK):  # the same draws as one call, without its int64 array
         random[start:start + _BLOCK] = rng.integers(info.min, int(info.max) + 1, min(_BLOCK, random.size - start))
-    return {"zero": np.zeros(shape, np_type), "max": np.full(shape, info.max, np_type), "min": np.full(shape, info.min, np_type),
-            "random": random.reshape(shape)}
+    random = random.reshape(shape)
+    return {"zero": lambda: np.zeros(shape, np_type), "max": lambda: np.full(shape, info.max, np_type),
+            "min": lambda: np.full(shape, info.min, np_type), "random": lambda: random}
 
 
 def _zero_points(dtype: ir.DataType, rng: np.random.Generator) -> list[np.ndarray]:
@@ -102,7 +106,8 @@ def _known(site: Site, index: int, fallback: Callable[[], tuple[int, ...] | None
 
 
 def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
-    """MatMulInteger and ConvInteger (``conv``): inputs (activation, weight, activation zero point, weight zero point)."""
+    """MatMulInteger and ConvInteger (``conv``): inputs (activation, weight, activation zero point,
+    weight zero point)."""
     a_type, w_type = site.types[:2]
     if a_type is None or w_type is None:
         raise Unsynthesizable("an operand's type is unknown")
@@ -115,13 +120,15 @@ def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
     else:
         per_row = site.constants[2] if len(site.constants) > 2 and site.constants[2] is not None else np.zeros(1)
         rows = per_row.size if per_row.size > 1 else 4  # a zero point per row: that many rows
+        # B [K] or [..., K, N]: A takes its K.
         a_shape = _known(site, 0, lambda: None if site.shapes[1] is None and weights is None
-                         else (rows, (weights.shape if weights is not None else site.shapes[1])[-2:][0]))  # B [K] or [..., K, N]
+                         else (rows, (weights.shape if weights is not None else site.shapes[1])[-2:][0]))
         w_shape = _known(site, 1, lambda: (a_shape[-1], 5))
     names, constants = [*site.inputs, None, None][:4], [*site.constants, None, None][:4]
     # A constant operand is what the replacement reads: it is checked on its stored value only.
-    activations = {"constant": constants[0]} if constants[0] is not None else _integers(a_type, a_shape, rng)
-    weight_sets = {"constant": weights} if weights is not None else _integers(w_type, w_shape, rng)
+    activations = ({"constant": lambda a=constants[0]: a} if constants[0] is not None
+                   else _integers(a_type, a_shape, rng))
+    weight_sets = {"constant": lambda w=weights: w} if weights is not None else _integers(w_type, w_shape, rng)
 
     def points(index: int, dtype: ir.DataType) -> list[np.ndarray | None]:
         """A zero point's values: absent, ORIGINAL's constant, or both ends of the type and a random one."""
@@ -134,7 +141,9 @@ def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
     for (a_class, a), (w_class, w) in zip(_cycle(activations, count), _cycle(weight_sets, count)):
         for k, a_zp in enumerate(a_points):
             w_zp = w_points[k % len(w_points)]
-            yield f"{a_class} activations, zero point {a_zp}, {w_class} weights", a_class, [a, w, a_zp, w_zp][: len(site.inputs)]
+            operands = [a(), w(), a_zp, w_zp][: len(site.inputs)]
+            yield f"{a_class} activations, zero point {a_zp}, {w_class} weights", a_class, operands
+    activations = weight_sets = a = w = None  # not held while the driven cases run
     if constants[0] is not None and (conv or constants[1] is not None or constants[0].ndim > 2):
         return  # nothing to drive (a constant image against synthesized kernels is not driven)
     if weights is None:  # both ends of the type in turn, so every term is as large as the type allows, of either sign
@@ -159,7 +168,7 @@ def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
             yield f"{label}, zero point {a_zp}", label, [a, weights, a_zp, w_zp][: len(site.inputs)]
 
 
-def _cycle(items: dict[str, np.ndarray], count: int) -> list[tuple[str, np.ndarray]]:
+def _cycle(items: dict[str, Callable[[], np.ndarray]], count: int) -> list[tuple[str, Callable[[], np.ndarray]]]:
     pairs = list(items.items())
     return [pairs[i % len(pairs)] for i in range(count)]
 
@@ -167,7 +176,9 @@ def _cycle(items: dict[str, np.ndarray], count: int) -> list[tuple[str, np.ndarr
 Probe = tuple[int, int, bool] | None  # terms [start, stop), the last usable one (else the first); None: all
 
 
-def _drive(terms: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: int, past: bool, probe: Probe = None) -> np.ndarray | None:
+def _drive(
+    terms: np.ndarray, lo: np.ndarray, hi: np.ndarray, sign: int, past: bool, probe: Probe = None
+) -> np.ndarray | None:
     """Shifted activations, each in [lo, hi] (lo <= 0 <= hi), that drive ``sum(terms * v)`` to its
     reachable end of ``sign`` (1: the largest sum, -1: the smallest); ``past``: instead to the sum
     nearest that end, moving one term (the first or last usable one of ``probe``'s terms), that is
@@ -211,7 +222,8 @@ def _probes(terms: np.ndarray, widest: int) -> list[Probe]:
     if not largest or terms.shape[0] * largest <= LIMIT:
         return [None]
     stride = LIMIT // largest + 1
-    return [None, *((start, start + stride, last) for start in range(0, terms.shape[0], stride) for last in (False, True))]
+    starts = range(0, terms.shape[0], stride)
+    return [None, *((start, start + stride, last) for start in starts for last in (False, True))]
 
 
 def _float32_holds(values: np.ndarray) -> np.ndarray:
@@ -269,7 +281,8 @@ def _driven(site: Site, conv: bool, weights: np.ndarray, w_zp: np.ndarray | None
                     window = centred[column][np.ix_(range(centred.shape[1]), *kernel)]
                     v = _drive(window.ravel(), lo[row], hi[row], sign, past, probe)
                     if v is not None:
-                        channels = range(column // per_group * centred.shape[1], (column // per_group + 1) * centred.shape[1])
+                        first = column // per_group * centred.shape[1]
+                        channels = range(first, first + centred.shape[1])
                         shifted[n][np.ix_(channels, *image)] = v.reshape(window.shape)
                 else:
                     v = _drive(centred[:, column].astype(np.int64), lo[row], hi[row], sign, past, probe)
@@ -364,7 +377,8 @@ def _per_channel(shape: Sequence[int], axis: int, values: list[np.ndarray], dtyp
 
 
 def _ties(scale: np.float32, halves: np.ndarray) -> np.ndarray:
-    """Float32 ``x`` with ``x / scale`` exactly ``halves`` (a float32 division), where one is near ``halves * scale``."""
+    """Float32 ``x`` with ``x / scale`` exactly ``halves`` (a float32 division), where one is near
+    ``halves * scale``."""
     near = (halves * np.float64(scale)).astype(np.float32)
     found, ties = np.zeros(near.shape, bool), near.copy()
     for ulps in (0, 1, -1, 2, -2):
@@ -414,7 +428,7 @@ def _quantization_cases(site: Site, rng: np.random.Generator, dequantize: bool) 
     scales = scale.reshape(-1).astype(np.float32)
     if dequantize:
         for label, x in _integers(site.types[0], shape, rng).items():
-            yield label, label, [x, *params]
+            yield label, label, [x(), *params]
         # Every value of the type on every channel (a sample of 16-bit ones): a folded or
         # reordered multiply differs on a few of them only.
         every = _levels(int(info.min), int(info.max), rng)
@@ -438,8 +452,9 @@ def _quantization_cases(site: Site, rng: np.random.Generator, dequantize: bool) 
             yield f"{label} {k}", label, [x, *params]
     size = math.prod(shape)
     specials = np.array([0, -0.0, np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-40], np.float32)
-    for label, x in {"specials": np.resize(specials, size),
-                     "random": rng.standard_normal(size).astype(np.float32) * 100, "zero": np.zeros(size, np.float32)}.items():
+    last = {"specials": np.resize(specials, size), "random": rng.standard_normal(size).astype(np.float32) * 100,
+            "zero": np.zeros(size, np.float32)}
+    for label, x in last.items():
         yield label, label, [x.astype(np.float32).reshape(shape), *params]
 
 

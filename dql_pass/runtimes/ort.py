@@ -108,6 +108,9 @@ class OnnxRuntime(Runtime):
 
         options = ort.SessionOptions()
         options.log_severity_level = 1 if log else 3  # errors only: callers report failures themselves
+        # No arena: it keeps every run's peak for the session's life, rounded up to a power of two, where
+        # a large input's widened copies are freed as they go without it (verify runs large graph inputs).
+        options.enable_cpu_mem_arena = False
         options.intra_op_num_threads = threads
         options.graph_optimization_level = {
             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

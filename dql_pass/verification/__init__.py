@@ -2,15 +2,15 @@
 
 :func:`verify` compares REWRITTEN with ORIGINAL at two levels and returns a :class:`VerifyReport`:
 
-- site level (:mod:`dql_pass.verification.extract`, :mod:`dql_pass.verification.run`): every
+- site level (:mod:`dql_pass.verification.extract`, :mod:`dql_pass.verification.site_level`): every
   DynamicQuantizeLinear of ORIGINAL (main graph, If/Loop/Scan bodies at any depth, model-local
   functions) is checked on its own, by what its live readers read in REWRITTEN, extracted and run
   on the catalogue (:func:`dql_pass.inputs.cases`) and two large cases against the reference;
   a site that cannot be extracted is "not reachable" and the verdict INCOMPLETE, never PASS;
-- kept nodes (:func:`dql_pass.verification.extract.kept_differences`): every node REWRITTEN keeps reads
+- kept nodes (:mod:`dql_pass.verification.kept`): every node REWRITTEN keeps reads
   ORIGINAL's constants bit for bit and carries its attributes, or the verdict is FAIL, whatever the
   inputs below reach;
-- model level (:mod:`dql_pass.verification.run`): both models run on ORT on input sets synthesized by
+- model level (:mod:`dql_pass.verification.model_level`): both models run on ORT on input sets synthesized by
   :mod:`dql_pass.verification.inputs`; the values the main-graph sites' readers read must equal the
   reference on the site's input in ORIGINAL, and the graph outputs must be the same list with the
   same bits. A model level that cannot run (an input verify cannot synthesize) or that compares no
@@ -33,7 +33,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -43,14 +43,16 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.files import as_ir_model, external_tensors
 from dql_pass.op import check_choice
-from dql_pass.verification.extract import Scopes, kept_differences, original_sites
+from dql_pass.verification.extract import Scopes, original_sites
+from dql_pass.verification.kept import kept_differences
 from dql_pass.verification.inputs import (
-    FALLBACK_BATCH, MAX_INPUT_BYTES, Unsynthesizable, batch_is_default, chosen_dims, input_sets,
+    FALLBACK_BATCH, MAX_INPUT_BYTES, InputSets, Unsynthesizable, batch_is_default, chosen_dims, input_sets,
 )
 from dql_pass.verification.lowered import check_lowered
+from dql_pass.verification.model_level import check_model, not_checked
 from dql_pass.verification.progress import Callback, reporting
 from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport
-from dql_pass.verification.run import check_model, check_sites, not_checked
+from dql_pass.verification.site_level import check_sites
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,27 @@ def verify(
         return _verify(original, rewritten, samples, seed, inputs, dims, zero_range, runtime)
 
 
+def _checked_options(zero_range: str, runtime: str, samples: int, dims: Mapping[str, int] | None) -> runtimes.Runtime:
+    """The runtime, once the options are known good; :class:`InputError` where one is not."""
+    check_choice("zero-range policy", zero_range)
+    runner = runtimes.get(runtime)
+    runner.check_installed()
+    if samples < 0:
+        raise InputError(f"samples must be 0 or more, not {samples}")
+    if any(size < 0 for size in (dims or {}).values()):
+        raise InputError("dims: sizes must be 0 or more")
+    return runner
+
+
+def _fallback(
+    model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]
+) -> Callable[[], InputSets] | None:
+    """The input sets at batch 1, for an ORIGINAL that does not run at the default batch, where that is default."""
+    if not batch_is_default(model, inputs, dims):
+        return None
+    return functools.partial(input_sets, model, samples, seed, inputs, dims, FALLBACK_BATCH)
+
+
 def _verify(
     original: onnx.ModelProto | ir.Model | str | os.PathLike,
     rewritten: onnx.ModelProto | ir.Model | str | os.PathLike,
@@ -109,13 +132,7 @@ def _verify(
     zero_range: str,
     runtime: str,
 ) -> VerifyReport:
-    check_choice("zero-range policy", zero_range)
-    runner = runtimes.get(runtime)
-    runner.check_installed()
-    if samples < 0:
-        raise InputError(f"samples must be 0 or more, not {samples}")
-    if any(size < 0 for size in (dims or {}).values()):
-        raise InputError("dims: sizes must be 0 or more")
+    runner = _checked_options(zero_range, runtime, samples, dims)
     start = time.perf_counter()
     original_model, original_label = _as_ir(original, "ORIGINAL")
     rewritten_model, rewritten_label = _as_ir(rewritten, "REWRITTEN")
@@ -129,17 +146,17 @@ def _verify(
     if sets is None:
         check = not_checked(tallies, unsynthesizable)
     else:
-        fallback = (
-            functools.partial(input_sets, original_model, samples, seed, inputs, dims, FALLBACK_BATCH)
-            if batch_is_default(original_model, inputs, dims) else None
-        )
+        fallback = _fallback(original_model, samples, seed, inputs, dims)
         check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
     lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
     kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)
     report = VerifyReport(
-        original_label, rewritten_label, zero_range, [t.result for t in tallies] + lowered, check.outputs, list(check.sets),
-        check.error, time.perf_counter() - start, check.notes, check.not_checked, runtime, kept,
-        chosen_dims(original_model, next(iter(check.sets.values()), {})), check.cannot_run, check.from_ort,
+        original=original_label, rewritten=rewritten_label, zero_range=zero_range,
+        sites=[t.result for t in tallies] + lowered, outputs=check.outputs, input_sets=list(check.sets),
+        model_error=check.error, seconds=time.perf_counter() - start, notes=check.notes,
+        model_not_checked=check.not_checked, runtime=runtime, kept_differences=kept,
+        dims=chosen_dims(original_model, next(iter(check.sets.values()), {})), cannot_run=check.cannot_run,
+        from_ort=check.from_ort,
     )
     logger.info("%s", report.summary)
     return report

@@ -36,7 +36,8 @@ class Blockers:
 def blockers(model: ir.Model, runtime: str, dims: Mapping[str, int] | None = None) -> Blockers:
     """What keeps ``model`` from running on ``runtime``: its stated lacks, and its refusal to load or run it."""
     runner = runtimes.get(runtime)
-    reasons = [lack.describe() for lack in runtimes.lacking(runtime, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)]
+    opset = ai_onnx_opset(model.opset_imports) or 0
+    reasons = [lack.describe() for lack in runtimes.lacking(runtime, ops_used(model), opset)]
     if not runner.installed():
         return Blockers(runtime, reasons,
                         f"{runtime} is not installed, so only its stated lacks were checked; {runner.install_hint()}")

@@ -24,31 +24,22 @@ Rules:
   y_scale are what is checked (against y - y_zero_point of the reference), and the lowered ops
   are checked from that difference by :mod:`dql_pass.verification.lowered`;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
-- a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it has
-  no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
-  either model has a constant (an initializer that is also a graph input counts by its stored
-  value: as deployed nothing feeds it), and carry the same attributes: a difference there is a
-  mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them).
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "LostOutput", "Scopes", "Site", "extract", "kept_differences", "original_sites", "reader", "values_by_name",
+    "LostOutput", "Scopes", "Site", "extract", "original_sites", "reader", "values_by_name",
 ]
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-import numpy as np
 import onnx_ir as ir
 
-from dql_pass import runtimes
-from dql_pass.compare import bit_difference
 from dql_pass.errors import InputError
-from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
-from dql_pass.graph.walk import Root, described, graph_scopes, live, op_key, sites_by_graph
+from dql_pass.graph.walk import Root, graph_scopes, live, op_key, sites_by_graph
 from dql_pass.lowering import LOWERED
 from dql_pass.lowering.blocks import cast_reader, centred_name
 from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, OUTPUT_TYPES, OUTPUTS
@@ -68,7 +59,8 @@ class _Use:
     live: bool
     op: tuple[str, str] | None = None
     node_outputs: tuple[str, ...] = ()
-    cast: str | None = None  # the output of the Cast to float32 that alone reads that node's (a block may drop the pair)
+    # The output of the Cast to float32 that alone reads that node's (a block may drop the pair).
+    cast: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +119,8 @@ def _uses(
     found = [_Use(label, i, value.graph in graphs) for i, output in enumerate(value.graph.outputs) if output is value] \
         if value.is_graph_output() else []
     found += [
-        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node), tuple(v.name for v in use.node.outputs),
+        _Use(scopes[use.node.graph][0], use.idx, use.node in nodes, op_key(use.node),
+             tuple(v.name for v in use.node.outputs),
              cast_reader(use.node.outputs[0]) if len(use.node.outputs) == 1 else None)
         for use in value.uses()
     ]
@@ -238,7 +231,8 @@ class Scopes:
                 for name, uses in zip(site.outputs, site.uses, strict=True)
             ]
         first = tuple(values[0] for values in found)
-        return graph, [first] + [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
+        others = [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
+        return graph, [first] + others
 
     def _dropped(self, use: _Use) -> bool:
         """Whether REWRITTEN makes the output of ``use``'s reader's Cast to float32 by another op:
@@ -288,134 +282,3 @@ def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.V
     extracted = site_model(model, graph, outputs, [site.input])  # outputs that ignore x still get compared
     _canonical(extracted.graph, block)
     return extracted
-
-
-# -- kept nodes ------------------------------------------------------------------------------------
-
-
-def _identity(node: ir.Node) -> tuple:
-    """Domain, type, and the name, or the output names of an unnamed node."""
-    return (*op_key(node), node.name or tuple(v.name for v in node.outputs))
-
-
-def _wiring(node: ir.Node) -> tuple:
-    """Domain, type, and the names of the values read and made: a node renamed alone keeps them."""
-    return (*op_key(node), tuple(None if v is None else v.name for v in node.inputs), tuple(v.name for v in node.outputs))
-
-
-def _kept_nodes(labels: Mapping[ir.Graph, str], key: Callable[[ir.Node], tuple] = _identity) -> dict[tuple[str, tuple], ir.Node]:
-    """The nodes of the graphs ``labels`` names (graph to path) by graph path and ``key``; one that
-    shares its key with another in its graph is left out."""
-    found: dict[tuple[str, tuple], ir.Node | None] = {}
-    for graph, label in labels.items():
-        for node in graph:
-            found[label, key(node)] = None if (label, key(node)) in found else node
-    return {key: node for key, node in found.items() if node is not None}
-
-
-def _tensor(tensor: ir.TensorProtocol) -> tuple:
-    array = tensor.numpy()
-    return str(array.dtype), array.shape, array.tobytes()
-
-
-def _attribute(attr: ir.Attr) -> object:
-    """A comparable form of an attribute's value; graphs are compared as graphs of their own."""
-    if attr.is_ref():
-        return "ref", attr.type, attr.ref_attr_name
-    if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-        return (attr.type,)
-    if attr.type == ir.AttributeType.TENSOR:
-        return attr.type, _tensor(attr.value)
-    if attr.type == ir.AttributeType.TENSORS:
-        return attr.type, tuple(map(_tensor, attr.value))
-    if attr.type in (ir.AttributeType.FLOAT, ir.AttributeType.FLOATS):  # bits: -0.0 and NaN payloads count
-        return attr.type, np.asarray(attr.value, np.float32).tobytes()
-    if attr.type in (ir.AttributeType.INT, ir.AttributeType.STRING):
-        return attr.type, attr.value
-    if attr.type in (ir.AttributeType.INTS, ir.AttributeType.STRINGS):
-        return attr.type, tuple(attr.value)
-    return attr.type, str(attr.value)  # sparse tensors and type protos, by their text
-
-
-def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.ndarray | None:
-    """The value's array when ``model`` computes it from constants only, run on ``runtime``; None
-    when it depends on what is fed (the sites and the model level compare that) or does not run."""
-    try:
-        folded = site_model(model, value.graph, [value], [])
-    except NotReachable:
-        return None
-    folded.graph.outputs[0].name = "constant"
-    try:
-        session = runtime.load(folded, threads=1, optimize="basic")
-        return np.asarray(session.run({})[0])
-    except runtimes.RuntimeFailure:  # the model level runs REWRITTEN whole and reports what fails there
-        return None
-
-
-def _deployed(value: ir.Value | None) -> np.ndarray | None:
-    """The value's array as the model is deployed, nothing fed: a constant, or the stored value of
-    an initializer that is also a graph input (every one of an IR-3 model), which is what runs."""
-    array = constant(value)
-    if array is None and value is not None and value.is_initializer() and value.const_value is not None:
-        return value.const_value.numpy()
-    return array
-
-
-def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None, absent: bool) -> str | None:
-    """How REWRITTEN's input ``name`` of a kept node (``actual``) differs from ORIGINAL's constant."""
-    if absent:
-        return f"{name} is a constant in ORIGINAL and absent in REWRITTEN"
-    if actual is None:
-        return None
-    if expected.dtype.kind in "fiub" and actual.dtype.kind in "fiub":
-        difference = bit_difference(name, actual, expected)
-        return None if difference is None else difference.text
-    same = expected.dtype == actual.dtype and expected.shape == actual.shape and expected.tolist() == actual.tolist()
-    return None if same else f"{name} differs"
-
-
-def kept_differences(
-    original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime, scopes: Scopes | None = None
-) -> list[str]:
-    """For every node REWRITTEN keeps (see the module docstring), each constant input or attribute
-    that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
-    REWRITTEN computes from constants run on ``runtime``. ``scopes``: REWRITTEN's, when already built."""
-    scopes = scopes or Scopes(rewritten)
-    alive = scopes.live_nodes
-    kept, wired = _kept_nodes(scopes.labels), _kept_nodes(scopes.labels, _wiring)
-    found = []
-    original_labels = {graph: label for graph, (label, _) in graph_scopes(original).items()}
-    for key, node in _kept_nodes(original_labels).items():
-        twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
-        if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
-            continue
-        label = f"{described(node)} in {key[0]}"
-        count = max(len(node.inputs), len(twin.inputs))
-        for i, (a, b) in enumerate(zip([*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count])):
-            expected, actual = _deployed(a), _deployed(b)
-            if a is None and actual is not None:
-                found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
-            elif expected is not None:
-                if actual is None and b is not None:
-                    actual = _folded(rewritten, b, runtime)
-                problem = _input_difference(f"input {i} ({a.name!r})", expected, actual, b is None)
-                found += [f"{label}: {problem}"] if problem else []
-        found += [
-            f"{label}: {_attribute_difference(name, node.attributes.get(name), twin.attributes.get(name))}"
-            for name in sorted(set(node.attributes) | set(twin.attributes))
-            if name not in node.attributes or name not in twin.attributes
-            or _attribute(node.attributes[name]) != _attribute(twin.attributes[name])
-        ]
-    return found
-
-
-def _attribute_difference(name: str, original: ir.Attr | None, rewritten: ir.Attr | None) -> str:
-    if original is not None and rewritten is not None and original.type == rewritten.type == ir.AttributeType.TENSOR:
-        difference = bit_difference(f"attribute {name!r}", rewritten.value.numpy(), original.value.numpy())
-        if difference is not None:
-            return difference.text
-
-    def shown(attr: ir.Attr | None) -> str:
-        return "absent" if attr is None else f"@{attr.ref_attr_name}" if attr.is_ref() else repr(attr.value)
-
-    return f"attribute {name!r} is {shown(original)} in ORIGINAL and {shown(rewritten)} in REWRITTEN"

@@ -23,12 +23,12 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
-    "BATCH_SIZE", "FALLBACK_BATCH", "MAX_INPUT_BYTES", "OTHER_SIZE", "SPECIAL_SETS", "Unsynthesizable",
+    "BATCH_SIZE", "FALLBACK_BATCH", "InputSets", "MAX_INPUT_BYTES", "OTHER_SIZE", "SPECIAL_SETS", "Unsynthesizable",
     "batch_is_default", "chosen_dims", "input_sets",
 ]
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import onnx_ir as ir
@@ -38,11 +38,12 @@ from dql_pass.graph.walk import fed_inputs
 from dql_pass.op import DOMAINS
 
 # Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
-# short (the MiniLM at 128 x 128 took 111 s to verify, at 2 x 128 3.9 s) and still gives a DQL site
-# of hidden size 384 some 12,000 elements; the catalogue checks every site on its own besides.
+# short (docs/BENCHMARKS.md) and still gives a DQL site of hidden size 384 some 12,000 elements;
+# the catalogue checks every site on its own besides.
 BATCH_SIZE, FALLBACK_BATCH, OTHER_SIZE = 2, 1, 16
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
+_BLOCK = 1 << 20  # float values drawn at a time
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
 # Ops that hand token ids on unchanged, on the way to the Gather that reads them.
 _ID_PASS_THROUGH = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -76,8 +77,8 @@ def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, .
     if not isinstance(value.type, ir.TensorType) or value.shape is None or not (
         dtype.is_floating_point() or dtype.is_integer() or dtype == ir.DataType.BOOL
     ):
-        raise Unsynthesizable(f"cannot synthesize model input {value.name!r} of type {value.type}, shape {value.shape}; "
-                              "give it in inputs")
+        raise Unsynthesizable(f"cannot synthesize model input {value.name!r} of type {value.type}, "
+                              f"shape {value.shape}; give it in inputs")
     return tuple(_dim_size(d, axis, len(value.shape), dims, batch) for axis, d in enumerate(value.shape))
 
 
@@ -109,33 +110,42 @@ def _table_rows(value: ir.Value) -> int | None:
     return min(known) if known else None
 
 
-def _floats(kind: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _floats(kind: str, shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    """Float draws of ``kind``, made in float64 a block at a time (the same values as one call) and
+    stored in ``dtype``: no float64 array of the input's size."""
+    data = np.zeros(shape, dtype)
     if kind == "zeros":
-        return np.zeros(shape)
-    if kind == "heavy tails":
-        return rng.standard_cauchy(shape)  # a tenth of the values beyond ±6, some far beyond
-    normal = rng.standard_normal(shape)
-    return {"negative": -np.abs(normal), "positive": np.abs(normal)}.get(kind, normal)
+        return data
+    flat = data.reshape(-1)
+    for start in range(0, flat.size, _BLOCK):
+        count = min(_BLOCK, flat.size - start)
+        if kind == "heavy tails":
+            block = rng.standard_cauchy(count)  # a tenth of the values beyond ±6, some far beyond
+        else:
+            block = rng.standard_normal(count)
+            block = {"negative": -np.abs(block), "positive": np.abs(block)}.get(kind, block)
+        flat[start:start + count] = block
+    return data
 
 
 def _synthesize(
     value: ir.Value, shape: tuple[int, ...], kind: str, truth: bool, rng: np.random.Generator, high: int
 ) -> np.ndarray:
+    """One input's array, made in its own type (an integer input is drawn in its type, not widened)."""
     dtype = value.dtype
+    np_type = dtype.numpy()
     name = value.name.lower()
     if _is_mask(value):
-        data = np.ones(shape)
-    elif dtype == ir.DataType.BOOL:
-        data = np.full(shape, truth)  # flags (If conditions) take both values across the sets
-    elif dtype.is_floating_point():
-        data = _floats(kind, shape, rng)
-    elif "type" in name or "segment" in name:
-        data = np.zeros(shape)
-    elif "position" in name and shape:
-        data = np.broadcast_to(np.arange(shape[-1]), shape)
-    else:
-        data = rng.integers(0, high, shape)
-    return np.ascontiguousarray(data).astype(dtype.numpy())
+        return np.ones(shape, np_type)
+    if dtype == ir.DataType.BOOL:
+        return np.full(shape, truth, np_type)  # flags (If conditions) take both values across the sets
+    if dtype.is_floating_point():
+        return _floats(kind, shape, np_type, rng)
+    if "type" in name or "segment" in name:
+        return np.zeros(shape, np_type)
+    if "position" in name and shape:
+        return np.ascontiguousarray(np.broadcast_to(np.arange(shape[-1], dtype=np_type), shape))
+    return rng.integers(0, min(high, int(np.iinfo(np_type).max) + 1), shape, dtype=np_type)
 
 
 def _given_dims(model: ir.Model, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
@@ -157,7 +167,8 @@ def batch_is_default(model: ir.Model, inputs: Mapping[str, np.ndarray], dims: Ma
     sizes = {**_given_dims(model, inputs), **dims}
     return any(
         not isinstance(d, int) and _batch_like(d, axis, len(v.shape)) and d.value not in sizes
-        for v in fed_inputs(model.graph) if v.name not in inputs and v.shape is not None for axis, d in enumerate(v.shape)
+        for v in fed_inputs(model.graph) if v.name not in inputs and v.shape is not None
+        for axis, d in enumerate(v.shape)
     )
 
 
@@ -181,7 +192,8 @@ def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray
             raise InputError(f"inputs[{name!r}]: ORIGINAL has no input {name!r}; its inputs: {', '.join(by_name)}")
         expected = by_name[name].dtype
         if expected is not None and np.asarray(array).dtype != expected.numpy():
-            raise InputError(f"inputs[{name!r}]: the array is {np.asarray(array).dtype}, the input takes {expected.numpy()}")
+            raise InputError(f"inputs[{name!r}]: the array is {np.asarray(array).dtype}, "
+                             f"the input takes {expected.numpy()}")
     symbols = {d.value: None for v in graph_inputs if v.shape is not None for d in v.shape
                if isinstance(d, ir.SymbolicDim) and d.value}  # in the order the inputs name them
     for name in dims:
@@ -193,8 +205,8 @@ def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray
 def input_sets(
     model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int],
     batch: int = BATCH_SIZE,
-) -> dict[str, dict[str, np.ndarray]]:
-    """The input sets by label, each a feed for every graph input of ``model``."""
+) -> InputSets:
+    """The input sets by label, each a feed for every graph input of ``model`` (made when asked for)."""
     graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
     sizes = {**_given_dims(model, inputs), **dims}
@@ -216,13 +228,47 @@ def input_sets(
             f"{MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, fewer samples or smaller inputs"
         )
     highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
-    rng = np.random.default_rng(seed)
-    sets = {}
-    for i, label in enumerate(labels):
-        kind, truth = label if label in SPECIAL_SETS else "sample", i % 2 == 0 and label != "zeros"
-        sets[label] = {
-            v.name: np.asarray(inputs[v.name]) if v.name in inputs
-            else _synthesize(v, shapes[v.name], kind, truth, rng, highs.get(v.name, _INT_HIGH))
-            for v in graph_inputs
+    return InputSets(labels, graph_inputs, inputs, shapes, highs, seed)
+
+
+class InputSets(Mapping[str, dict[str, np.ndarray]]):
+    """The input sets by label, each a feed for every graph input, made when asked for and not kept:
+    a model-level run holds one set at a time. Set ``i`` is drawn from the generator's state after
+    sets ``0 .. i-1``, kept once known, so it has the same values whenever it is made."""
+
+    def __init__(self, labels: list[str], graph_inputs: list[ir.Value], given: Mapping[str, np.ndarray],
+                 shapes: Mapping[str, tuple[int, ...]], highs: Mapping[str, int], seed: int):
+        self._labels, self._inputs, self._given = labels, graph_inputs, given
+        self._shapes, self._highs = shapes, highs
+        self._states = [np.random.default_rng(seed).bit_generator.state]  # the generator's state before set i
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._labels)
+
+    def __getitem__(self, label: str) -> dict[str, np.ndarray]:
+        if label not in self._labels:
+            raise KeyError(label)
+        index = self._labels.index(label)
+        while len(self._states) <= index:
+            self._make(len(self._states) - 1)
+        return self._make(index)
+
+    def __contains__(self, label: object) -> bool:
+        return label in self._labels
+
+    def _make(self, index: int) -> dict[str, np.ndarray]:
+        label = self._labels[index]
+        rng = np.random.default_rng(0)
+        rng.bit_generator.state = self._states[index]
+        kind, truth = label if label in SPECIAL_SETS else "sample", index % 2 == 0 and label != "zeros"
+        feeds = {
+            v.name: np.asarray(self._given[v.name]) if v.name in self._given
+            else _synthesize(v, self._shapes[v.name], kind, truth, rng, self._highs.get(v.name, _INT_HIGH))
+            for v in self._inputs
         }
-    return sets
+        if len(self._states) == index + 1:
+            self._states.append(rng.bit_generator.state)
+        return feeds

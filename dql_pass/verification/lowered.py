@@ -43,7 +43,7 @@ __all__ = ["LoweredSite", "check_lowered", "lowered_sites"]
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -56,7 +56,7 @@ from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, live, op_key
 from dql_pass.lowering.blocks import cast_reader, centred_name
 from dql_pass.lowering.operands import Unsynthesizable
-from dql_pass.lowering.rules import RULES
+from dql_pass.lowering.rules import RULES, Rule
 from dql_pass.op import DOMAINS
 from dql_pass.verification.extract import Scopes, reader
 from dql_pass.verification.progress import advance
@@ -197,11 +197,37 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> _Replace
     return _Replacement(replacement, tuple(feeds), cast)
 
 
-def _declare_shapes(model: ir.Model, operands: Sequence[Sequence[np.ndarray]]) -> None:
+def _static_shapes(site: LoweredSite, replacement: _Replacement) -> list[tuple[int, ...]] | None:
+    """The shapes of what feeds the replacement's inputs, where the site's static shapes tell them
+    all (the operands are made in those shapes); None where one is not static."""
+    shapes = []
+    for positions in replacement.feeds:
+        known = [site.shapes[i] if site.constants[i] is None else site.constants[i].shape
+                 for i in positions if i < len(site.inputs) and site.inputs[i] is not None]
+        if any(shape is None for shape in known):
+            return None
+        shapes.append(np.broadcast_shapes(*known))
+    return shapes
+
+
+def _cases(rule: Rule, site: LoweredSite, replacement: _Replacement, rng: np.random.Generator) -> tuple[
+    Iterable[tuple[str, str, list[np.ndarray | None]]], list[list[tuple[int, ...]]]
+]:
+    """The site's cases and the shapes fed to the replacement's inputs: made one at a time where the
+    site's static shapes tell those shapes (a large operand is a graph input of declared shape), else
+    all made first, to read their shapes (operands of unknown shape are made small)."""
+    static = _static_shapes(site, replacement)
+    if static is not None:
+        return rule.cases(site, rng), [static]
+    cases = list(rule.cases(site, rng))
+    return cases, [[np.shape(array) for array in replacement.fed(arrays)] for _, _, arrays in cases]
+
+
+def _declare_shapes(model: ir.Model, operands: Sequence[Sequence[tuple[int, ...]]]) -> None:
     """Give the replacement's inputs the shapes of the operands fed to them (a dimension that varies
     is symbolic): a runtime may need an input's rank to read the model (OpenVINO's Conv does)."""
     for k, value in enumerate(model.graph.inputs):
-        shapes = {np.shape(arrays[k]) for arrays in operands}
+        shapes = {shapes[k] for shapes in operands}
         if len({len(shape) for shape in shapes}) == 1:
             value.shape = ir.Shape([
                 sizes.pop() if len(sizes := {shape[axis] for shape in shapes}) == 1 else f"input{k}_{axis}"
@@ -227,30 +253,43 @@ def _session(
         return None, ort, f"{reason}; onnxruntime cannot load it either: {one_line(error)}"
 
 
-def _check(site: LoweredSite, replacement: _Replacement, runtime: runtimes.Runtime, rng: np.random.Generator) -> SiteResult:
+def _block(site: LoweredSite, replacement: _Replacement) -> str | None:
+    """What was checked of a site a block changed: from the float32 difference, or as the Cast's output."""
+    if not replacement.cast and all(len(i) == 1 for i in replacement.feeds):
+        return None
+    return "checked " + " and ".join(
+        [f"from {centred_name(site.inputs[i[0]])!r}, its operand minus its zero point in float32"
+         for i in replacement.feeds if len(i) > 1]
+        + [f"as {site.cast!r}, the reference cast to float32"] * replacement.cast)
+
+
+def _check(
+    site: LoweredSite, replacement: _Replacement, runtime: runtimes.Runtime, rng: np.random.Generator
+) -> SiteResult:
     result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the exact "
                         "reference; the final outputs at the model level")
-    if replacement.cast or any(len(i) > 1 for i in replacement.feeds):
-        result.block = ("checked " + " and ".join(
-            [f"from {centred_name(site.inputs[i[0]])!r}, its operand minus its zero point in float32"
-             for i in replacement.feeds if len(i) > 1]
-            + [f"as {site.cast!r}, the reference cast to float32"] * replacement.cast))
+    result.block = _block(site, replacement)
     rule = RULES[site.op_type]
-    cases = list(rule.cases(site, rng))
     model = replacement.model
-    _declare_shapes(model, [replacement.fed(arrays) for _, _, arrays in cases])
+    cases, declared = _cases(rule, site, replacement, rng)
+    _declare_shapes(model, declared)
     session, runtime, reason = _session(model, runtime)
     if session is None:
+        for _ in cases:  # drawn all the same: the next sites' operands stay as they were
+            pass
         result.mismatches, result.detail = 1, reason
         return result
     result.not_checked = reason
     tally = Tally(result)
     for name, category, arrays in cases:
+        fed = replacement.fed(arrays)
+        if len(declared) == 1 and [np.shape(a) for a in fed] != declared[0]:
+            raise AssertionError(f"operands of {site.name} made in another shape than the site's static one")
         expected = rule.expected(arrays, site.attributes)
         if replacement.cast:
             expected = expected.astype(np.float32)
         try:
-            (actual,) = session.run({f"input{k}": array for k, array in enumerate(replacement.fed(arrays))})
+            (actual,) = session.run({f"input{k}": array for k, array in enumerate(fed)})
             difference = bit_difference("output", actual, expected)
             # Worse is a wrong type or shape before more wrong elements.
             diff = None if difference is None else SiteDifference(
@@ -260,7 +299,8 @@ def _check(site: LoweredSite, replacement: _Replacement, runtime: runtimes.Runti
                 refusal = f"{runtime.name} {runtimes.refused(error, f'run case {name}')}: {one_line(error)}"
                 result.not_checked = result.not_checked or refusal
                 continue
-            diff = SiteDifference(WORST, f"{runtime.name} failed: {one_line(error)}")  # an operand ORT cannot run is a mismatch
+            # An operand ORT cannot run is a mismatch.
+            diff = SiteDifference(WORST, f"{runtime.name} failed: {one_line(error)}")
         tally.add(name, category, diff)
     return result
 

@@ -11,18 +11,14 @@ The exit code is 0 for PASS only.
 
 from __future__ import annotations
 
-__all__ = ["OutputResult", "SiteResult", "Tally", "VerifyReport"]
+__all__ = ["OutputResult", "SiteResult", "Tally", "VerifyReport", "verdict"]
 
 import dataclasses
-import json
 import math
-import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from dql_pass.compare import SiteDifference
 from dql_pass.inputs import describe
-from dql_pass.files import atomic_path
 
 
 @dataclasses.dataclass
@@ -91,12 +87,15 @@ class OutputResult:
     detail: str | None = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class VerifyReport:
     """Everything verify found; :meth:`format` prints it, :meth:`to_dict` is the JSON form.
 
-    ``model_not_checked`` says why the model level checked nothing (an input that cannot be
-    synthesized, input sets that give no element to compare); the verdict is then INCOMPLETE at best.
+    The verdict (:func:`verdict`) is decided by the sites' rows, the final outputs, ``model_error``
+    (REWRITTEN did not run: a mismatch), ``kept_differences`` (each a mismatch),
+    ``model_not_checked`` (why the model level compared nothing: an input that cannot be
+    synthesized, input sets that give no element to compare; INCOMPLETE at best) and ``cannot_run``
+    (the runtime runs neither model: its own verdict). The other fields describe what was run.
     """
 
     original: str
@@ -115,13 +114,14 @@ class VerifyReport:
     dims: dict[str, int] = dataclasses.field(default_factory=dict)  # the size each symbolic dimension took
     # The runtime runs neither REWRITTEN nor ORIGINAL (its reason, whole): its verdict, not a FAIL of the rewrite.
     cannot_run: str | None = None
-    # With another runtime: REWRITTEN there against ORIGINAL on ORT, how far the deployed model is; apart from the verdict.
+    # With another runtime: REWRITTEN there against ORIGINAL on ORT, how far the deployed model is; apart from the
+    # verdict.
     from_ort: list[OutputResult] = dataclasses.field(default_factory=list)
 
     @property
     def mismatches(self) -> int:
-        return (sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs) + bool(self.model_error)
-                + len(self.kept_differences))
+        return (sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs)
+                + bool(self.model_error) + len(self.kept_differences))
 
     @property
     def passed(self) -> bool:
@@ -130,13 +130,8 @@ class VerifyReport:
 
     @property
     def verdict(self) -> str:
-        if self.passed:
-            return "PASS"
-        if self.mismatches:
-            return "FAIL"
-        # The runtime's own verdict only where it is all that kept the check from a PASS.
-        sites_checked = all(s.passed for s in self.sites)
-        return "CANNOT RUN" if self.cannot_run and sites_checked else "INCOMPLETE"
+        return verdict(mismatches=self.mismatches, sites_checked=all(s.passed for s in self.sites),
+                       model_not_checked=self.model_not_checked, cannot_run=self.cannot_run)
 
     @property
     def exit_code(self) -> int:
@@ -163,7 +158,8 @@ class VerifyReport:
         )
         if self.runtime != "onnxruntime":
             known = sum(sum(s.known.values()) for s in self.sites)
-            text += f"; REWRITTEN ran on {self.runtime}" + (f", {known} known differences of {self.runtime}" if known else "")
+            text += f"; REWRITTEN ran on {self.runtime}"
+            text += f", {known} known differences of {self.runtime}" if known else ""
         if unreachable:
             text += f"; {unreachable} sites not reachable, not checked"
         unchecked = sum(s.not_checked is not None for s in checked)
@@ -181,12 +177,37 @@ class VerifyReport:
         return f" ({', '.join(f'{name}={size}' for name, size in self.dims.items())})" if self.dims else ""
 
     def format(self) -> str:
+        lines = self._table() + self._site_lines() + self._known_lines()
+        inside = [s.name for s in self.sites if s.graph != "main"]
+        if inside:
+            lines.append(
+                f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
+                "the catalogue only; their values cannot be graph outputs"
+            )
+        lines += [f"kept node changed: {difference}" for difference in self.kept_differences]
+        lines += [f"final output {o.name!r} differs: {o.detail}" for o in self.outputs if not o.identical]
+        if self.cannot_run:
+            lines.append(f"cannot run: {self.cannot_run}")
+        for o in self.from_ort:
+            distance = "bit-identical" if o.identical else o.detail
+            lines.append(f"from ORT: final output {o.name!r} on {self.runtime} against ORIGINAL on ORT: {distance}")
+        lines += [f"note: {note}" for note in self.notes]
+        lines.append(self.summary)
+        return "\n".join(lines)
+
+    def _table(self) -> list[str]:
+        """One row per site, the columns aligned."""
         rows = [("site", "graph", "cases", "mismatches", "worst case (input class)")]
         for s in self.sites:
             worst = "-" if s.worst_case is None else f"{s.worst_case} ({s.worst_class})"
-            rows.append((s.name, s.graph, str(s.cases), "not reachable" if s.not_reachable else str(s.mismatches), worst))
+            mismatches = "not reachable" if s.not_reachable else str(s.mismatches)
+            rows.append((s.name, s.graph, str(s.cases), mismatches, worst))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+        return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+    def _site_lines(self) -> list[str]:
+        """What each site's row cannot say: why it was not reached or checked, its block, its mismatch."""
+        lines = []
         for s in self.sites:
             if s.not_reachable:
                 lines.append(f"not reachable: {s.name} in {s.graph}: {s.not_reachable}")
@@ -198,31 +219,17 @@ class VerifyReport:
                 ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
                 classes = ", ".join(f"{name} {count}" for name, count in ranked)
                 lines.append(f"mismatch: {s.name} in {s.graph}: {s.detail}; failing input classes: {classes}")
-        known: dict[str, list[int]] = {}  # reason: [sites, cases], one line each whatever the number of sites
+        return lines
+
+    def _known_lines(self) -> list[str]:
+        """The runtime's known differences: one line per reason, whatever the number of sites."""
+        known: dict[str, list[int]] = {}  # reason: [sites, cases]
         for s in self.sites:
             for reason, count in s.known.items():
                 tally = known.setdefault(reason, [0, 0])
                 tally[0], tally[1] = tally[0] + 1, tally[1] + count
-        lines += [f"known difference of {self.runtime}, {cases:,} cases at {sites} site{'s' * (sites != 1)}: {reason}"
-                  for reason, (sites, cases) in known.items()]
-        inside = [s.name for s in self.sites if s.graph != "main"]
-        if inside:
-            lines.append(
-                f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
-                "the catalogue only; their values cannot be graph outputs"
-            )
-        lines += [f"kept node changed: {difference}" for difference in self.kept_differences]
-        for o in self.outputs:
-            if not o.identical:
-                lines.append(f"final output {o.name!r} differs: {o.detail}")
-        if self.cannot_run:
-            lines.append(f"cannot run: {self.cannot_run}")
-        for o in self.from_ort:
-            distance = "bit-identical" if o.identical else o.detail
-            lines.append(f"from ORT: final output {o.name!r} on {self.runtime} against ORIGINAL on ORT: {distance}")
-        lines += [f"note: {note}" for note in self.notes]
-        lines.append(self.summary)
-        return "\n".join(lines)
+        return [f"known difference of {self.runtime}, {cases:,} cases at {sites} site{'s' * (sites != 1)}: {reason}"
+                for reason, (sites, cases) in known.items()]
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -238,8 +245,13 @@ class VerifyReport:
             "summary": self.summary,
         }
 
-    def save_json(self, path: str | os.PathLike) -> None:
-        """Write :meth:`to_dict` as JSON to ``path`` atomically."""
-        text = json.dumps(self.to_dict(), indent=2) + "\n"
-        with atomic_path(path, "report") as temporary:
-            Path(temporary).write_text(text)
+
+def verdict(*, mismatches: int, sites_checked: bool, model_not_checked: str | None, cannot_run: str | None) -> str:
+    """PASS when nothing differs, every site was checked and the model level compared something;
+    FAIL on any mismatch; else CANNOT RUN where the runtime running neither model is all that kept
+    the check from a PASS, and INCOMPLETE otherwise."""
+    if not mismatches and sites_checked and model_not_checked is None:
+        return "PASS"
+    if mismatches:
+        return "FAIL"
+    return "CANNOT RUN" if cannot_run and sites_checked else "INCOMPLETE"

@@ -1,0 +1,157 @@
+"""Kept nodes: every node REWRITTEN keeps must read ORIGINAL's constants and carry its attributes.
+
+Rules: a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it
+has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
+constants, bit for bit, at every input where either model has a constant (an initializer that is
+also a graph input counts by its stored value: as deployed nothing feeds it), and carry the same
+attributes: a difference there is a mismatch whatever the inputs verify synthesizes (a change a bias
+and Relu mask on all of them). A value REWRITTEN computes from constants alone is run to compare it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["kept_differences"]
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import onnx_ir as ir
+
+from dql_pass import runtimes
+from dql_pass.compare import bit_difference
+from dql_pass.graph.constants import constant
+from dql_pass.graph.slice import NotReachable, site_model
+from dql_pass.graph.walk import described, graph_scopes, op_key
+from dql_pass.verification.extract import Scopes
+
+
+def _identity(node: ir.Node) -> tuple:
+    """Domain, type, and the name, or the output names of an unnamed node."""
+    return (*op_key(node), node.name or tuple(v.name for v in node.outputs))
+
+
+def _wiring(node: ir.Node) -> tuple:
+    """Domain, type, and the names of the values read and made: a node renamed alone keeps them."""
+    inputs = tuple(None if v is None else v.name for v in node.inputs)
+    return (*op_key(node), inputs, tuple(v.name for v in node.outputs))
+
+
+def _kept_nodes(
+    labels: Mapping[ir.Graph, str], key: Callable[[ir.Node], tuple] = _identity
+) -> dict[tuple[str, tuple], ir.Node]:
+    """The nodes of the graphs ``labels`` names (graph to path) by graph path and ``key``; one that
+    shares its key with another in its graph is left out."""
+    found: dict[tuple[str, tuple], ir.Node | None] = {}
+    for graph, label in labels.items():
+        for node in graph:
+            found[label, key(node)] = None if (label, key(node)) in found else node
+    return {key: node for key, node in found.items() if node is not None}
+
+
+def _tensor(tensor: ir.TensorProtocol) -> tuple:
+    array = tensor.numpy()
+    return str(array.dtype), array.shape, array.tobytes()
+
+
+def _attribute(attr: ir.Attr) -> object:
+    """A comparable form of an attribute's value; graphs are compared as graphs of their own."""
+    if attr.is_ref():
+        return "ref", attr.type, attr.ref_attr_name
+    if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return (attr.type,)
+    if attr.type == ir.AttributeType.TENSOR:
+        return attr.type, _tensor(attr.value)
+    if attr.type == ir.AttributeType.TENSORS:
+        return attr.type, tuple(map(_tensor, attr.value))
+    if attr.type in (ir.AttributeType.FLOAT, ir.AttributeType.FLOATS):  # bits: -0.0 and NaN payloads count
+        return attr.type, np.asarray(attr.value, np.float32).tobytes()
+    if attr.type in (ir.AttributeType.INT, ir.AttributeType.STRING):
+        return attr.type, attr.value
+    if attr.type in (ir.AttributeType.INTS, ir.AttributeType.STRINGS):
+        return attr.type, tuple(attr.value)
+    return attr.type, str(attr.value)  # sparse tensors and type protos, by their text
+
+
+def _folded(model: ir.Model, value: ir.Value, runtime: runtimes.Runtime) -> np.ndarray | None:
+    """The value's array when ``model`` computes it from constants only, run on ``runtime``; None
+    when it depends on what is fed (the sites and the model level compare that) or does not run."""
+    try:
+        folded = site_model(model, value.graph, [value], [])
+    except NotReachable:
+        return None
+    folded.graph.outputs[0].name = "constant"
+    try:
+        session = runtime.load(folded, threads=1, optimize="basic")
+        return np.asarray(session.run({})[0])
+    except runtimes.RuntimeFailure:  # the model level runs REWRITTEN whole and reports what fails there
+        return None
+
+
+def _deployed(value: ir.Value | None) -> np.ndarray | None:
+    """The value's array as the model is deployed, nothing fed: a constant, or the stored value of
+    an initializer that is also a graph input (every one of an IR-3 model), which is what runs."""
+    array = constant(value)
+    if array is None and value is not None and value.is_initializer() and value.const_value is not None:
+        return value.const_value.numpy()
+    return array
+
+
+def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None, absent: bool) -> str | None:
+    """How REWRITTEN's input ``name`` of a kept node (``actual``) differs from ORIGINAL's constant."""
+    if absent:
+        return f"{name} is a constant in ORIGINAL and absent in REWRITTEN"
+    if actual is None:
+        return None
+    if expected.dtype.kind in "fiub" and actual.dtype.kind in "fiub":
+        difference = bit_difference(name, actual, expected)
+        return None if difference is None else difference.text
+    same = expected.dtype == actual.dtype and expected.shape == actual.shape and expected.tolist() == actual.tolist()
+    return None if same else f"{name} differs"
+
+
+def kept_differences(
+    original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime, scopes: Scopes | None = None
+) -> list[str]:
+    """For every node REWRITTEN keeps (see the module docstring), each constant input or attribute
+    that differs from ORIGINAL's, naming the node, its graph and the input or attribute; values
+    REWRITTEN computes from constants run on ``runtime``. ``scopes``: REWRITTEN's, when already built."""
+    scopes = scopes or Scopes(rewritten)
+    alive = scopes.live_nodes
+    kept, wired = _kept_nodes(scopes.labels), _kept_nodes(scopes.labels, _wiring)
+    found = []
+    original_labels = {graph: label for graph, (label, _) in graph_scopes(original).items()}
+    for key, node in _kept_nodes(original_labels).items():
+        twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
+        if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
+            continue
+        label = f"{described(node)} in {key[0]}"
+        count = max(len(node.inputs), len(twin.inputs))
+        padded = [*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count]
+        for i, (a, b) in enumerate(zip(*padded)):
+            expected, actual = _deployed(a), _deployed(b)
+            if a is None and actual is not None:
+                found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
+            elif expected is not None:
+                if actual is None and b is not None:
+                    actual = _folded(rewritten, b, runtime)
+                problem = _input_difference(f"input {i} ({a.name!r})", expected, actual, b is None)
+                found += [f"{label}: {problem}"] if problem else []
+        found += [
+            f"{label}: {_attribute_difference(name, node.attributes.get(name), twin.attributes.get(name))}"
+            for name in sorted(set(node.attributes) | set(twin.attributes))
+            if name not in node.attributes or name not in twin.attributes
+            or _attribute(node.attributes[name]) != _attribute(twin.attributes[name])
+        ]
+    return found
+
+
+def _attribute_difference(name: str, original: ir.Attr | None, rewritten: ir.Attr | None) -> str:
+    if original is not None and rewritten is not None and original.type == rewritten.type == ir.AttributeType.TENSOR:
+        difference = bit_difference(f"attribute {name!r}", rewritten.value.numpy(), original.value.numpy())
+        if difference is not None:
+            return difference.text
+
+    def shown(attr: ir.Attr | None) -> str:
+        return "absent" if attr is None else f"@{attr.ref_attr_name}" if attr.is_ref() else repr(attr.value)
+
+    return f"attribute {name!r} is {shown(original)} in ORIGINAL and {shown(rewritten)} in REWRITTEN"

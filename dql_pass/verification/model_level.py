@@ -1,0 +1,298 @@
+"""The model level of verify: both models run whole on the input sets, what the main-graph sites'
+readers read checked against the reference, and the graph outputs compared.
+
+Rules:
+
+- both models run on ORT (optimisation "basic" without the QDQ transformers, which keeps every
+  kernel as written: for a QDQ model, the ops as ONNX defines them, not the integer kernels ORT
+  fuses QDQ groups into at its default level; a note says so, with how many output elements
+  ORIGINAL itself gives otherwise at that level), REWRITTEN on the runtime it is deployed on when
+  that is another one, on the input sets, one set held at a time;
+- every main-graph DQL input of ORIGINAL and every value its readers read in REWRITTEN are exposed
+  as graph outputs in one session per model; those values must equal the reference applied to the
+  site's input in ORIGINAL; the graph outputs are compared by :mod:`dql_pass.verification.outputs`;
+- ORIGINAL's integer products without terms (a reduction axis of size 0) run multiplied by 0:
+  ORT leaves their outputs unwritten, ONNX defines them 0;
+- a model level that compared no element (every output and site value empty) is reported as not
+  checked, never as a pass.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ModelCheck", "check_model", "not_checked"]
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from dql_pass import runtimes
+from dql_pass.compare import compare_site
+from dql_pass.errors import InputError, one_line
+from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
+from dql_pass.lowering.rules import RULES
+from dql_pass.op import DOMAINS
+from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.verification.extract import values_by_name
+from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
+from dql_pass.verification.notes import either, from_ort_in_context, qdq_note, saturation_note
+from dql_pass.verification.outputs import Sets, compare_outputs, size
+from dql_pass.verification.progress import advance
+from dql_pass.verification.report import OutputResult
+from dql_pass.verification.site_level import SiteTally
+
+_ORT = runtimes.get("onnxruntime")
+
+
+@dataclasses.dataclass
+class ModelCheck:
+    """What the model level found, on the input sets it ran; ``not_checked`` says why it compared nothing."""
+
+    outputs: list[OutputResult]
+    sets: Sets
+    error: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    not_checked: str | None = None
+    cannot_run: str | None = None  # the runtime runs neither REWRITTEN nor ORIGINAL: not the rewrite's fault
+    from_ort: list[OutputResult] = dataclasses.field(default_factory=list)  # on another runtime, apart from the verdict
+
+
+@contextlib.contextmanager
+def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]) -> Iterator[None]:
+    """Temporarily make the main-graph values called ``names`` graph outputs, with a type if they lack one."""
+    graph = model.graph
+    values = values_by_name(graph)
+    added = [
+        values[name] for name in names
+        if name in values
+        and not (values[name].is_graph_output() or values[name].is_graph_input() or values[name].is_initializer())
+    ]
+    untyped = [value for value in added if value.type is None]
+    for value in untyped:
+        value.type = ir.TensorType(names[value.name])
+    graph.outputs.extend(added)
+    try:
+        yield
+    finally:
+        for _ in added:  # from the end: removing by value would search the list each time
+            graph.outputs.pop()
+        for value in untyped:
+            value.type = None
+
+
+def _run_all(
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT,
+    optimize: str = "basic",
+) -> dict[str, dict[str, object]]:
+    """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
+    with _exposed(model, names):
+        # On ORT, the integer products as ONNX defines them, not a kernel that saturates on this CPU.
+        load = _ORT.load_exact if runtime is _ORT else runtime.load
+        session = load(model, optimize=optimize)
+    fetched = session.output_names
+    values = values_by_name(model.graph)
+    constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
+    results = {}
+    for done, (label, feeds) in enumerate(sets.items()):
+        advance("input sets", done, len(sets))
+        # Not the other inputs: one set at a time is held.
+        out = {**constants, **{name: feeds[name] for name in names if name in feeds}}
+        out.update(zip(fetched, session.run(feeds)))
+        results[label] = out
+    return results
+
+
+def _empty_sums(model: ir.Model) -> list[ir.Value]:
+    """The outputs of the main graph's nodes that are sums without terms (a lowering rule says which)."""
+    return [node.outputs[0] for node in model.graph if node.domain in DOMAINS and node.op_type in RULES
+            and RULES[node.op_type].without_terms(node)]
+
+
+def _zeroed(model: ir.Model) -> ir.Model:
+    """``model``, or where it has products without terms, a copy in which each is multiplied by 0
+    (the value ONNX defines for them, of the same shape and type), for ORT to run."""
+    if not _empty_sums(model):
+        return model
+    model = model.clone()
+    for value in _empty_sums(model):
+        zero = ir.Value(name=f"{value.name}_zero", const_value=ir.tensor(np.zeros((), value.dtype.numpy())))
+        model.graph.initializers.add(zero)
+        name, value.name = value.name, f"{value.name}_unwritten"
+        mul = ir.Node("", "Mul", [value, zero], num_outputs=1)
+        mul.outputs[0].name, mul.outputs[0].type, mul.outputs[0].shape = name, value.type, value.shape
+        ir.convenience.replace_all_uses_with(value, mul.outputs[0], replace_graph_outputs=True)
+        mul.replace_input_with(0, value)
+        model.graph.insert_after(value.producer(), mul)
+    return model
+
+
+def _run_original(
+    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, fallback: Callable[[], Sets] | None
+) -> tuple[Sets, dict[str, dict[str, object]], list[str]]:
+    """Run ORIGINAL on ``sets``, or on the ``fallback`` sets at batch 1 if it cannot run those; the sets
+    it ran, its values, and notes for the report."""
+    model = _zeroed(model)
+    try:
+        return sets, _run_all(model, names, sets), []
+    except runtimes.RuntimeFailure as error:  # ORT's message is the clearest one-liner available
+        failure = f"ORT cannot run ORIGINAL: {one_line(error)}"
+    if fallback is None:
+        raise InputError(failure)
+    sets = fallback()
+    try:
+        runs = _run_all(model, names, sets)
+    except runtimes.RuntimeFailure as error:
+        raise InputError(f"ORT cannot run ORIGINAL: {one_line(error)}") from None
+    note = f"ORIGINAL does not run at batch {BATCH_SIZE} ({failure}); both models ran at batch {FALLBACK_BATCH}"
+    return sets, runs, [note]
+
+
+def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
+    """ORIGINAL with its DQL expanded by the runtime's target variant, run there; RuntimeFailure if it cannot."""
+    model = original.clone()
+    ExpandDynamicQuantizeLinearPass(variant=runtime.variant, runtime=None)(model)
+    return _run_all(model, {}, sets, runtime)
+
+
+def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_ort: Sets) -> tuple[Sets, str]:
+    """The graph outputs REWRITTEN is held to on ``runtime``: ORIGINAL with its DQL expanded by the
+    runtime's target variant, run there; ORIGINAL on ORT (``on_ort``) when the runtime cannot run it."""
+    try:
+        runs = _expanded_on(original, sets, runtime)
+    except runtimes.RuntimeFailure as error:
+        return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
+                        f"expanded ({one_line(error)})")
+    return runs, (f"graph outputs compared with ORIGINAL run on {runtime.name}, its DQL expanded by the variant exact "
+                  f"there ({runtime.variant}): {runtime.name} rounds the other ops its own way")
+
+
+def not_checked(tallies: Sequence[SiteTally], reason: str) -> ModelCheck:
+    """The model level when it cannot run at all."""
+    for tally in tallies:
+        tally.result.model_level = f"not checked in the models: {reason}"
+    return ModelCheck([], {}, not_checked=reason)
+
+
+
+def _exposed_tallies(tallies: Sequence[SiteTally], rewritten: ir.Model) -> list[SiteTally]:
+    """The sites whose values the model level checks: main-graph ones whose read values all live in
+    REWRITTEN's main graph; the others say why they are not checked there."""
+    exposed = [
+        t for t in tallies
+        if t.site.graph == "main" and t.read and all(v.graph is rewritten.graph for values in t.read for v in values)
+    ]
+    chosen = set(map(id, exposed))
+    for tally in tallies:
+        if id(tally) not in chosen:
+            tally.result.model_level = (
+                "not checked in the models: its values live in a subgraph or function, they cannot be graph outputs"
+                if tally.site.graph != "main" or tally.read
+                else "not checked in the models: lost output" if "lost output" in tally.result.classes
+                else "not checked in the models: what reads it in REWRITTEN is unknown"
+            )
+    return exposed
+
+
+def _exposed_names(
+    exposed: Sequence[SiteTally], rewritten: ir.Model, elsewhere: bool
+) -> tuple[dict[str, ir.DataType], dict[str, ir.DataType]]:
+    """The values to expose in ORIGINAL (the sites' inputs) and in REWRITTEN (what their readers
+    read; on another runtime, the sites' inputs too, where REWRITTEN still has them)."""
+    original_names = {t.site.input: ir.DataType.FLOAT for t in exposed}
+    rewritten_names = {v.name: dtype for t in exposed for values in t.read for v, dtype in zip(values, t.outputs[1])}
+    if elsewhere:
+        present = values_by_name(rewritten.graph)
+        rewritten_names.update((name, dtype) for name, dtype in original_names.items() if name in present)
+    return original_names, rewritten_names
+
+
+def _refused(
+    original: ir.Model, rewritten: ir.Model, exposed: Sequence[SiteTally], sets: Sets, expected_runs: Sets,
+    notes: list[str], runtime: runtimes.Runtime, error: runtimes.RuntimeFailure,
+) -> ModelCheck:
+    """REWRITTEN did not run: a failed rewrite, unless the runtime cannot run ORIGINAL either."""
+    failure = f"{runtime.name} cannot run REWRITTEN: {one_line(error)}"
+    for tally in exposed:
+        tally.result.model_level = "not checked in the models: REWRITTEN did not run"
+    if runtime is not _ORT:
+        try:
+            _expanded_on(original, sets, runtime)
+        except runtimes.RuntimeFailure as original_error:
+            reason = f"{failure}; nor ORIGINAL, its DQL expanded for {runtime.name}: {one_line(original_error)}"
+            return ModelCheck([], sets, notes=notes, not_checked=reason, cannot_run=reason)
+    return ModelCheck(compare_outputs(original, rewritten, expected_runs, None), sets, failure, notes)
+
+
+def _check_reads(
+    exposed: Sequence[SiteTally], sets: Sets, expected_runs: Sets, actual_runs: Sets, zero_range: str,
+    runtime: runtimes.Runtime,
+) -> None:
+    """What each exposed site's readers read, against the reference on the site's input (on another
+    runtime, that input as REWRITTEN computes it there, where it still has it)."""
+    elsewhere = runtime is not _ORT
+    for tally in exposed:
+        tally.result.model_level = f"checked on {len(sets)} input sets"
+        for label in sets:
+            runs = actual_runs if elsewhere and tally.site.input in actual_runs[label] else expected_runs
+            x = runs[label][tally.site.input]
+            expected = dynamic_quantize_linear(x, zero_range)
+            for values in tally.read:
+                diff = compare_site([actual_runs[label][v.name] for v in values], tally.expected(expected),
+                                    tally.outputs[0])
+                # On another runtime, excused where its differences for x's classes name each output that differs.
+                known = (runtime.differences(np.asarray(x), runtime.variant, zero_range, diff.outputs)
+                         if elsewhere and diff else [])
+                tally.add(label, ["model input"], diff, known=known[0] if known else None)
+
+
+def _final_outputs(
+    original: ir.Model, rewritten: ir.Model, sets: Sets, expected_runs: Sets, actual_runs: Sets,
+    runtime: runtimes.Runtime, notes: list[str],
+) -> tuple[list[OutputResult], list[OutputResult]]:
+    """The graph outputs of REWRITTEN held to ORIGINAL's, and on another runtime how far they are
+    from ORIGINAL on ORT: held to ORIGINAL run there, its DQL expanded, or where the runtime cannot
+    run that, to ORIGINAL on ORT; an output bit-identical to ORIGINAL on ORT passes either way."""
+    if runtime is _ORT:
+        return compare_outputs(original, rewritten, expected_runs, actual_runs), []
+    held_to, note = _original_on(original, sets, runtime, expected_runs)
+    notes.append(note)
+    from_ort = compare_outputs(original, rewritten, expected_runs, actual_runs)
+    if held_to is expected_runs:
+        return from_ort, from_ort
+    notes += from_ort_in_context(runtime, from_ort, compare_outputs(original, original, expected_runs, held_to))
+    outputs = compare_outputs(original, rewritten, held_to, actual_runs)
+    return [either(runtime, o, ort, expected_runs, held_to, notes) for o, ort in zip(outputs, from_ort)], from_ort
+
+
+def check_model(
+    original: ir.Model,
+    rewritten: ir.Model,
+    tallies: Sequence[SiteTally],
+    sets: Sets,
+    fallback: Callable[[], Sets] | None,
+    zero_range: str,
+    runtime: runtimes.Runtime = _ORT,
+) -> ModelCheck:
+    """Run both models; check what main-graph sites' readers read on the sites' actual inputs, and
+    compare the graph outputs (ORIGINAL on ORT, REWRITTEN on ``runtime``; see :func:`_final_outputs`)."""
+    exposed = _exposed_tallies(tallies, rewritten)
+    original_names, rewritten_names = _exposed_names(exposed, rewritten, runtime is not _ORT)
+    sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
+    try:
+        actual_runs = _run_all(rewritten, rewritten_names, sets, runtime)
+    except runtimes.RuntimeTimeout as error:  # slow, not refused: nothing compared, no fault found
+        return not_checked(tallies, f"REWRITTEN did not finish on {runtime.name}: {one_line(error)}")
+    except runtimes.RuntimeFailure as error:
+        return _refused(original, rewritten, exposed, sets, expected_runs, notes, runtime, error)
+    _check_reads(exposed, sets, expected_runs, actual_runs, zero_range, runtime)
+    notes += qdq_note(original, sets, expected_runs) + saturation_note(original)
+    outputs, from_ort = _final_outputs(original, rewritten, sets, expected_runs, actual_runs, runtime, notes)
+    names = [*original_names, *(v.name for v in original.graph.outputs)]
+    if not sum(size(run[name]) for run in expected_runs.values() for name in names):
+        reason = "every input set gives empty graph outputs and DQL inputs: nothing was compared"
+        for tally in exposed:
+            tally.result.model_level = f"not checked in the models: {reason}"
+        return ModelCheck(outputs, sets, notes=notes, not_checked=reason, from_ort=from_ort)
+    return ModelCheck(outputs, sets, notes=notes, from_ort=from_ort)

@@ -1,0 +1,72 @@
+"""verify's memory on large operands: the model-level input sets are drawn in each input's own type
+and made when a run asks for them (one set held at a time, the same values each time), and a lowered
+op's operand cases are made one at a time, each checked before the next is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+from onnx import TensorProto, helper
+
+import dql_pass
+from dql_pass.verification import inputs, lowered
+from dql_pass.verification.inputs import input_sets
+from dql_pass.verification.lowered import check_lowered
+
+ORT = dql_pass.runtimes.get("onnxruntime")
+
+
+def _product(k: int = 40, n: int = 3) -> ir.Model:
+    """MatMulInteger of two graph inputs, a uint8 [4, k] and b int8 [k, n]."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, k]),
+         helper.make_tensor_value_info("b", TensorProto.INT8, [k, n])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [4, n])])
+    return ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_integer_inputs_are_drawn_in_their_own_type():
+    sets = input_sets(_product(), 1, 0, {}, {})
+    rng = np.random.default_rng(0)
+    expected_a = rng.integers(0, 16, (4, 40), dtype=np.uint8)  # not drawn in int64, then cast
+    expected_b = rng.integers(0, 16, (40, 3), dtype=np.int8)
+    feeds = sets["sample 0"]
+    assert feeds["a"].dtype == np.uint8 and np.array_equal(feeds["a"], expected_a)
+    assert feeds["b"].dtype == np.int8 and np.array_equal(feeds["b"], expected_b)
+
+
+def test_input_sets_are_made_when_asked_for_with_the_same_values_each_time(monkeypatch):
+    made = []
+    synthesize = inputs._synthesize
+    monkeypatch.setattr(inputs, "_synthesize", lambda value, *args: made.append(value.name) or synthesize(value, *args))
+    sets = input_sets(_product(), 3, 0, {}, {})
+    assert made == [] and list(sets) == ["sample 0", "sample 1", "sample 2"]
+    last = sets["sample 2"]  # the sets before it are drawn to reach its generator state, then dropped
+    assert np.array_equal(sets["sample 2"]["b"], last["b"]) and np.array_equal(sets["sample 2"]["a"], last["a"])
+    assert not np.array_equal(sets["sample 1"]["b"], last["b"])
+    assert "sample 3" not in sets and sets.get("sample 3") is None
+
+
+def test_lowered_operand_cases_are_made_one_at_a_time(monkeypatch):
+    original = _product()
+    rewritten, _ = dql_pass.lower(original.clone())
+    rule = lowered.RULES["MatMulInteger"]
+    events = []
+
+    def cases(site, rng):
+        for case in rule.cases(site, rng):
+            events.append("made")
+            yield case
+
+    def reference(*arrays, **keywords):
+        events.append("checked")
+        return rule.reference(*arrays, **keywords)
+
+    monkeypatch.setitem(lowered.RULES, "MatMulInteger", dataclasses.replace(rule, cases=cases, reference=reference))
+    (row,) = check_lowered(original, rewritten, 0, ORT)
+    assert row.passed and row.cases > 2, row
+    assert events == ["made", "checked"] * row.cases, events
