@@ -23,7 +23,7 @@ from dql_pass.graph.walk import graph_scopes
 from dql_pass.compare import bit_difference, same_bits
 from dql_pass import verify  # through dql_pass first, so that dql_pass.verification names the function
 from dql_pass.verification import SiteResult
-from dql_pass.verification.inputs import input_sets
+from dql_pass.verification.synthesis import input_sets
 
 from helpers import (
     MODELS, constant_node, dangling_dql_rewrite, dql_model, onnx_body, quotients, reciprocal_rewrite, round_half_up, site_pairs,
@@ -918,10 +918,10 @@ def test_an_input_that_cannot_be_synthesized_leaves_the_model_level_not_checked(
 
 
 def test_given_inputs_count_toward_the_public_input_cap(mlp, monkeypatch):
-    from dql_pass.verification import MAX_INPUT_BYTES, inputs
+    from dql_pass.verification import MAX_INPUT_BYTES, synthesis
 
     assert MAX_INPUT_BYTES == 4 << 30
-    monkeypatch.setattr(inputs, "MAX_INPUT_BYTES", 1 << 20)
+    monkeypatch.setattr(synthesis, "MAX_INPUT_BYTES", 1 << 20)
     with pytest.raises(dql_pass.InputError, match=r"GiB given\), more than the 0 GiB"):
         verify(mlp, mlp, inputs={"input": np.zeros((5000, 64), np.float32)}, samples=0)
 

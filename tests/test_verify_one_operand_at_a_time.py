@@ -12,8 +12,8 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 
 import dql_pass
-from dql_pass.verification import inputs, lowered
-from dql_pass.verification.inputs import input_sets
+from dql_pass.verification import lowered, synthesis
+from dql_pass.verification.synthesis import input_sets
 from dql_pass.verification.lowered import check_lowered
 
 ORT = dql_pass.runtimes.get("onnxruntime")
@@ -41,8 +41,8 @@ def test_integer_inputs_are_drawn_in_their_own_type():
 
 def test_input_sets_are_made_when_asked_for_with_the_same_values_each_time(monkeypatch):
     made = []
-    synthesize = inputs._synthesize
-    monkeypatch.setattr(inputs, "_synthesize", lambda value, *args: made.append(value.name) or synthesize(value, *args))
+    synthesize = synthesis._synthesize
+    monkeypatch.setattr(synthesis, "_synthesize", lambda value, *args: made.append(value.name) or synthesize(value, *args))
     sets = input_sets(_product(), 3, 0, {}, {})
     assert made == [] and list(sets) == ["sample 0", "sample 1", "sample 2"]
     last = sets["sample 2"]  # the sets before it are drawn to reach its generator state, then dropped

@@ -11,7 +11,7 @@
   ORIGINAL's constants bit for bit and carries its attributes, or the verdict is FAIL, whatever the
   inputs below reach;
 - model level (:mod:`dql_pass.verification.model_level`): both models run on ORT on input sets synthesized by
-  :mod:`dql_pass.verification.inputs`; the values the main-graph sites' readers read must equal the
+  :mod:`dql_pass.verification.synthesis`; the values the main-graph sites' readers read must equal the
   reference on the site's input in ORIGINAL, and the graph outputs must be the same list with the
   same bits. A model level that cannot run (an input verify cannot synthesize) or that compares no
   element (empty inputs) is reported as not checked: INCOMPLETE, never PASS.
@@ -45,7 +45,7 @@ from dql_pass.files import as_ir_model, external_tensors
 from dql_pass.op import check_choice
 from dql_pass.verification.extract import Scopes, original_sites
 from dql_pass.verification.kept import kept_differences
-from dql_pass.verification.inputs import (
+from dql_pass.verification.synthesis import (
     FALLBACK_BATCH, MAX_INPUT_BYTES, InputSets, Unsynthesizable, batch_is_default, chosen_dims, input_sets,
 )
 from dql_pass.verification.lowered import check_lowered

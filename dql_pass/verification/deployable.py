@@ -18,7 +18,7 @@ from dql_pass import runtimes
 from dql_pass.errors import one_line
 from dql_pass.graph.walk import ops_used
 from dql_pass.op import ai_onnx_opset
-from dql_pass.verification.inputs import Unsynthesizable, input_sets
+from dql_pass.verification.synthesis import Unsynthesizable, input_sets
 
 
 @dataclasses.dataclass

@@ -36,7 +36,7 @@ from dql_pass.lowering.rules import RULES
 from dql_pass.op import DOMAINS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verification.extract import values_by_name
-from dql_pass.verification.inputs import BATCH_SIZE, FALLBACK_BATCH
+from dql_pass.verification.synthesis import BATCH_SIZE, FALLBACK_BATCH
 from dql_pass.verification.notes import either, from_ort_in_context, qdq_note, saturation_note
 from dql_pass.verification.outputs import Sets, compare_outputs, size
 from dql_pass.verification.progress import advance
