@@ -446,6 +446,8 @@ def _referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path]
 # comment rules a format out, and bytes that are not UTF-8 rule out all three (each decodes the
 # file as UTF-8 first): a weights file is ruled out within a few bytes, whatever its name.
 _TEXT_RULES = ((b"\"'", False), (b'"', True))
+_CONTROL = rb"\x00-\x08\x0e-\x1f"
+_NOT_CONTROL = bytes(byte for byte in range(256) if not re.fullmatch(b"[" + _CONTROL + b"]", bytes([byte])))
 _STRING_LIMIT = 1 << 16  # bytes: a location is a path (under 4 KiB), each byte at most 10 bytes of escapes
 
 
@@ -454,7 +456,8 @@ class _Strings:
     it may stand for (:meth:`_decoded`); ``dead`` once the file cannot be in that format."""
 
     def __init__(self, quotes: bytes, multiline: bool) -> None:
-        self._outside = re.compile(b"[^" + re.escape(quotes) + rb"#\x00-\x08\x0e-\x1f]*")
+        self._outside = re.compile(b"[^" + re.escape(quotes) + rb"#" + _CONTROL + rb"]*")
+        self._specials = [bytes([byte]) for byte in quotes + b"#"]
         # Plain bytes, then escapes each followed by plain bytes: unrolled, so that re runs through a
         # string of megabytes (a tensor's bytes) at once rather than one alternative per byte.
         def body(quote: int) -> re.Pattern[bytes]:
@@ -472,9 +475,10 @@ class _Strings:
         """Read ``block``; each string closed in it goes to ``spelt``, one list per spelling."""
         buffer, position = self._carry + block, 0
         self._carry = b""
+        next_at: dict[bytes, int] = {}
         while position < len(buffer) and not self.dead:
             if self._state is None:
-                position = self._outside.match(buffer, position).end()
+                position = self._outside_end(buffer, position, next_at)
                 if position == len(buffer):
                     break
                 byte = buffer[position]
@@ -492,8 +496,12 @@ class _Strings:
                 if self._pieces is None:
                     position = self._skip(buffer, position)
                 else:
-                    position = self._bodies[self._state].match(buffer, position).end()
+                    # At most a location's length at once: past it, the string is skipped (_skip).
+                    end = min(len(buffer), position + _STRING_LIMIT + 2)
+                    position = self._bodies[self._state].match(buffer, position, end).end()
                     self._add(buffer[start:position])
+                    if self._pieces is None:
+                        continue
                 if position == len(buffer) or (position == len(buffer) - 1 and buffer[position] == ord("\\")):
                     self._carry = buffer[position:]  # a backslash whose character comes in the next block
                     break
@@ -504,6 +512,20 @@ class _Strings:
                             spelling.append(text)
                     position += 1
                 self._state = None  # closed; or a line ended it unclosed, so that line was a comment
+
+    def _outside_end(self, buffer: bytes, position: int, next_at: dict[bytes, int]) -> int:
+        """Where the text outside strings and comments from ``position`` ends: at the next quote or
+        #, or a control character before it. Found with find and translate, which run through
+        megabytes (a tensor's numbers) at once where a regex takes a byte at a time; ``next_at``
+        holds where each quote or # comes next in ``buffer``, so that no find runs twice."""
+        for special in self._specials:
+            if next_at.get(special, -1) < position:
+                found = buffer.find(special, position)
+                next_at[special] = len(buffer) if found < 0 else found
+        stop = min(next_at.values())
+        if buffer[position:stop].translate(None, _NOT_CONTROL):  # rare: the file is not in this format
+            return self._outside.match(buffer, position, stop).end()
+        return stop
 
     def _skip(self, buffer: bytes, position: int) -> int:
         """Where the open string, too long to matter (a tensor's bytes), ends in ``buffer``: at its
