@@ -63,7 +63,7 @@ def _reading(pythonpath: Path, folder: Path, name: str) -> tuple[float, bool]:
               "measure(pathlib.Path(sys.argv[1]), sys.argv[2])")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.fspath(pythonpath), os.fspath(harness.REPO)])}
     out = subprocess.run([sys.executable, "-c", script, os.fspath(folder), name], env=env, check=True,
-                         capture_output=True, text=True, cwd=harness.REPO).stdout.split()
+                         capture_output=True, text=True, cwd=pythonpath).stdout.split()  # cwd: first on sys.path
     return float(out[0]), out[1] == "True"
 
 
