@@ -176,7 +176,7 @@ def test_the_sweep_still_removes_what_nothing_refers_to(tmp_path):
 
 def test_every_model_is_read_for_references_and_weights_are_not(tmp_path):
     """The sweep reads through only what parses as protobuf to its end: every model, and no weights."""
-    from dql_pass.files.safe import _may_be_model
+    from dql_pass.files.references import _may_be_model
 
     models = [*Path(__file__).resolve().parent.parent.joinpath("models").glob("*.onnx")]
     models.append(quantized_model(tmp_path / "m.onnx", "m.onnx.data"))
@@ -343,7 +343,7 @@ def test_the_sweep_reads_an_onnxtxt_copy(tmp_path):
 def test_strings_of_every_text_format_are_read_in_every_spelling():
     import io
 
-    from dql_pass.files.safe import _quoted
+    from dql_pass.files.references import _quoted
 
     key = "d'è\".0123456789ab.data".encode()
     spellings = [
@@ -368,7 +368,7 @@ def test_a_string_too_long_for_a_location_is_read_past_wherever_its_cut_falls():
     the cut falls at every place of its escapes (each shift), and the location after it is read."""
     import io
 
-    from dql_pass.files.safe import _quoted, _Strings
+    from dql_pass.files.references import _quoted, _Strings
 
     key = "d'è\".0123456789ab.data".encode()
     location = b'"d\\\'\\303\\250\\".0123456789ab.data"\n'

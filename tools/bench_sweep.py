@@ -50,11 +50,14 @@ def _model(megabytes: float) -> onnx.ModelProto:
 
 def measure(folder: Path, name: str) -> None:
     """Print the seconds the sweep's reading of ``folder / name`` takes, and whether it kept the data file."""
-    from dql_pass.files import safe
+    try:
+        from dql_pass.files.references import referred_to
+    except ImportError:  # a dql_pass older than the module (--before)
+        from dql_pass.files.safe import _referred_to as referred_to
 
     entries = [entry for entry in os.scandir(folder) if entry.name in (name, _DATA)]
     start = time.perf_counter()
-    kept = safe._referred_to(folder, entries, {folder / _DATA}, skip=set())
+    kept = referred_to(folder, entries, {folder / _DATA}, skip=set())
     print(time.perf_counter() - start, kept == {folder / _DATA})
 
 
