@@ -29,7 +29,7 @@ import dql_pass
 from dql_pass import reference, runtimes
 from dql_pass.files import models
 from dql_pass.cli import main
-from dql_pass.lowering import LowerQuantizationPass, rules
+from dql_pass.lowering import LowerQuantizationPass, products
 from dql_pass.lowering.proof import LIMIT, MAX_CHUNKS, Unplanned, plan, plan_uniform
 from tools.lower_memory import SIDE, int8_model
 
@@ -137,12 +137,12 @@ def test_lowering_holds_one_weight_at_a_time_in_both_forms(tmp_path, external, s
     ((9, 4), None),
 ])
 def test_the_weights_magnitudes_are_computed_a_block_at_a_time_exactly(monkeypatch, shape, shift):
-    monkeypatch.setattr(rules, "_BLOCK", 7)  # several rows per block, and blocks of one row
+    monkeypatch.setattr(products, "_BLOCK", 7)  # several rows per block, and blocks of one row
     weights = np.random.default_rng(5).integers(-128, 128, shape).astype(np.int8)
     centred = weights.astype(np.int64) - (0 if shift is None else shift.astype(np.int64))
-    magnitudes = rules._magnitudes(weights, shift)
+    magnitudes = products._magnitudes(weights, shift)
     assert magnitudes.dtype == np.uint8 and np.array_equal(magnitudes, np.abs(centred))
-    assert rules._centred(weights, shift).dtype == np.float32 and np.array_equal(rules._centred(weights, shift), centred)
+    assert products._centred(weights, shift).dtype == np.float32 and np.array_equal(products._centred(weights, shift), centred)
 
 
 _SAVE_GROWTH = """
