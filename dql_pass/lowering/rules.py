@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import reference
-from dql_pass.lowering import operands, products, qdq
+from dql_pass.lowering import operands, products, qdq, qdq_operands
 from dql_pass.lowering.proof import Proof
 from dql_pass.lowering.qdq import DIVISIONS
 from dql_pass.lowering.rewrite import Builder, CannotLower, Lowering, element_type
@@ -106,9 +106,9 @@ REGISTRY: tuple[Rule, ...] = (
          without_terms=products.CONV_INTEGER.without_terms),
     # x is float, its zero point an integer: each has its own type
     Rule("QuantizeLinear", rewrite=qdq.quantize_linear, reference=reference.quantize_linear,
-         keywords=_quantize_keywords, operand_types=_own_types, cases=operands.quantize_linear),
+         keywords=_quantize_keywords, operand_types=_own_types, cases=qdq_operands.quantize_linear),
     Rule("DequantizeLinear", rewrite=qdq.dequantize_linear, reference=reference.dequantize_linear,
-         keywords=_dequantize_keywords, operand_types=_zero_point_types, cases=operands.dequantize_linear),
+         keywords=_dequantize_keywords, operand_types=_zero_point_types, cases=qdq_operands.dequantize_linear),
 )
 
 
