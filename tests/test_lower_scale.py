@@ -142,7 +142,8 @@ def test_the_weights_magnitudes_are_computed_a_block_at_a_time_exactly(monkeypat
     centred = weights.astype(np.int64) - (0 if shift is None else shift.astype(np.int64))
     magnitudes = products._magnitudes(weights, shift)
     assert magnitudes.dtype == np.uint8 and np.array_equal(magnitudes, np.abs(centred))
-    assert products._centred(weights, shift).dtype == np.float32 and np.array_equal(products._centred(weights, shift), centred)
+    as_float = products._centred(weights, shift)
+    assert as_float.dtype == np.float32 and np.array_equal(as_float, centred)
 
 
 _SAVE_GROWTH = """

@@ -77,7 +77,7 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: cannot read the file")
     try:
-        onnx.checker.check_model(os.fspath(path), full_check=True)
+        _check(path)
     except onnx.shape_inference.InferenceError as error:
         raise InputError(f"{path}: the model fails ONNX shape inference: {one_line(error)}") from None
     except onnx.checker.ValidationError as error:
@@ -93,6 +93,21 @@ def load_model(path: str | os.PathLike) -> ir.Model:
 
 
 _LOADED_FROM = "dql_pass.loaded_from"
+
+
+def _check(path: Path) -> None:
+    """onnx's full check of the model at ``path``, read in the form its extension names, as onnx
+    and onnx_ir load and save it (``.json``, ``.textproto``, ``.onnxtxt``; protobuf otherwise):
+    what ``save_model`` writes, ``load_model`` reads."""
+    form = onnx.serialization.registry.get_format_from_file_extension(path.suffix)
+    if form in (None, "protobuf"):
+        onnx.checker.check_model(os.fspath(path), full_check=True)  # from the path: a model past 2 GiB too
+        return
+    try:
+        proto = onnx.load_model(path, format=form, load_external_data=False)
+    except Exception as error:  # protobuf's or onnx's parser: each its own error type
+        raise InputError(f"{path}: not a valid ONNX model in the {form} form: {one_line(error)}") from None
+    onnx.checker.check_model(proto, full_check=True)
 
 
 def _read(path: Path) -> ir.Model:
