@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass import reference, runtimes
-from dql_pass.files import models
+from dql_pass.files import models, protobuf
 from dql_pass.cli import main
 from dql_pass.lowering import LowerQuantizationPass, products
 from dql_pass.lowering.proof import LIMIT, MAX_CHUNKS, Unplanned, plan, plan_uniform
@@ -187,7 +187,7 @@ def test_a_one_file_model_is_written_without_a_whole_copy_of_its_tensors(tmp_pat
 def test_a_tensor_written_from_its_array_is_the_tensor_ir_save_writes(tmp_path, monkeypatch, dtype):
     """Its name, type, shape, doc string and metadata, and its bytes, little-endian and packed as
     the spec says (4-bit ones are serialised as a message)."""
-    monkeypatch.setattr(models, "_STREAMED", 16)
+    monkeypatch.setattr(protobuf, "_STREAMED", 16)
     values = np.random.default_rng(4).integers(-8, 8, (3, 5, 7)).astype(dtype)
     tensor = ir.tensor(values, name="t", doc_string="a doc")
     tensor.metadata_props["key"] = "value"
