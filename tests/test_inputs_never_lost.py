@@ -90,7 +90,8 @@ def _expanded_with_external_constants(folder: Path) -> Path:
 def test_fuse_onto_the_inputs_data_is_refused(tmp_path, how):
     source = _expanded_with_external_constants(tmp_path)
     before = files_of(tmp_path)
-    assert_bad_input(write(how, "fuse", source, tmp_path / "e.onnx.data"), "would overwrite the input or its external data")
+    assert_bad_input(write(how, "fuse", source, tmp_path / "e.onnx.data"),
+                     "would overwrite the input or its external data")
     assert files_of(tmp_path) == before
 
 
@@ -110,7 +111,8 @@ def test_an_output_at_the_link_named_as_the_input_is_refused(tmp_path, how):
     source = quantized_model(tmp_path / "real.onnx", "real.onnx.data")
     (tmp_path / "in.onnx").symlink_to("real.onnx")
     before = files_of(tmp_path)
-    assert_bad_input(write(how, "lower", tmp_path / "in.onnx", tmp_path / "in.onnx"), "the output path is the input path")
+    assert_bad_input(write(how, "lower", tmp_path / "in.onnx", tmp_path / "in.onnx"),
+                     "the output path is the input path")
     assert (tmp_path / "in.onnx").is_symlink() and files_of(tmp_path) == before and source.exists()
 
 
@@ -146,7 +148,8 @@ def test_writing_over_a_model_keeps_the_data_of_its_copy(tmp_path):
 
 def test_a_link_to_an_old_data_file_keeps_it(tmp_path):
     quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data")
-    (tmp_path / "a_backup.onnx").write_bytes((tmp_path / "a.onnx").read_bytes().replace(b"a.onnx.0123456789ab.data", b"backup.dat.data.data.dat"))
+    (tmp_path / "a_backup.onnx").write_bytes(
+        (tmp_path / "a.onnx").read_bytes().replace(b"a.onnx.0123456789ab.data", b"backup.dat.data.data.dat"))
     (tmp_path / "backup.dat.data.data.dat").symlink_to("a.onnx.0123456789ab.data")
     expected = outputs_of(tmp_path / "a_backup.onnx")
     other = quantized_model(tmp_path / "other" / "o.onnx", "o.onnx.data")
@@ -173,7 +176,7 @@ def test_the_sweep_still_removes_what_nothing_refers_to(tmp_path):
 
 def test_every_model_is_read_for_references_and_weights_are_not(tmp_path):
     """The sweep reads through only what parses as protobuf to its end: every model, and no weights."""
-    from dql_pass.files.safe import _may_be_model
+    from dql_pass.files.references import _may_be_model
 
     models = [*Path(__file__).resolve().parent.parent.joinpath("models").glob("*.onnx")]
     models.append(quantized_model(tmp_path / "m.onnx", "m.onnx.data"))
@@ -340,14 +343,15 @@ def test_the_sweep_reads_an_onnxtxt_copy(tmp_path):
 def test_strings_of_every_text_format_are_read_in_every_spelling():
     import io
 
-    from dql_pass.files.safe import _quoted
+    from dql_pass.files.references import _quoted
 
     key = "d'è\".0123456789ab.data".encode()
     spellings = [
         b'location: "d\\\'\\303\\250\\".0123456789ab.data"\n',  # textproto, as protobuf writes it
         b"value: 'd\\'\\u00e8\"' \".0123\" # a comment's ' quote\n '456789ab\\x2edata'\n",  # joined, hex escape
         b'{"value": "d\'\\u00e8\\".0123456789ab\\u002edata"}',  # JSON
-        b'<ir_version: 8>\n# a comment\'s " quote\ng () => () <float[1] w = ["location": "d\'\xc3\xa8\\".0123456789ab.data"]> {}',
+        b'<ir_version: 8>\n# a comment\'s " quote\ng () => () '
+        b'<float[1] w = ["location": "d\'\xc3\xa8\\".0123456789ab.data"]> {}',
     ]
     tensor = "raw_data: '" + "\\000\\\\\\'\"" * 20_000 + "' location: "  # too long to be a location, read past
     spellings.append(tensor.encode() + spellings[0].split(b": ", 1)[1])
@@ -357,3 +361,21 @@ def test_strings_of_every_text_format_are_read_in_every_spelling():
     weights = np.random.default_rng(0).bytes(1 << 16) + b'"' + key + b'"'
     assert _quoted(io.BytesIO(weights), {key}) == set()  # not UTF-8: no text format
     assert _quoted(io.BytesIO(bytes(1 << 16) + b'"' + key + b'"'), {key}) == set()  # zeros: no text outside strings
+
+
+def test_a_string_too_long_for_a_location_is_read_past_wherever_its_cut_falls():
+    """A string past the length of any location is no longer collected but searched for its end:
+    the cut falls at every place of its escapes (each shift), and the location after it is read."""
+    import io
+
+    from dql_pass.files.references import _quoted, _Strings
+
+    key = "d'è\".0123456789ab.data".encode()
+    location = b'"d\\\'\\303\\250\\".0123456789ab.data"\n'
+    for shift in range(9):  # the repeated escapes take 9 bytes
+        text = ("x" * shift + "raw_data: '" + "\\000\\\\\\'\"" * 20_000 + "' location: ").encode() + location
+        for block in (1000, 1 << 20):
+            assert _quoted(io.BytesIO(text), {key}, block) == {key}, (shift, block)
+        strings, spelt = _Strings(b"\"'", multiline=False), [[], [], []]  # textproto's
+        strings.feed(text, spelt)
+        assert spelt[0] == [location.strip()[1:-1]], shift  # the location alone: the long string ended where it ends

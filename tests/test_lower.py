@@ -524,3 +524,26 @@ def test_a_lowered_value_that_keeps_the_name_but_is_not_read_is_not_what_gets_ch
     report = dql_pass.verify(original, ir.to_proto(model), samples=0)
     assert report.verdict == "FAIL"
     assert any(s.mismatches for s in report.sites if s.name.startswith("MatMulInteger")), report.format()
+
+
+@pytest.mark.parametrize("suffix", [".json", ".textproto", ".onnxtxt"])
+def test_a_model_written_in_a_text_form_is_read_back_by_every_command(tmp_path, suffix):
+    """lower -o w.json writes onnx's JSON form (the form follows the extension, as onnx.save does):
+    every command reads it back, lower, fuse and verify, as it reads a binary model."""
+    source = MODELS / "mlp_dynamic.onnx"
+    written = tmp_path / f"w{suffix}"
+    dql_pass.lower_file(source, written)
+    assert not written.read_bytes().startswith(b"\x08")  # the text form, not protobuf's bytes
+    again = dql_pass.lower_file(written, tmp_path / "again.onnx")
+    assert again.report.lowered == [] and again.report.left_alone == []  # nothing left to lower
+    dql_pass.fuse_file(written, tmp_path / "fused.onnx")
+    assert dql_pass.verify(source, written, samples=1).passed
+    assert main(["-q", "verify", str(source), str(written), "--samples", "1"]) == 0
+
+
+def test_a_broken_text_form_is_one_clear_line(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"ir_version": "8", "graph": {')
+    assert main(["lower", str(broken), "-o", str(tmp_path / "out.onnx")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "not a valid ONNX model in the json form" in error, error

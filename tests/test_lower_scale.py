@@ -27,9 +27,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass import reference, runtimes
-from dql_pass.files import models
+from dql_pass.files import models, protobuf
 from dql_pass.cli import main
-from dql_pass.lowering import LowerQuantizationPass, rules
+from dql_pass.lowering import LowerQuantizationPass, products
 from dql_pass.lowering.proof import LIMIT, MAX_CHUNKS, Unplanned, plan, plan_uniform
 from tools.lower_memory import SIDE, int8_model
 
@@ -137,12 +137,13 @@ def test_lowering_holds_one_weight_at_a_time_in_both_forms(tmp_path, external, s
     ((9, 4), None),
 ])
 def test_the_weights_magnitudes_are_computed_a_block_at_a_time_exactly(monkeypatch, shape, shift):
-    monkeypatch.setattr(rules, "_BLOCK", 7)  # several rows per block, and blocks of one row
+    monkeypatch.setattr(products, "_BLOCK", 7)  # several rows per block, and blocks of one row
     weights = np.random.default_rng(5).integers(-128, 128, shape).astype(np.int8)
     centred = weights.astype(np.int64) - (0 if shift is None else shift.astype(np.int64))
-    magnitudes = rules._magnitudes(weights, shift)
+    magnitudes = products._magnitudes(weights, shift)
     assert magnitudes.dtype == np.uint8 and np.array_equal(magnitudes, np.abs(centred))
-    assert rules._centred(weights, shift).dtype == np.float32 and np.array_equal(rules._centred(weights, shift), centred)
+    as_float = products._centred(weights, shift)
+    assert as_float.dtype == np.float32 and np.array_equal(as_float, centred)
 
 
 _SAVE_GROWTH = """
@@ -186,7 +187,7 @@ def test_a_one_file_model_is_written_without_a_whole_copy_of_its_tensors(tmp_pat
 def test_a_tensor_written_from_its_array_is_the_tensor_ir_save_writes(tmp_path, monkeypatch, dtype):
     """Its name, type, shape, doc string and metadata, and its bytes, little-endian and packed as
     the spec says (4-bit ones are serialised as a message)."""
-    monkeypatch.setattr(models, "_STREAMED", 16)
+    monkeypatch.setattr(protobuf, "_STREAMED", 16)
     values = np.random.default_rng(4).integers(-8, 8, (3, 5, 7)).astype(dtype)
     tensor = ir.tensor(values, name="t", doc_string="a doc")
     tensor.metadata_props["key"] = "value"

@@ -1,7 +1,9 @@
 """Safe files, one home each: :mod:`~dql_pass.files.safe` (the output-path policy, atomic small
 files, folder locks, signals held back, stage folders, the one-step exchange, the sweep: nothing
-that knows ONNX) and :mod:`~dql_pass.files.models` (checked loading, the external-data inventory,
-saving a model with its data as one unit, built on ``safe``).
+that knows a model's format), :mod:`~dql_pass.files.references` (which data files a folder's
+models refer to, for the sweep), :mod:`~dql_pass.files.models` (checked loading, saving a model
+with its data as one unit, built on ``safe``), :mod:`~dql_pass.files.tensors` (the tensor and
+external-data inventory) and :mod:`~dql_pass.files.protobuf` (the protobuf a save writes).
 
 Each name loads its module when first used, so that a small-file write costs no graph library.
 """
@@ -16,16 +18,17 @@ _SAFE = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
     "directory_entry", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep", "tidy_up",
 ]
-_MODELS = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model", "shared_data_files"]
-__all__ = sorted(_SAFE + _MODELS)
+_MODELS = ["as_ir_model", "load_model", "save_model", "shared_data_files"]
+_TENSORS = ["ExternalData", "external_tensors", "in_memory"]
+__all__ = sorted(_SAFE + _MODELS + _TENSORS)
 
 if TYPE_CHECKING:
-    from dql_pass.files.models import (
-        ExternalData, as_ir_model, external_tensors, in_memory, load_model, save_model, shared_data_files,
-    )
-    from dql_pass.files.safe import (
+    from dql_pass.files.models import as_ir_model, load_model, save_model, shared_data_files  # noqa: F401
+    from dql_pass.files.safe import (  # noqa: F401
         FolderLock, atomic_path, check_not_system, check_output_path, data_file_name, default_file_mode,
         directory_entry, fsync, is_data_file, put_folder, signals_deferred, staged, sweep, tidy_up,
     )
+    from dql_pass.files.tensors import ExternalData, external_tensors, in_memory  # noqa: F401
 
-__getattr__, __dir__ = exports(__name__, {**dict.fromkeys(_SAFE, "safe"), **dict.fromkeys(_MODELS, "models")})
+_HOMES = {**dict.fromkeys(_SAFE, "safe"), **dict.fromkeys(_MODELS, "models"), **dict.fromkeys(_TENSORS, "tensors")}
+__getattr__, __dir__ = exports(__name__, _HOMES)

@@ -1,5 +1,6 @@
 """Load and save models safely: checked on the way in, written atomically with their external data
-on the way out, through :mod:`dql_pass.files.safe`.
+on the way out, through :mod:`dql_pass.files.safe` (where the tensors sit:
+:mod:`dql_pass.files.tensors`; the protobuf written: :mod:`dql_pass.files.protobuf`).
 
 Failures raise :class:`~dql_pass.errors.InputError` with a one-line message. The input is never
 written to, and a failed save leaves no partial file behind.
@@ -7,98 +8,27 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model", "shared_data_files"]
+__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model",
+           "shared_data_files"]
 
 import contextlib
-import dataclasses
 import errno
 import math
 import os
 import stat
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import onnx
 import onnx_ir as ir
 
 from dql_pass.errors import InputError, one_line
+from dql_pass.files.protobuf import AROUND_DATA, TooLarge, check_size, save_streamed, serialized
 from dql_pass.files.safe import (
     FolderLock, check_output_path, data_file_name, default_file_mode, directory_entry, fsync, is_data_file,
     signals_deferred, staged, tidy_up,
 )
+from dql_pass.files.tensors import ExternalData, Slot, external_tensors, in_memory, slots, stand_ins
 
-
-
-@dataclasses.dataclass
-class _Slot:
-    """Where a tensor of the model sits: an initializer's value, or a node's tensor attribute."""
-
-    value: ir.Value | None = None
-    node: ir.Node | None = None
-    name: str = ""
-
-    @property
-    def tensor(self) -> ir.TensorProtocol | None:
-        return self.value.const_value if self.value is not None else self.node.attributes[self.name].value
-
-    @tensor.setter
-    def tensor(self, tensor: ir.TensorProtocol) -> None:
-        if self.value is not None:
-            self.value.const_value = tensor
-        else:
-            old = self.node.attributes[self.name]
-            self.node.attributes[self.name] = ir.AttrTensor(self.name, tensor, doc_string=old.doc_string)
-
-
-def _slots(model: ir.Model) -> Iterator[_Slot]:
-    """Every initializer and tensor attribute of the model, in every graph and function."""
-    for root in [model.graph, *(function.graph for function in model.functions.values())]:
-        yield from (_Slot(value) for value in root.initializers.values())
-        for node in ir.traversal.RecursiveGraphIterator(root):
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.TENSOR:
-                    yield _Slot(node=node, name=attr.name)
-                elif attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                    for graph in attr.value if attr.type == ir.AttributeType.GRAPHS else [attr.value]:
-                        yield from (_Slot(value) for value in graph.initializers.values())
-
-
-@dataclasses.dataclass
-class ExternalData:
-    """The model's tensors kept in external data, found in one walk over every graph and function."""
-
-    values: list[ir.Value]
-    attributes: list[tuple[ir.Node, ir.Attr]]
-
-    @classmethod
-    def of(cls, model: ir.Model) -> ExternalData:
-        found = cls([], [])
-        for slot in _slots(model):
-            if not isinstance(slot.tensor, ir.ExternalTensor):
-                continue
-            if slot.value is not None:
-                found.values.append(slot.value)
-            else:
-                found.attributes.append((slot.node, slot.node.attributes[slot.name]))
-        return found
-
-    @property
-    def initializers(self) -> list[ir.ExternalTensor]:
-        return [value.const_value for value in self.values]
-
-    @property
-    def tensors(self) -> list[ir.ExternalTensor]:
-        return self.initializers + [attr.value for _, attr in self.attributes]
-
-
-def external_tensors(model: ir.Model) -> list[ir.ExternalTensor]:
-    """Every tensor of the model kept in external data: initializers and attributes, all graphs."""
-    return ExternalData.of(model).tensors
-
-
-def in_memory(tensor: ir.ExternalTensor) -> ir.Tensor:
-    """The tensor's values, read from its file."""
-    return ir.tensor(tensor.numpy(), name=tensor.name)
 
 
 def _read_attributes(attributes: list[tuple[ir.Node, ir.Attr]]) -> None:
@@ -119,7 +49,8 @@ def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
     size = (tensor.dtype.bitwidth * math.prod(tensor.shape.numpy()) + 7) // 8
     if tensor.length is not None and tensor.length != size:
         raise InputError(
-            f"{path}: the external tensor {tensor.name!r} declares {tensor.length} bytes, but its type and shape take {size}"
+            f"{path}: the external tensor {tensor.name!r} declares {tensor.length} bytes, "
+            f"but its type and shape take {size}"
         )
     if data.stat().st_size < offset + size:
         raise InputError(f"{path}: the external data file {data} is shorter than the model says")
@@ -146,7 +77,7 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: cannot read the file")
     try:
-        onnx.checker.check_model(os.fspath(path), full_check=True)
+        _check(path)
     except onnx.shape_inference.InferenceError as error:
         raise InputError(f"{path}: the model fails ONNX shape inference: {one_line(error)}") from None
     except onnx.checker.ValidationError as error:
@@ -162,6 +93,21 @@ def load_model(path: str | os.PathLike) -> ir.Model:
 
 
 _LOADED_FROM = "dql_pass.loaded_from"
+
+
+def _check(path: Path) -> None:
+    """onnx's full check of the model at ``path``, read in the form its extension names, as onnx
+    and onnx_ir load and save it (``.json``, ``.textproto``, ``.onnxtxt``; protobuf otherwise):
+    what ``save_model`` writes, ``load_model`` reads."""
+    form = onnx.serialization.registry.get_format_from_file_extension(path.suffix)
+    if form in (None, "protobuf"):
+        onnx.checker.check_model(os.fspath(path), full_check=True)  # from the path: a model past 2 GiB too
+        return
+    try:
+        proto = onnx.load_model(path, format=form, load_external_data=False)
+    except Exception as error:  # protobuf's or onnx's parser: each its own error type
+        raise InputError(f"{path}: not a valid ONNX model in the {form} form: {one_line(error)}") from None
+    onnx.checker.check_model(proto, full_check=True)
 
 
 def _read(path: Path) -> ir.Model:
@@ -230,43 +176,20 @@ def shared_data_files(path: str | os.PathLike, source: str | os.PathLike) -> lis
 # Protobuf parses no message past 2 GiB: a one-file model up to this size stays one file.
 INLINE_LIMIT = (1 << 31) - 1
 _THRESHOLD = 256  # bytes: smaller tensors stay in the model (ir.save's threshold)
-_STREAMED = 1 << 20  # bytes: larger tensors of a one-file model are serialised one at a time
-# Bytes a tensor's data adds to a model besides its own: its field's tag and length, and the
-# lengths of the messages around it growing, as deep as graphs nest.
-_AROUND_DATA = 64
 
 
-class _TooLarge(ValueError):
-    """The model is past :data:`INLINE_LIMIT` with every tensor that can be in external data there."""
-
-
-def _held(model: ir.Model) -> list[_Slot]:
+def _held(model: ir.Model) -> list[Slot]:
     """The tensors held in memory that external data can take (ONNX keeps no strings there)."""
-    return [slot for slot in _slots(model) if (tensor := slot.tensor) is not None
+    return [slot for slot in slots(model) if (tensor := slot.tensor) is not None
             and not isinstance(tensor, ir.ExternalTensor) and tensor.dtype != ir.DataType.STRING
             and tensor.nbytes > _THRESHOLD]
 
-
-@contextlib.contextmanager
-def _stand_ins(slots: list[_Slot]) -> Iterator[None]:
-    """The ``slots``' tensors replaced, for a serialisation, by stand-ins that hold none of their bytes."""
-    tensors = [slot.tensor for slot in slots]
-    for slot, tensor in zip(slots, tensors):
-        name = slot.value.name if slot.value is not None else tensor.name
-        slot.tensor = ir.ExternalTensor("", 0, 0, tensor.dtype, shape=tensor.shape, name=name)
-    try:
-        yield
-    finally:
-        for slot, tensor in zip(slots, tensors):
-            slot.tensor = tensor
-
-
-def _size_bound(model: ir.Model, held: list[_Slot]) -> int:
+def _size_bound(model: ir.Model, held: list[Slot]) -> int:
     """At least the size of ``model`` serialised, the graph included: that of its protobuf without
     the ``held`` tensors' bytes, exact, and theirs."""
-    with _stand_ins(held):
+    with stand_ins(held):
         skeleton = ir.serde.serialize_model(model).ByteSize()
-    return skeleton + sum(slot.tensor.nbytes + _AROUND_DATA for slot in held)
+    return skeleton + sum(slot.tensor.nbytes + AROUND_DATA for slot in held)
 
 
 def save_model(
@@ -301,14 +224,15 @@ def save_model(
         try:
             inputs |= _input_files(model, source)
         except Exception as error:  # a source that is gone, or not a model
-            raise InputError(f"{path}: cannot write the output: cannot read the input {source}: {one_line(error)}") from None
+            raise InputError(
+                f"{path}: cannot write the output: cannot read the input {source}: {one_line(error)}") from None
     if entry in inputs:
         raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
     folder = entry.parent
     try:
         if not all(_may_refer_to(attr.value, folder, share_data) for _, attr in found.attributes):
             _read_attributes(found.attributes)
-        moved = [_Slot(value) for value in found.values if not _may_refer_to(value.const_value, folder, share_data)]
+        moved = [Slot(value) for value in found.values if not _may_refer_to(value.const_value, folder, share_data)]
         held = _held(model)
         if _size_bound(model, held) <= INLINE_LIMIT:
             # The input kept its weights in external data: so does the output.
@@ -318,12 +242,12 @@ def save_model(
         _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
     except OSError as error:
         raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
-    except _TooLarge as error:
+    except TooLarge as error:
         raise InputError(f"{path}: cannot write the output: it takes {error.args[0]:,} bytes with every tensor that "
                          f"can be in external data there, past protobuf's limit of {INLINE_LIMIT:,}") from None
 
 
-def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[_Slot]) -> None:
+def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[Slot]) -> None:
     """The model saved at ``path``, with ``slots``' tensors streamed, one at a time, into
     ``data_name`` beside it; the model is left as it was."""
     tensors = [slot.tensor for slot in slots]
@@ -334,139 +258,17 @@ def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[_Slot]
     try:
         protobuf = onnx.serialization.registry.get_format_from_file_extension(path.suffix) in (None, "protobuf")
         if data_name is None and protobuf:
-            _save_streamed(model, path)
+            save_streamed(model, path, INLINE_LIMIT)
         else:
-            proto = _serialized(model)
-            _check_size(proto.ByteSize())
+            proto = serialized(model)
+            check_size(proto.ByteSize(), INLINE_LIMIT)
             onnx.save_model(proto, path)  # in the format of its extension, as ir.save
     finally:
         for slot, tensor in zip(slots, tensors):
             slot.tensor = tensor
 
-
-def _check_size(size: int) -> None:
-    if size > INLINE_LIMIT:
-        raise _TooLarge(size)
-
-
-def _serialized(model: ir.Model) -> onnx.ModelProto:
-    proto = ir.serde.serialize_model(model)
-    if any(isinstance(slot.tensor, ir.serde.TensorProtoTensor) and slot.tensor.metadata_props for slot in _slots(model)):
-        for tensor in _tensor_protos(proto):
-            _one_entry_per_key(tensor)
-    return proto
-
-
-def _one_entry_per_key(tensor: onnx.TensorProto) -> None:
-    """One metadata_props entry per key, the last: onnx_ir (1.1) writes the entries of a tensor it
-    read from a proto twice, the proto's and its own copy, so that each save would add a copy."""
-    entries = {entry.key: entry.value for entry in tensor.metadata_props}
-    if len(entries) < len(tensor.metadata_props):
-        del tensor.metadata_props[:]
-        for key, value in entries.items():
-            tensor.metadata_props.add(key=key, value=value)
-
-
-def _tensor_protos(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    """Every initializer and tensor attribute of ``proto``, in every graph and function."""
-
-    def in_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
-        for node in nodes:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-                for graph in [attr.g] if attr.HasField("g") else attr.graphs:
-                    yield from in_graph(graph)
-
-    def in_graph(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-        yield from graph.initializer
-        yield from in_nodes(graph.node)
-
-    yield from in_graph(proto.graph)
-    for function in proto.functions:
-        yield from in_nodes(function.node)
-
-
-def _save_streamed(model: ir.Model, path: Path) -> None:
-    """``ir.save`` of a model whose tensors stay in it, without a second and a third copy of them.
-
-    The model goes out without its large initializers, then each of them as a message of its own:
-    protobuf merges a message field that occurs twice (here ``graph``) and appends to a repeated
-    one (``initializer``), so the file parses as one model. Each tensor is serialised alone.
-    """
-    large = [_Slot(value) for value in model.graph.initializers.values()
-             if value.const_value is not None and not isinstance(value.const_value, ir.ExternalTensor)
-             and value.const_value.nbytes > _STREAMED]
-    with _stand_ins(large):  # each dropped from the proto below, and serialised alone
-        proto = _serialized(model)
-    large = [slot.value for slot in large]
-    tensors = [value.const_value for value in large]
-    _check_size(proto.ByteSize() + sum(tensor.nbytes + _AROUND_DATA for tensor in tensors))
-    names = {value.name for value in large}
-    for index in reversed(range(len(proto.graph.initializer))):
-        if proto.graph.initializer[index].name in names:
-            del proto.graph.initializer[index]
-    with open(path, "wb") as file:
-        file.write(proto.SerializeToString())
-        del proto
-        for value, tensor in zip(large, tensors):
-            tensor.name = value.name  # as ir.serde does for initializers
-            _write_initializer(file, tensor)
-
-
-def _varint(number: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(number & 0x7F | (0x80 if number > 0x7F else 0))
-        number >>= 7
-        if not number:
-            return bytes(out)
-
-
-def _field(number: int, length: int) -> bytes:
-    """The key and length of a length-delimited protobuf field (wire type 2) of ``length`` bytes."""
-    return _varint(number << 3 | 2) + _varint(length)
-
-
-# Field numbers of onnx.proto: ModelProto.graph, GraphProto.initializer, TensorProto.raw_data.
-_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
-
-
-def _write_initializer(file, tensor: ir.TensorProtocol) -> None:
-    """Append ``tensor`` to ``file`` as a model that holds only it as an initializer.
-
-    Its bytes go from the array to the file (``tofile``): built into a message, they would be in
-    memory three times over (the bytes, the field, the serialised message). A tensor whose
-    elements are not whole bytes, or a string tensor, is serialised as a message.
-    """
-    bitwidth = tensor.dtype.bitwidth if tensor.dtype != ir.DataType.STRING else 0
-    if not bitwidth or bitwidth % 8:
-        piece = onnx.ModelProto()
-        ir.serde.serialize_tensor_into(piece.graph.initializer.add(), tensor)
-        _one_entry_per_key(piece.graph.initializer[0])
-        file.write(piece.SerializeToString())
-        return
-    size = bitwidth // 8 * math.prod(tensor.shape.numpy())
-    # Everything but the bytes, from a stand-in that refers to no data.
-    head = ir.serde.serialize_tensor(ir.ExternalTensor(
-        "", 0, 0, tensor.dtype, shape=tensor.shape, name=tensor.name, doc_string=tensor.doc_string,
-        metadata_props=dict(tensor.metadata_props)))
-    head.ClearField("data_location")
-    head.ClearField("external_data")
-    tensor_head = head.SerializeToString() + _field(_RAW_DATA, size)
-    initializer = _field(_INITIALIZER, len(tensor_head) + size) + tensor_head
-    file.write(_field(_GRAPH, len(initializer) + size) + initializer)
-    file.flush()  # tofile writes through the file descriptor
-    start = file.tell()
-    tensor.tofile(file)
-    file.seek(0, os.SEEK_END)
-    if file.tell() - start != size:
-        raise ValueError(f"the tensor {tensor.name!r} wrote {file.tell() - start} bytes, not {size}")
-
-
 def _write(
-    model: ir.Model, folder: Path, name: str, data_name: str | None, slots: list[_Slot], model_mode: int,
+    model: ir.Model, folder: Path, name: str, data_name: str | None, slots: list[Slot], model_mode: int,
     data_mode: int, keep: set[Path],
 ) -> None:
     """The steps of :func:`save_model`, each one undone if a later one fails or is interrupted;
@@ -485,7 +287,8 @@ def _write(
             with FolderLock(folder):
                 if data_name is not None:
                     data = folder / data_name
-                    if os.path.lexists(data):  # a fresh name is no file's: neither the input's data nor the old output's
+                    # A fresh name is no file's: neither the input's data nor the old output's.
+                    if os.path.lexists(data):
                         raise FileExistsError(errno.EEXIST, "the new data file's name is taken", os.fspath(data))
                     with signals_deferred():  # else Ctrl-C could land between the rename and the assignment
                         os.rename(stage / data_name, data)
