@@ -365,7 +365,7 @@ class WebGpu(WebRuntime):
                         "zero point 255 and y saturated), so the range, the scale and the zero point come out "
                         "otherwise (portable: 4 of 56 catalogue inputs and 170 of 1,000 built apart; 151 of the 174 "
                         "give the reference of x with its subnormals set to 0, the other 23, whose scale is "
-                        "subnormal, the scale 0; lean: 184 of the 1,108 inputs of the catalogue, its large cases and "
+                        "subnormal, the scale 0; lean: 184 of the 1,096 inputs of the catalogue, its large cases and "
                         "1,050 built apart, every one with a subnormal x or scale)", outputs=OUTPUTS),
     )
 
