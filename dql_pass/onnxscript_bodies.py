@@ -22,24 +22,31 @@ def _tensor(value, dtype=np.float32) -> onnx.TensorProto:
     return onnx.numpy_helper.from_array(np.array(value, dtype))
 
 
-# The lean variant's slots: the quotient's slot i stands for u in {i - centre, i - centre + 1}.
+# The lean variant's slots: slot s stands for u in {s - centre, s - centre + 1}.
 _LEAN_CENTRE = 384  # a subnormal scale puts x / scale within +-383
 _LEAN_SLOTS = 2 * _LEAN_CENTRE + 1
 
 
 def _lean_tables() -> tuple:
-    """The lean variant's constant vectors, one entry per slot, and its sizes."""
+    """The lean variant's constant vectors and its answers' base (one entry per slot and one more)."""
     slots, centre = _LEAN_SLOTS, _LEAN_CENTRE
     m = np.arange(slots) - centre
     h = (m + 0.5).astype(np.float32)
     # Half the ulp of h, up where h rounds to the even m, down where to the odd m + 1.
     d = np.where(m % 2 == 0, 1, -1) * np.spacing(np.abs(h)) / 2
+    # Slots m <= -256 (u <= -255: y is 0 whatever zp) are passed by every x above -inf: d = -inf makes
+    # their threshold -inf for a scale above 0 and NaN (never passed) for the scale 0. The top slot,
+    # reached only by +inf and by x > 0 under the scale 0, has the threshold b * 2^20: +inf for an
+    # infinite scale (b near 2^114), 0 for the scale 0.
+    d = np.where(m <= -256, -np.inf, d)
+    h[-1], d[-1] = 2.0**20, 0.0
     phi = np.float32(2.0**-24 + 2.0**-47)
-    fixed = (m <= -256) | (m == centre)
-    fixed_value = np.where(m == centre, np.inf, -np.inf)
-    base = np.where(m == centre, -1024.0, m + 1 - (slots - centre))  # u + zp = base + count
-    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(fixed, np.bool_), _tensor(fixed_value),
-            _tensor(base), slots, _tensor(float(centre)), _tensor(centre - 1, np.int32))
+    # Entry j of the answers is clamp(j - count, 0, 255) (u = j - centre - 1 and zp = centre - count),
+    # but entry 0 (x = -inf, NaN, x <= 0 under the scale 0) and entry `slots - 1` (x = +inf) are 0.
+    base = np.arange(slots + 1, dtype=np.float64)
+    base[0] = base[slots - 1] = -1024.0
+    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(base), slots,
+            _tensor(float(centre)), _tensor(centre, np.int32))
 
 
 def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
@@ -91,7 +98,8 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     def divide_in_float64(a: FLOAT, b: FLOAT):
         # A float64 quotient, cast back once, is the correctly rounded float32 quotient even where
         # the runtime divides through a reciprocal (see docs/SEMANTICS.md).
-        return op.Cast(op.Div(op.Cast(a, to=onnx.TensorProto.DOUBLE), op.Cast(b, to=onnx.TensorProto.DOUBLE)), to=onnx.TensorProto.FLOAT)
+        return op.Cast(op.Div(op.Cast(a, to=onnx.TensorProto.DOUBLE), op.Cast(b, to=onnx.TensorProto.DOUBLE)),
+                       to=onnx.TensorProto.FLOAT)
 
     @onnxscript.script(default_opset=op)
     def power_of_two_near_one(b: FLOAT):
@@ -114,7 +122,8 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         k = power_of_two_near_one(x_range)
         a = op.Mul(x_range, k)
         q = op.Mul(quotient, k)
-        twice_residual = op.Mul(op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q), op.Constant(value=two))
+        twice_residual = op.Mul(op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q),
+                                op.Constant(value=two))
         # The true quotient is past a neighbour's midpoint: 2 * residual beyond 255 * its ulp (never equal).
         # Only Less: OpenVINO's Greater is true for NaN.
         above = op.Less(op.Mul(op.Mul(op.Sub(up, quotient), k), q_max), twice_residual)
@@ -281,7 +290,8 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         b_half = op.Mul(b, op.Constant(value=half))
         b_twice = op.Mul(b, op.Constant(value=two))
         # zp = round(-x_min / scale); -inf / inf is not finite and saturates to 255, as 0/0 does.
-        zero_point, finite = rounded_half_even(op.Sub(q_min, op.Mul(x_min, k)), b, b_high, b_low, b_half, b_twice, q_min)
+        zero_point, finite = rounded_half_even(op.Sub(q_min, op.Mul(x_min, k)), b, b_high, b_low, b_half, b_twice,
+                                               q_min)
         zero_point_sat = op.Clip(op.Where(finite, zero_point, q_max), q_min, q_max)
         scale_zero = op.Less(scaled, op.Constant(value=narrow))
         zero_point_out = op.Where(scale_zero, q_max, zero_point_sat)
@@ -295,25 +305,27 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         return y, y_scale, y_zero_point
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
-    # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since three
-    # Less compare values of either sign) in 16 whole-tensor nodes and 48 on scalars and on one
-    # vector of 769 thresholds, built once per site. Per element: a rough slot from Div, one Less
-    # against the exact threshold of that slot, one Gather of the answer. Where the nodes go:
-    # 4 reductions; 12 per element (2 send a NaN x to a valid slot); 20 for the scale (7 of them
-    # its exact rounding, 9 the powers
-    # of two that keep every residual normal and a subnormal scale rounded once, 2 the zero range,
-    # 1 each the infinite and zero scale); 17 for the thresholds (a Veltkamp split, exact
-    # residuals, one successor); 11 for the zero point and the answer table.
-    # The floor: the thresholds need s * c for 25-bit c to 48 bits (two exact products and a
-    # residual test, some 12 nodes), the scale a correctly rounded quotient under a GPU Div (6),
-    # and float32 without exponent access needs Where over powers of two to stay normal.
-    (lean_h, lean_d, lean_sphi, lean_fixed, lean_fixed_value, lean_base,
-     lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
+    # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since some
+    # Less compare values of either sign) in 16 whole-tensor nodes and 43 on scalars and on vectors
+    # of 769 slots, built once per site. Per element: a rough slot from Div, one Less against the
+    # exact threshold of that slot, one Gather of the answer. Where the nodes go: 4 reductions; 12
+    # per element (Mul by k, Div, Add, 3 to clamp the slot and send NaN to slot 0, Cast, Gather,
+    # Less, Cast, Add, Gather); 19 for the scale (1 the range, 2 the zero range, 6 its exact
+    # rounding under a GPU Div, 9 the powers of two that keep every residual normal and round a
+    # subnormal scale once, 1 the cap of an infinite range); 16 for the thresholds (a Veltkamp
+    # split 5, the products and their sum 5, the exact residual test 3, the predecessor 3); 8 for
+    # the zero point and the answer table (a count of the thresholds below x_min: 4, the table 2,
+    # its Cast and the zero point's Gather 2). The scale 0 costs no node: its thresholds are 0 and
+    # NaN and its Div gives +-inf or NaN, which the slot clamp and the table's ends answer.
+    # The floor: the thresholds need s * c for 25-bit c to 48 bits (a split and two exact
+    # products, an exact residual and a predecessor), the scale a correctly rounded quotient
+    # under a GPU Div (6), and float32 without exponent access needs Where over powers of two
+    # (two regimes' conditions, four factors) to stay normal.
+    (lean_h, lean_d, lean_sphi, lean_base, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
     policy_range = _tensor(255.0 if reference.zero_range_scale(zero_range) == 1 else 1.0)
     tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
     up64, down64, down16, up16 = _tensor(2.0**64), _tensor(2.0**-64), _tensor(2.0**-16), _tensor(2.0**16)
-    range_cap, scale_floor, zero_scale = _tensor(2.0**122), _tensor(2.0**-100), _tensor(2.0**-99)
-    splitter_power, minus_inf = _tensor(2.0**12), _tensor(-np.inf)
+    range_cap, splitter_power = _tensor(2.0**122), _tensor(2.0**12)
     top_slot = _tensor(lean_slots - 1.0)
 
     @onnxscript.script(default_opset=op)
@@ -339,15 +351,15 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         q = op.Div(a, q_max)
         residual = op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q)
         rounded_scale = op.Add(q, op.Mul(residual, op.Constant(value=reciprocal_qmax)))
-        scaled = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64), unit))  # y_scale * k
-        y_scale = op.Mul(scaled, k_inverse)
-        # A zero scale divides as 2^-100: every x > 0 then lands past the last slot.
-        b = op.Max(scaled, op.Constant(value=scale_floor))
-        # The thresholds T[i] = RU(b * c_i) in x * k's units, c_i the real at which round half to
-        # even of RN(x / scale) passes i - centre: h +- ulp(h) / 2 for h = i - centre + 0.5, 25
-        # bits, so b * c_i is never a float. b = b_high + b_low (12 bits each) makes b * h two
-        # exact products; F, one of the two floats around b * c_i, is the threshold unless its
-        # exact residual F - b * h is below b * (c_i - h): then its successor is.
+        # b = y_scale * k: 0 for the scale 0 (a range below 2^-142), about 2^114 for an infinite one.
+        b = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64), unit))
+        y_scale = op.Mul(b, k_inverse)
+        # The thresholds T[s] = RD(b * c_s) in x * k's units, c_s the real that x / scale must pass
+        # for round half to even of RN(x / scale) to reach s - centre + 1: h +- ulp(h) / 2 for
+        # h = s - centre + 0.5, 25 bits, so b * c_s is never a float and x > T[s] says it. b =
+        # b_high + b_low (12 bits each) makes b * h two exact products; F, one of the two floats
+        # around b * c_s, is the threshold unless its exact residual F - b * h passes b * (c_s - h):
+        # then its predecessor is.
         t = op.Add(b, op.Mul(b, op.Constant(value=splitter_power)))
         b_high = op.Sub(t, op.Sub(t, b))
         b_low = op.Sub(b, b_high)
@@ -355,32 +367,23 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         p_low = op.Mul(b_low, op.Constant(value=lean_h))
         offset = op.Mul(b, op.Constant(value=lean_d))
         f = op.Add(p_high, op.Add(p_low, offset))
-        short = op.Less(op.Sub(op.Sub(f, p_high), p_low), offset)
-        successor = op.Add(f, op.Mul(f, op.Constant(value=lean_sphi)))  # f + |f| * PHI
-        # Fixed slots: -inf below -255 (y is 0 there whatever the threshold, and the count below
-        # saturates), +inf in the last (only +inf reaches it, for which y is 0).
-        thresholds = op.Where(op.Constant(value=lean_fixed), op.Constant(value=lean_fixed_value),
-                              op.Where(short, successor, f))
-        # zp = min(255, -u(x_min)): the thresholds above x_min * k, less those of slots >= 0.
-        # A zero scale saturates it (ORT: 0/0), and starts x's slots at 1, so that x <= 0 gets 0.
-        x_min_k = op.Mul(x_min, k)
-        zero_scaled = op.Less(scaled, op.Constant(value=zero_scale))
-        x_min_k = op.Where(zero_scaled, op.Constant(value=minus_inf), x_min_k)
-        centre = op.Where(zero_scaled, unit, op.Constant(value=lean_centre))
-        above = op.ReduceSum(op.Cast(op.Less(x_min_k, thresholds), to=onnx.TensorProto.FLOAT), keepdims=0)
-        # The answer of slot j: clamp(u + zp, 0, 255), with u = j - centre + 1.
-        answers = op.Cast(op.Clip(op.Add(op.Constant(value=lean_base), above), q_min, q_max), to=onnx.TensorProto.UINT8)
+        over = op.Less(offset, op.Sub(op.Sub(f, p_high), p_low))
+        thresholds = op.Where(over, op.Sub(f, op.Mul(f, op.Constant(value=lean_sphi))), f)  # f - |f| * PHI
+        # zp = min(255, -u(x_min)) = centre - count, the count of thresholds below x_min * k (129
+        # of them -inf); a count of 0 (x_min = -inf, the scale 0) gives 255 through the Clip.
+        count = op.ReduceSum(op.Cast(op.Less(thresholds, op.Mul(x_min, k)), to=onnx.TensorProto.FLOAT), keepdims=0)
+        answers = op.Cast(op.Clip(op.Sub(op.Constant(value=lean_base), count), q_min, q_max),
+                          to=onnx.TensorProto.UINT8)
         y_zero_point = op.Gather(answers, op.Constant(value=lean_zero_slot))  # u(0) = 0
-        # Per element: the slot of x / scale (within a few ulp, Floor by the Cast of a value >= 1),
-        # then one step down where x is below the slot's threshold.
+        # Per element: the slot of x / scale (within a few ulp; Floor by the Cast of a value >= 0),
+        # then one step up where x is past the slot's threshold. Below 0, -inf and NaN (0 / 0 under
+        # the scale 0, outside the contract as input, but every form must run on it) take slot 0.
         x_k = op.Mul(x, k)
-        # A NaN x (outside the contract, but every form must run on it) takes the top slot: Clip keeps
-        # NaN, whose Cast to int32 would index outside the tables.
-        top = op.Constant(value=top_slot)
-        estimate = op.Add(op.Div(x_k, b), centre)
-        slot = op.Cast(op.Clip(op.Where(op.Less(estimate, top), estimate, top), unit, top), to=onnx.TensorProto.INT32)
-        below = op.Cast(op.Less(x_k, op.Gather(thresholds, slot)), to=onnx.TensorProto.INT32)
-        y = op.Gather(answers, op.Sub(slot, below))
+        estimate = op.Add(op.Div(x_k, b), op.Constant(value=lean_centre))
+        clamped = op.Min(op.Where(op.Less(q_min, estimate), estimate, q_min), op.Constant(value=top_slot))
+        slot = op.Cast(clamped, to=onnx.TensorProto.INT32)
+        up = op.Cast(op.Less(op.Gather(thresholds, slot), x_k), to=onnx.TensorProto.INT32)
+        y = op.Gather(answers, op.Add(slot, up))
         return y, y_scale, y_zero_point
 
     # The body of each variant is the function of its name; variants.NAMES says which there are.

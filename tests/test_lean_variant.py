@@ -65,3 +65,27 @@ def test_every_op_has_a_webgpu_kernel_and_none_that_portable_avoids(zero_range):
     for node in computing:  # reductions never see an empty tensor
         if node.op_type in ("ReduceMin", "ReduceMax"):
             assert next(n for n in computing if node.input[0] in n.output).op_type == "Concat"
+
+
+# The inputs whose answers come from lean's table ends and NaN thresholds rather than from guards:
+# the scale 0 with x_min = 0 and below 0, an infinite scale with x_min = -inf and with +inf in x,
+# a subnormal scale whose zero point saturates, and the zero range.
+EDGES = [np.array(v, np.float32) for v in (
+    [0.0, 1e-45], [1e-45, 2e-45, 0.0], [-1e-45, 0.0], [-1e-45, 1e-45], [np.inf, -np.inf, 1.0], [-np.inf, 2.0, 0.0],
+    [np.inf, 0.5, -3.0], [3.4e38, -3.4e38], [-1e-40, 1e-43], [0.0, -0.0], [-2e-44, 0.0, 1e-45],
+)]
+
+
+@pytest.mark.parametrize("freedoms", [{}, FUSED], ids=["exact", "div 3 ulp, fused"])
+def test_lean_answers_the_scale_0_and_infinite_scales_from_its_table(freedoms):
+    exact, wrong = gpu_divider.exact_inputs("lean", EDGES, **freedoms)
+    assert wrong == [] and exact == len(EDGES)
+
+
+def test_lean_runs_on_nan_in_x():
+    model = dql_pass.expand(one_node_model(["n"], 21), variant="lean")[0]
+    ort_session = session(model)
+    for values in ([np.nan, 1.0], [np.nan], [np.inf, np.nan]):
+        x = np.array(values, np.float32)
+        y, _, _ = ort_session.run({"x": x})
+        assert y.shape == x.shape

@@ -19,7 +19,8 @@ at the page's WebGPU API: what a GPU pays per run, whatever SwiftShader's times 
 
 from __future__ import annotations
 
-__all__ = ["CACHE_VARIABLE", "COPIES", "ORT_WEB", "SETUP", "Cost", "GpuCalls", "Wasm", "WebGpu", "WebRuntime", "cache", "dist",
+__all__ = ["CACHE_VARIABLE", "COPIES", "ORT_WEB", "SETUP", "Cost", "GpuCalls", "Wasm", "WebGpu", "WebRuntime", "cache",
+           "dist",
            "missing", "unpacked"]
 
 import base64
@@ -80,7 +81,8 @@ class Cost:
     @property
     def nodes(self) -> dict[str, int]:
         """Each execution provider's name to the number of the model's nodes it runs (copies apart)."""
-        return {provider: sum(node.split(" ")[0] not in COPIES for node in nodes) for provider, nodes in self.placement.items()}
+        return {provider: sum(node.split(" ")[0] not in COPIES for node in nodes)
+                for provider, nodes in self.placement.items()}
 
     @property
     def copies(self) -> int:
@@ -138,7 +140,8 @@ class _WebSession(Session):
         self._options = {
             "bundle": f"/ort/{runtime.bundle}", "provider": runtime.provider,
             "model": self._server.serve("/model.onnx", path),
-            "externalData": [{"path": data.name, "data": self._server.serve("/" + data.name, data)}] if data.exists() else None,
+            "externalData": ([{"path": data.name, "data": self._server.serve("/" + data.name, data)}]
+                             if data.exists() else None),
             "optimize": _OPTIMIZE[optimize], "verbose": verbose,
         }
         self._server.serve("/", _PAGE.with_name("blank.html"))
@@ -180,7 +183,8 @@ class _WebSession(Session):
             raise RuntimeFailure(f"Chromium did not start: {error}") from None
         browser = self._held[0]
         try:
-            loaded = self._call(f"(await import('/page.mjs')).load({json.dumps(self._options)})", self._runtime.load_timeout)
+            loaded = self._call(f"(await import('/page.mjs')).load({json.dumps(self._options)})",
+                                self._runtime.load_timeout)
         finally:
             self.log, browser.console[:] = list(browser.console), []
         self.adapter = loaded["adapter"]
@@ -222,7 +226,8 @@ class _WebSession(Session):
         for name in wanted:
             dtype = _DTYPES[got[name]["type"]]
             if dtype != self._output_types[name]:
-                raise RuntimeFailure(f"onnxruntime-web gave {dtype} for {name}, where the model declares {self._output_types[name]}")
+                raise RuntimeFailure(f"onnxruntime-web gave {dtype} for {name}, "
+                                     f"where the model declares {self._output_types[name]}")
             results.append(np.frombuffer(base64.b64decode(got[name]["data"]), dtype).reshape(got[name]["dims"]).copy())
         return results
 
@@ -327,7 +332,7 @@ class WebGpu(WebRuntime):
     bundle = "ort.webgpu.bundle.min.mjs"  # the new WebGPU EP, which transformers.js 4 imports
     # lean: every op of it has a WebGPU kernel (its int32 Gathers and Casts included, measured
     # with placement()), it is exact with every Div several ulp off, as WGSL allows real GPUs, and
-    # it costs 64 nodes a site (16 over the whole tensor) where portable, as exact, costs 97 (31).
+    # it costs 59 nodes a site (16 over the whole tensor) where portable, as exact, costs 97 (31).
     # Of the others residual was the most exact (52 of 56 catalogue inputs; quantizelinear and
     # arithmetic lose the empty inputs too, float64 does not load), but its Round and Sign run on
     # the wasm CPU and SwiftShader's exact Div hides what a GPU's would do.
@@ -352,14 +357,15 @@ class WebGpu(WebRuntime):
     known_differences = (
         KnownDifference(("quantizelinear", "arithmetic"), "empty",
                         "measured: the WebGPU provider's ReduceMin and ReduceMax refuse an empty tensor (the run "
-                        "fails in reduction_ops.h); float64 and residual reduce over x and a 0, and keep it", outputs=OUTPUTS),
+                        "fails in reduction_ops.h); float64 and residual reduce over x and a 0, and keep it",
+                        outputs=OUTPUTS),
         KnownDifference(("quantizelinear", "arithmetic", "residual", "portable", "lean"), "subnormal",
-                        "measured: SwiftShader, Chromium's WebGPU adapter without a GPU, flushes subnormal float32 to 0: "
-                        "as operands of comparisons and min/max, and as results (a subnormal scale comes out 0, the "
+                        "measured: SwiftShader, Chromium's WebGPU adapter without a GPU, flushes subnormal float32 to "
+                        "0: as operands of comparisons and min/max, and as results (a subnormal scale comes out 0, the "
                         "zero point 255 and y saturated), so the range, the scale and the zero point come out "
                         "otherwise (portable: 4 of 56 catalogue inputs and 170 of 1,000 built apart; 151 of the 174 "
                         "give the reference of x with its subnormals set to 0, the other 23, whose scale is "
-                        "subnormal, the scale 0; lean: 184 of the 1,108 inputs of the catalogue, its large cases and "
+                        "subnormal, the scale 0; lean: 184 of the 1,096 inputs of the catalogue, its large cases and "
                         "1,050 built apart, every one with a subnormal x or scale)", outputs=OUTPUTS),
     )
 
