@@ -359,7 +359,7 @@ def test_cli_prints_the_report_even_when_it_cannot_write_it(tmp_path, capsys, mo
     def refuse(path, report):
         raise dql_pass.InputError(f"{path}: cannot write the report: disk full")
 
-    monkeypatch.setattr(cli, "_write_report", refuse)
+    monkeypatch.setattr(cli.process, "write_json", refuse)
     assert main(["verify", str(MLP), str(MLP), "--samples", "0", "--json", str(tmp_path / "report.json")]) == 2
     out, err = capsys.readouterr()
     assert "PASS: 3 sites" in out and "disk full" in err

@@ -28,7 +28,7 @@ LAYERS = [
     ["expansion", "fusion"],
     ["lowering"],
     ["verification", "suites"],
-    ["api", "advice"],
+    ["api", "advice", "deployment"],
     ["__init__"],
     ["cli"],
     ["__main__"],
@@ -200,4 +200,5 @@ def test_files_safe_knows_no_onnx_and_models_builds_on_it():
     assert not {m for m in safe if m.split(".")[0] in ("onnx", "onnx_ir", "onnxscript", "numpy")}, safe
     assert {m for m in safe if m.startswith("dql_pass")} == {"dql_pass.errors", "dql_pass.interrupts"}, safe
     assert "dql_pass.files.safe" in modules(FILES / "models.py")
-    assert sorted(p.name for p in FILES.glob("*.py")) == ["__init__.py", "models.py", "safe.py"]
+    assert sorted(p.name for p in FILES.glob("*.py")) == [
+        "__init__.py", "arrays.py", "models.py", "report_path.py", "safe.py", "written.py"]

@@ -74,6 +74,15 @@ class GeneratedSuite:
     seconds: float
     left_out: list[LeftOut] = dataclasses.field(default_factory=list)
 
+    def format(self) -> str:
+        size = f"{self.size_bytes / 1e6:.1f} MB" if self.size_bytes >= 1e6 else f"{self.size_bytes / 1e3:.0f} kB"
+        return (f"wrote {len(self.entries)} test folders from {self.inputs} inputs to {self.path}: {size} "
+                f"in {self.seconds:.1f} s")
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "folders": len(self.entries), "inputs": self.inputs,
+                "size_bytes": self.size_bytes, "seconds": self.seconds}
+
 
 def _check_options(opsets: Collection[int], forms: Collection[str], zero_range: str) -> None:
     if not opsets:

@@ -55,6 +55,17 @@ class Matrix:
             for line in lines
         ).rstrip()
 
+    def format(self) -> str:
+        return self.table()
+
+    def to_dict(self, raw: bool = False, reports: Sequence[os.PathLike] = ()) -> dict:
+        """``raw``: whether the runs ignored the manifest's known differences; ``reports``: the divergence
+        reports written of it."""
+        return {"raw": raw, "ok": self.ok, "rows": [dataclasses.asdict(row) for row in self.rows],
+                "reports": [os.fspath(path) for path in reports],
+                "outcomes": {name: [outcome.to_dict() for outcome in report.outcomes]
+                             for name, report in self.reports.items() if report is not None}}
+
 
 def choose_runtimes(text: str) -> list[str]:
     """``all`` (every adapter) or a comma-separated list of runtime names, checked against the registry."""

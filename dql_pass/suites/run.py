@@ -50,6 +50,9 @@ class Outcome:
     def line(self) -> str:
         return f"{self.status} {self.name}" + (f": {self.detail}" if self.detail else "")
 
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in ("name", "status", "detail", "form", "op")}
+
 
 @dataclasses.dataclass(frozen=True)
 class RunReport:
@@ -105,6 +108,15 @@ class RunReport:
         text += f", {xfail} known differences (XFAIL)" if xfail else ""
         text += f", {skip} skipped" if skip else ""
         return text + ("" if self.failed or self.passed else " (nothing was compared)")
+
+    def format(self) -> str:
+        """The counts per form, then the summary line."""
+        return f"{self.table()}\n{self.summary}"
+
+    def to_dict(self, raw: bool = False) -> dict:
+        """``raw``: whether the run ignored the manifest's known differences, as the report says."""
+        return {"runtime": self.runtime, "raw": raw, "summary": self.summary, "ok": self.ok, "counts": self.counts(),
+                "outcomes": [outcome.to_dict() for outcome in self.outcomes]}
 
 
 @dataclasses.dataclass(frozen=True)
