@@ -520,3 +520,32 @@ def test_expand_says_what_it_checks_on_the_target_and_the_result(tmp_path, capsy
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "reference"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[:2] == [f"dql-pass: checking {tmp_path / 'o.onnx'} on reference...", "dql-pass: reference: loads and runs it"]
+
+
+def _target_check(command: str, *lacks: runtimes.Lack) -> dql_pass.TargetCheck:
+    from dql_pass.verification.deployable import Blockers
+
+    found = Blockers("somewhere", [lack.describe() for lack in lacks], not_tried="not installed")
+    return dql_pass.TargetCheck(command, "in.onnx", "out.onnx", "somewhere", list(lacks), found, [])
+
+
+def _lack(op_type: str, reason: str = "no kernel") -> runtimes.Lack:
+    return runtimes.Lack("somewhere", op_type, 11, "measured", reason)
+
+
+@pytest.mark.parametrize(("lacks", "points"), [
+    ([_lack("QuantizeLinear")], True),
+    ([_lack("MatMulInteger")], True),
+    # An op whose name holds a lowered op's name, and a reason that names one: lower changes neither.
+    ([_lack("DynamicQuantizeLinear")], False),
+    ([_lack("Gemm", reason="it runs Gemm as MatMulInteger does, which it lacks")], False),
+])
+def test_expand_target_points_to_lower_by_the_lacking_op_not_by_its_sentence(lacks, points):
+    text = _target_check("expand", *lacks).format()
+    assert all(f"dql-pass: still blocks somewhere: {lack.describe()}" in text for lack in lacks)
+    assert ("`dql-pass lower in.onnx -o OUTPUT --target somewhere`" in text) == points, text
+
+
+def test_lower_target_leaves_the_lacks_to_lowers_own_report():
+    check = _target_check("lower", _lack("QuantizeLinear"))
+    assert check.format() == "dql-pass: note: not installed" and check.to_dict() == {"blockers": check.found.reasons}
