@@ -20,7 +20,6 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
 from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
 from dql_pass.files import as_ir_model, external_tensors, load_model, save_model, shared_data_files
@@ -74,7 +73,8 @@ def target_variant(target: str) -> str:
 def _expansion(
     variant: str | None, mode: str, zero_range: str, runtime: str | None, target: str | None
 ) -> ExpandDynamicQuantizeLinearPass:
-    return ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime, target=target)
+    return ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime,
+                                          target=target)
 
 
 @overload

@@ -209,7 +209,8 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         check_sites(sites)
         opset = _ai_onnx_opset(model.graph, "the model")
         self._check_runs(opset)
-        template = _Template(ir.serde.deserialize_function(decomposition.function_proto(self.variant, opset, self.zero_range)))
+        proto = decomposition.function_proto(self.variant, opset, self.zero_range)
+        template = _Template(ir.serde.deserialize_function(proto))
         names = UniqueNames.of_model(model)
         rewrites: dict[int, Callable[[ir.Node], None]] = {}
         for label, nodes in sites.items():
@@ -220,7 +221,8 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                 rewrites[id(root)](node)
             logger.info("expanded %d DynamicQuantizeLinear in %s", len(nodes), label)
         model.ir_version = max(model.ir_version, _MIN_IR_VERSION[self.mode])
-        return ExpandResult(model, modified=True, report=self._report({label: len(nodes) for label, nodes in sites.items()}))
+        counts = {label: len(nodes) for label, nodes in sites.items()}
+        return ExpandResult(model, modified=True, report=self._report(counts))
 
     def _report(self, sites: dict[str, int]) -> ExpandReport:
         return ExpandReport(self.variant, self.mode, self.zero_range, self.target, sites)
@@ -290,7 +292,8 @@ def check_sites(sites: dict[str, list[ir.Node]]) -> None:
         for node in nodes:
             dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
             if dtype is not None and dtype != ir.DataType.FLOAT:
-                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, not {dtype.name.lower()}")
+                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, "
+                                 f"not {dtype.name.lower()}")
             if node.attributes:
                 raise InputError(
                     f"DynamicQuantizeLinear {node.name!r} in {label} has the attribute(s) "
@@ -299,7 +302,8 @@ def check_sites(sites: dict[str, list[ir.Node]]) -> None:
 
 
 def _lacks(runtime: str, variant: str, opset: int) -> list[runtimes.Lack]:
-    return runtimes.lacking(runtime, {("", op_type) for op_type in decomposition.variant(variant, opset).op_types}, opset)
+    ops = {("", op_type) for op_type in decomposition.variant(variant, opset).op_types}
+    return runtimes.lacking(runtime, ops, opset)
 
 
 def _build_function(template: _Template, name: str) -> ir.Function:

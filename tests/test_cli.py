@@ -549,3 +549,11 @@ def test_expand_target_points_to_lower_by_the_lacking_op_not_by_its_sentence(lac
 def test_lower_target_leaves_the_lacks_to_lowers_own_report():
     check = _target_check("lower", _lack("QuantizeLinear"))
     assert check.format() == "dql-pass: note: not installed" and check.to_dict() == {"blockers": check.found.reasons}
+
+
+def test_generate_suite_takes_variants_and_its_old_name_forms(tmp_path):
+    new = dql_pass.generate_suite(tmp_path / "new", opsets=(13,), variants=("arithmetic",), names=("rank_0",))
+    old = dql_pass.generate_suite(tmp_path / "old", opsets=(13,), forms=("arithmetic",), names=("rank_0",))
+    for suite in (new, old):
+        assert json.loads((suite.path / suites.MANIFEST).read_text())["variants"] == ["arithmetic"]
+        assert [entry.variant for entry in suite.entries] == ["arithmetic"]

@@ -59,7 +59,8 @@ def expand(parser: argparse.ArgumentParser) -> None:
     _rewrite(parser, "expanded")
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--variant", choices=variants.NAMES,
-                        help="; ".join(f"{v.name}: {v.summary}" for v in variants.REGISTRY) + " (default quantizelinear)")
+                        help="; ".join(f"{v.name}: {v.summary}" for v in variants.REGISTRY)
+                        + " (default quantizelinear)")
     chosen.add_argument("--target", metavar="RUNTIME", type=runtime_name,
                         help="the runtime the model is for: the variant that is exact there" + _TARGET)
     parser.add_argument("--list-targets", action=_ListTargets, help=_LIST_TARGETS)

@@ -30,7 +30,8 @@ def _heavy_modules(args: argparse.Namespace) -> list[str]:
     """The libraries the command will load: the graph libraries always, ORT (through its adapter,
     which turns its telemetry off) where it runs models, onnxscript's rewriter to fuse."""
     modules = ["dql_pass.api"]
-    if args.command in ("verify", "gen-tests", "run-tests") or getattr(args, "verify", False) or getattr(args, "target", None):
+    runs = args.command in ("verify", "gen-tests", "run-tests")
+    if runs or getattr(args, "verify", False) or getattr(args, "target", None):
         modules.append("onnxruntime")
     if args.command == "fuse":
         modules.append("dql_pass.fusion")
@@ -70,7 +71,8 @@ _FILE_LABELS = {"input": "the input model", "output": "the output model", "origi
 
 def _files_of(args: argparse.Namespace) -> dict[str, str]:
     """The files a command reads or writes, by what they are: its --json report never replaces one."""
-    files = {label: getattr(args, key) for key, label in _FILE_LABELS.items() if isinstance(getattr(args, key, None), str)}
+    files = {label: getattr(args, key) for key, label in _FILE_LABELS.items()
+             if isinstance(getattr(args, key, None), str)}
     if args.command == "verify":
         files.update((f"the input array {name}", path) for name, path in values.pairs(args.input, "--input").items())
     return files

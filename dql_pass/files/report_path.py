@@ -45,7 +45,8 @@ def check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str,
     except FileNotFoundError:
         pass
     except (OSError, ValueError):
-        raise InputError(f"{path}: holds something other than a report of dql-pass; it is never replaced by one") from None
+        raise InputError(f"{path}: holds something other than a report of dql-pass; "
+                         "it is never replaced by one") from None
     return report
 
 

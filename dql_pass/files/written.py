@@ -50,6 +50,7 @@ def footprint(path: str | os.PathLike) -> tuple[int, int]:
     from dql_pass.files import external_tensors
 
     model = ir.load(path)  # external data stays unread
-    nodes = sum(1 for root in (model.graph, *model.functions.values()) for _ in ir.traversal.RecursiveGraphIterator(root))
+    roots = (model.graph, *model.functions.values())
+    nodes = sum(1 for root in roots for _ in ir.traversal.RecursiveGraphIterator(root))
     files = {os.path.realpath(path)} | {os.path.realpath(tensor.path) for tensor in external_tensors(model)}
     return nodes, sum(os.path.getsize(file) for file in files if os.path.isfile(file))

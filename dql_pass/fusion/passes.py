@@ -42,7 +42,8 @@ class FuseReport:
 
     def counts(self) -> list[str]:
         """One line per graph path and rule: how many were fused there."""
-        return [f"  {count:6d}  {label}  ({rule})" for label, by_rule in self.fused.items() for rule, count in by_rule.items()]
+        return [f"  {count:6d}  {label}  ({rule})"
+                for label, by_rule in self.fused.items() for rule, count in by_rule.items()]
 
     def format(self) -> str:
         """The functions dropped, the behaviour changes, and what was left alone, with why."""

@@ -91,7 +91,8 @@ class LowerReport:
     def format(self) -> str:
         lines = [f"  {n.op_type} {n.node!r} in {n.graph}: {n.proof}" for n in self.lowered]
         lines += [f"left alone: {n.op_type} {n.node!r} in {n.graph}: {n.reason}" for n in self.left_alone]
-        lines += [f"{self.blocks} DynamicQuantizeLinear sites keep y - y_zero_point in float32 (blocks)"] if self.blocks else []
+        if self.blocks:
+            lines.append(f"{self.blocks} DynamicQuantizeLinear sites keep y - y_zero_point in float32 (blocks)")
         lines += [f"no blocks: {self.no_blocks}"] if self.no_blocks else []
         lines += [f"still blocks {self.target}: {lack}" for lack in self.lacking]
         return "\n".join(lines)
@@ -186,7 +187,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                     continue
                 where = label(node)
                 if opset < _MIN_OPSET:
-                    report.left_alone.append(UnloweredNode(path, where, node.op_type, f"ai.onnx opset {opset} < {_MIN_OPSET}"))
+                    reason = f"ai.onnx opset {opset} < {_MIN_OPSET}"
+                    report.left_alone.append(UnloweredNode(path, where, node.op_type, reason))
                     continue
                 if node.op_type in self.inexact:
                     reason = self.inexact[node.op_type].describe()
@@ -200,7 +202,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                     report.left_alone.append(UnloweredNode(path, where, node.op_type, str(reason)))
                     continue
                 inputs = list(node.inputs)
-                ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
+                ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs,
+                                                        [lowering.output])
                 drop_unused(inputs)  # now, so that each weight is freed before the next is converted
                 made.update(lowering.nodes)
                 if self.blocks and lowering.proof is not None and len(lowering.proof.chunks) == 1:
@@ -228,7 +231,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:
-            report.lacking = [lack.describe() for lack in runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)]
+            lacks = runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)
+            report.lacking = [lack.describe() for lack in lacks]
         for item in report.left_alone:
             logger.info("left alone %s %r in %s: %s", item.op_type, item.node, item.graph, item.reason)
         logger.info("lowered %d nodes", len(report.lowered))

@@ -27,7 +27,8 @@ def format_targets(verbose: bool = False) -> str:
         if runtime.blocks:
             details.append("  lower drops the Cast pair after each lowered product" + (
                 " and keeps y - y_zero_point in float32 where only lowered products read it (blocks)"
-                if variants.BY_NAME[runtime.variant].float_y else f" (blocks; variant {runtime.variant} keeps y in uint8)"))
+                if variants.BY_NAME[runtime.variant].float_y
+                else f" (blocks; variant {runtime.variant} keeps y in uint8)"))
         details += [f"  differs on {d.inputs or 'any'} inputs: {d.reason}" for d in differs]
         details += [f"  lacks {lack.op_type}-{lack.since_version}: {lack.reason}" for lack in runtime.lacks]
         details += [f"  lower leaves {p.op_type} alone: {p.reason}" for p in runtime.inexact_products]

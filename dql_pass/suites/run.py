@@ -96,7 +96,8 @@ class RunReport:
         """The counts per form and status, one row a form, as run-tests prints them before its summary."""
         rows = [("form", *STATUSES)] + [(form, *map(str, by.values())) for form, by in self.counts().items()]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w)
+                                   for i, (cell, w) in enumerate(zip(row, widths)))
                          for row in rows)
 
     @property
@@ -276,7 +277,8 @@ def run_suite(
     if not folders:
         raise InputError(f"{path}: no test folders (folders holding a model.onnx)")
     missing = sorted(set(manifest) - {f.name for f in folders})
-    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx", manifest[name].get("variant", "?"))
+    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx",
+                        manifest[name].get("variant", "?"))
                 for name in missing]
     if progress is not None:
         for outcome in outcomes:
