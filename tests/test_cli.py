@@ -566,3 +566,17 @@ def test_generate_suite_takes_variants_and_its_old_name_forms(tmp_path):
     for suite in (new, old):
         assert json.loads((suite.path / suites.MANIFEST).read_text())["variants"] == ["arithmetic"]
         assert [entry.variant for entry in suite.entries] == ["arithmetic"]
+
+
+def test_main_in_process_logs_to_stderr_as_it_is_and_leaves_no_state_behind(capsys):
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    ort = runtimes.get("onnxruntime")
+    timeout = ort.timeout
+    argv = ["-v", "verify", str(MLP), str(MLP), "--samples", "0", "--runtime", "onnxruntime", "--runtime-timeout", "7"]
+    assert main(argv) == 0
+    assert (root.handlers, root.level, ort.timeout) == (handlers, level, timeout)
+    out, err = capsys.readouterr()
+    assert "PASS" in out and any(line.startswith("dql_pass.") for line in err.splitlines()), err

@@ -1,6 +1,6 @@
-"""One command run: :func:`main` in-process (an exit code back, stdout and stderr as they are at call time,
-no global state left but logging's setup), and :func:`run`, the process around it
-(:mod:`dql_pass.__main__` loads it).
+"""One command run: :func:`main` in-process (an exit code back, never SystemExit; its lines and its log
+through stdout and stderr as they are at call time; the log level and a runtime's --runtime-timeout set for
+the command only), and :func:`run`, the process around it (:mod:`dql_pass.__main__` loads it).
 
 The command's libraries are imported with the stopping signals held back, and every command imports
 what it runs, so that ``--help`` and a usage error cost no graph library.
@@ -11,13 +11,14 @@ from __future__ import annotations
 __all__ = ["main", "run"]
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from dql_pass import interrupts
 from dql_pass.cli import parser as cli_parser
@@ -55,14 +56,39 @@ def _import_held(*modules: str) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def _set_timeout(args: argparse.Namespace) -> None:
-    """--runtime-timeout: the limit of the runtime the command runs besides ORT."""
+@contextlib.contextmanager
+def _runtime_timeout(args: argparse.Namespace) -> Iterator[None]:
+    """--runtime-timeout: the limit of the runtime the command runs besides ORT, for this command only."""
     if getattr(args, "runtime_timeout", None) is None:
+        yield
         return
     from dql_pass import runtimes
 
-    for name in {getattr(args, "target", None), getattr(args, "runtime", None)} - {None}:
-        runtimes.get(name).timeout = args.runtime_timeout
+    chosen = [runtimes.get(name) for name in {getattr(args, "target", None), getattr(args, "runtime", None)} - {None}]
+    before = [runtime.timeout for runtime in chosen]
+    try:
+        for runtime in chosen:
+            runtime.timeout = args.runtime_timeout
+        yield
+    finally:
+        for runtime, timeout in zip(chosen, before):
+            runtime.timeout = timeout
+
+
+@contextlib.contextmanager
+def _logging(args: argparse.Namespace) -> Iterator[None]:
+    """The command's log lines on stderr as it is now (-v: each step, -q: errors only), for this command only."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 _FILE_LABELS = {"input": "the input model", "output": "the output model", "original": "ORIGINAL",
@@ -78,6 +104,22 @@ def _files_of(args: argparse.Namespace) -> dict[str, str]:
     return files
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` name; its exit code, and its --json report written."""
+    report_path = None
+    if args.json:
+        from dql_pass.files.report_path import check_report_path
+
+        folders = {"the suite folder": args.outdir} if args.command in ("gen-tests", "run-tests") else {}
+        report_path = check_report_path(args.json, _files_of(args), folders)
+    _import_held(*_heavy_modules(args))
+    with _runtime_timeout(args):
+        code, report = importlib.import_module(args.handler).run(args)
+    if report_path is not None:
+        write_json(report_path, {"command": args.command, "exit_code": code, **report})
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
     try:
@@ -89,20 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:  # a bare dql-pass: the commands, as --help lists them
             parser.print_help(sys.stderr)
             return 2
-        logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
-                            format="%(name)s: %(message)s")
-        report_path = None
-        if args.json:
-            from dql_pass.files.report_path import check_report_path
-
-            folders = {"the suite folder": args.outdir} if args.command in ("gen-tests", "run-tests") else {}
-            report_path = check_report_path(args.json, _files_of(args), folders)
-        _import_held(*_heavy_modules(args))
-        _set_timeout(args)
-        code, report = importlib.import_module(args.handler).run(args)
-        if report_path is not None:
-            write_json(report_path, {"command": args.command, "exit_code": code, **report})
-        return code
+        with _logging(args):
+            return _run(args)
     except (InputError, MissingDependency) as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
