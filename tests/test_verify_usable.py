@@ -72,7 +72,8 @@ def test_progress_goes_to_stderr_as_lines_where_stderr_is_no_terminal(transforme
 
 
 def _verified_on(runtime: str, sample: str, folder, **expansion) -> tuple[dql_pass.VerifyReport, object]:
-    """``sample`` from models/ expanded (as ``expansion`` says) and verified on ``runtime``, with the expansion's path."""
+    """``sample`` from models/ expanded (as ``expansion`` says) and verified on ``runtime``, with the
+    expansion's path."""
     installed(runtime)
     original, expanded = MODELS / f"{sample}.onnx", folder / "e.onnx"
     dql_pass.expand_file(original, expanded, **expansion)
