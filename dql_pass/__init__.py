@@ -12,6 +12,7 @@ The public API:
 - :func:`generate_suite` writes a conformance suite in ONNX's backend-test layout; :func:`run_suite` runs one.
 - :func:`load_model` and :func:`save_model` read checked models and write them atomically.
 - :func:`verify` checks a rewritten model against the original, bit for bit.
+- :func:`check_target` says what still keeps a written model from running on a runtime.
 - :func:`advise` says, per runtime, what a model needs there and the command that gives it.
 - :func:`lower` (and :func:`lower_file`) rewrites the quantization ops of a ``quantize_dynamic``
   model into float32 primitives, bit-exact, and reports the proof per node;
@@ -30,14 +31,21 @@ __all__ = [
     "ExpandResult",
     "FuseDynamicQuantizeLinearPass",
     "FuseReport",
+    "FuseResult",
+    "GeneratedSuite",
     "InputError",
     "LowerQuantizationPass",
     "LowerReport",
+    "LowerResult",
     "MODES",
+    "Outcome",
+    "RunReport",
+    "TargetCheck",
     "VARIANTS",
     "VerifyReport",
     "ZERO_RANGE_POLICIES",
     "advise",
+    "check_target",
     "dynamic_quantize_linear",
     "expand",
     "expand_file",
@@ -65,16 +73,23 @@ TYPE_CHECKING = False  # typing's own costs an import before the command line ha
 _LAZY = {
     "Advice": "advice",
     "advise": "advice",
+    "check_target": "deployment",
     "__version__": "metadata",
     "ExpandDynamicQuantizeLinearPass": "expansion",
     "ExpandReport": "expansion",
     "ExpandResult": "expansion",
     "FuseDynamicQuantizeLinearPass": "fusion",
     "FuseReport": "fusion",
+    "FuseResult": "fusion",
+    "GeneratedSuite": "suites",
     "InputError": "errors",
     "LowerQuantizationPass": "lowering",
     "LowerReport": "lowering",
+    "LowerResult": "lowering",
     "MODES": "variants",
+    "Outcome": "suites",
+    "RunReport": "suites",
+    "TargetCheck": "deployment",
     "VARIANTS": "op",
     "VerifyReport": "verification",
     "ZERO_RANGE_POLICIES": "variants",
@@ -99,15 +114,16 @@ if TYPE_CHECKING:
     from dql_pass.advice import Advice, advise
     from dql_pass.api import expand, expand_file, fuse, fuse_file, lower, lower_file, target_variant
     from dql_pass.decomposition import function_proto
+    from dql_pass.deployment import TargetCheck, check_target
     from dql_pass.errors import InputError
     from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
-    from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport
-    from dql_pass.lowering import LowerQuantizationPass, LowerReport
+    from dql_pass.fusion import FuseDynamicQuantizeLinearPass, FuseReport, FuseResult
+    from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
     from dql_pass.metadata import __version__
     from dql_pass.files import load_model, save_model
     from dql_pass.op import VARIANTS
     from dql_pass.reference import dynamic_quantize_linear
-    from dql_pass.suites import generate_suite, run_suite
+    from dql_pass.suites import GeneratedSuite, Outcome, RunReport, generate_suite, run_suite
     from dql_pass.variants import MODES, ZERO_RANGE_POLICIES
     from dql_pass.verification import VerifyReport, verify
     from dql_pass.graph.walk import find_sites

@@ -13,16 +13,17 @@ from __future__ import annotations
 __all__ = ["expand", "expand_file", "fuse", "fuse_file", "lower", "lower_file", "target_variant"]
 
 import os
+import time
 from typing import TYPE_CHECKING, overload
 
 import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
 from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
-from dql_pass.files import as_ir_model, external_tensors, load_model, save_model
+from dql_pass.files import as_ir_model, external_tensors, load_model, save_model, shared_data_files
+from dql_pass.files.written import Written, footprint
 
 if TYPE_CHECKING:
     from dql_pass.fusion import FuseReport, FuseResult
@@ -72,7 +73,8 @@ def target_variant(target: str) -> str:
 def _expansion(
     variant: str | None, mode: str, zero_range: str, runtime: str | None, target: str | None
 ) -> ExpandDynamicQuantizeLinearPass:
-    return ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime, target=target)
+    return ExpandDynamicQuantizeLinearPass(variant=variant, mode=mode, zero_range=zero_range, runtime=runtime,
+                                          target=target)
 
 
 @overload
@@ -161,7 +163,9 @@ def lower_file(
 ) -> LowerResult:
     """Lower the model at ``source`` into ``output``; the result's report gives each node's proof.
     The options are :func:`lower`'s; ``share_data`` is :func:`expand_file`'s."""
-    return _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output, share_data)
+    result = _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output, share_data)
+    result.footprint = footprint(source), footprint(output)  # the input is never written
+    return result
 
 
 def _rewrite_file(
@@ -170,8 +174,12 @@ def _rewrite_file(
     """Run ``rewrite`` on the model at ``source`` and write it to ``output``, in external data if
     the input kept some there, even when the rewrite dropped every tensor that did; ``share_data``:
     see :func:`expand_file`."""
+    start = time.perf_counter()
     model = load_model(source)
     external = bool(external_tensors(model))
     result = rewrite(model)
     save_model(result.model, output, source=source, external=external, share_data=share_data)
+    seconds = time.perf_counter() - start
+    shared = shared_data_files(output, source) if share_data else None
+    result.written = Written(os.fspath(source), os.fspath(output), seconds, shared)
     return result

@@ -40,6 +40,7 @@ import onnx_ir as ir
 
 from dql_pass import decomposition, runtimes
 from dql_pass.errors import InputError
+from dql_pass.files.written import Written
 from dql_pass.graph.names import SharedConstants, UniqueNames, free_name
 from dql_pass.graph.walk import Root, check_ir_model, graph_scopes, sites_by_graph
 from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS, ai_onnx_opset, check_choice
@@ -60,15 +61,56 @@ class ExpandReport:
     target: str | None = None
     sites: dict[str, int] = dataclasses.field(default_factory=dict)
 
+    def summary(self) -> str:
+        if not self.sites:
+            return "no DynamicQuantizeLinear"
+        return (f"expanded {sum(self.sites.values())} DynamicQuantizeLinear (variant {self.variant}"
+                f"{f' for {self.target}' if self.target else ''}, mode {self.mode}, zero range {self.zero_range})")
+
+    def format(self) -> str:
+        """The summary line, and the count of each graph under it."""
+        return "\n".join([self.summary(), *(f"  {count:6d}  {label}" for label, count in self.sites.items())])
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
 
 @dataclasses.dataclass
 class ExpandResult(ir.passes.PassResult):
-    """A PassResult that also carries the :class:`ExpandReport`."""
+    """A PassResult that also carries the :class:`ExpandReport`, and from :func:`dql_pass.expand_file`
+    what it read and wrote."""
 
     report: ExpandReport | None = None
+    written: Written | None = None
 
     def __repr__(self) -> str:  # not the model, which can be gigabytes of text
         return f"ExpandResult(modified={self.modified}, sites={self.report.sites if self.report else {}})"
+
+    def format(self) -> str:
+        """What expand did, in a line, with the count of each graph under it."""
+        done, written = self.report, self.written
+        if written is None:
+            return done.format()
+        if not done.sites:
+            lines = [written.unchanged(done.summary())]
+        else:
+            lines = [written.done(done.summary()), *done.format().splitlines()[1:]]
+        return "\n".join(lines + written.shared_lines())
+
+    def target_note(self) -> str | None:
+        """Without a target: which runtimes the variant is exact on, and how to ask for another."""
+        if not self.report.sites or self.report.target is not None:
+            return None
+        variant = self.report.variant
+        exact = [name for name, runtime in runtimes.RUNTIMES.items() if runtime.variant == variant]
+        source = self.written.source if self.written else "MODEL"
+        return (f"variant {variant} is the exact target of {', '.join(exact) or 'no runtime'}; "
+                f"for another runtime give --target (see --list-targets, or `dql-pass advise {source}`)")
+
+    def to_dict(self) -> dict:
+        written = self.written
+        return {**(written.to_dict() if written else {}), **self.report.to_dict(),
+                "shared_data": (written.shared_data or []) if written else []}
 
 
 class _Template:
@@ -167,7 +209,8 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
         check_sites(sites)
         opset = _ai_onnx_opset(model.graph, "the model")
         self._check_runs(opset)
-        template = _Template(ir.serde.deserialize_function(decomposition.function_proto(self.variant, opset, self.zero_range)))
+        proto = decomposition.function_proto(self.variant, opset, self.zero_range)
+        template = _Template(ir.serde.deserialize_function(proto))
         names = UniqueNames.of_model(model)
         rewrites: dict[int, Callable[[ir.Node], None]] = {}
         for label, nodes in sites.items():
@@ -178,7 +221,8 @@ class ExpandDynamicQuantizeLinearPass(ir.passes.InPlacePass):
                 rewrites[id(root)](node)
             logger.info("expanded %d DynamicQuantizeLinear in %s", len(nodes), label)
         model.ir_version = max(model.ir_version, _MIN_IR_VERSION[self.mode])
-        return ExpandResult(model, modified=True, report=self._report({label: len(nodes) for label, nodes in sites.items()}))
+        counts = {label: len(nodes) for label, nodes in sites.items()}
+        return ExpandResult(model, modified=True, report=self._report(counts))
 
     def _report(self, sites: dict[str, int]) -> ExpandReport:
         return ExpandReport(self.variant, self.mode, self.zero_range, self.target, sites)
@@ -248,7 +292,8 @@ def check_sites(sites: dict[str, list[ir.Node]]) -> None:
         for node in nodes:
             dtype = node.inputs[0].dtype if node.inputs and node.inputs[0] is not None else None
             if dtype is not None and dtype != ir.DataType.FLOAT:
-                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, not {dtype.name.lower()}")
+                raise InputError(f"DynamicQuantizeLinear {node.name!r} in {label} takes float32, "
+                                 f"not {dtype.name.lower()}")
             if node.attributes:
                 raise InputError(
                     f"DynamicQuantizeLinear {node.name!r} in {label} has the attribute(s) "
@@ -257,7 +302,8 @@ def check_sites(sites: dict[str, list[ir.Node]]) -> None:
 
 
 def _lacks(runtime: str, variant: str, opset: int) -> list[runtimes.Lack]:
-    return runtimes.lacking(runtime, {("", op_type) for op_type in decomposition.variant(variant, opset).op_types}, opset)
+    ops = {("", op_type) for op_type in decomposition.variant(variant, opset).op_types}
+    return runtimes.lacking(runtime, ops, opset)
 
 
 def _build_function(template: _Template, name: str) -> ir.Function:

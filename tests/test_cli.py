@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import MODELS, digest, dql_model, dql_outputs, edit_graph, onnx_body, reciprocal_rewrite, sample, without_clip
+from helpers import (
+    MODELS, digest, dql_model, dql_outputs, edit_graph, onnx_body, reciprocal_rewrite, sample, without_clip,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
@@ -51,8 +53,9 @@ CONSOLE_SCRIPT = Path(sys.executable).with_name("dql-pass")  # where pip puts it
 
 @pytest.mark.skipif(not CONSOLE_SCRIPT.exists(), reason="the console script is not installed")
 def test_console_script(tmp_path):
-    run = subprocess.run([str(CONSOLE_SCRIPT), "expand", str(MODELS / "mlp_dynamic.onnx"), "-o", str(tmp_path / "o.onnx"),
-                          "--variant", "arithmetic", "--mode", "function"], capture_output=True, text=True, check=False)
+    run = subprocess.run([str(CONSOLE_SCRIPT), "expand", str(MODELS / "mlp_dynamic.onnx"), "-o",
+                          str(tmp_path / "o.onnx"), "--variant", "arithmetic", "--mode", "function"],
+                         capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
     assert "expanded 3 DynamicQuantizeLinear (variant arithmetic, mode function" in run.stdout
 
@@ -133,8 +136,8 @@ def test_unwritable_output_leaves_nothing(tmp_path, capsys, target):
 
 
 def test_no_traceback_from_a_real_process(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx")],
-                         capture_output=True, text=True, check=False)
+    run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "nope.onnx"), "-o",
+                          str(tmp_path / "o.onnx")], capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "Traceback" not in run.stderr and run.stderr.count("\n") == 1
 
 
@@ -262,7 +265,8 @@ def test_the_cli_writes_and_runs_a_suite(tmp_path, capsys):
         (["gen-tests", "{tmp}/new", "--variants", "native,fast"], "unknown variant 'fast'"),
         (["run-tests", "{tmp}/new", "--backend", "reference"], "no such folder"),
         # gen-tests makes the missing parents, and removes them again when it fails.
-        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "28", "--variants", "quantizelinear"], "can run none of the chosen folders"),
+        (["gen-tests", "{tmp}/x/y/dql", "--opsets", "28", "--variants", "quantizelinear"],
+         "can run none of the chosen folders"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -285,7 +289,8 @@ def test_gen_tests_makes_the_missing_parents_of_its_folder(tmp_path, capsys, mon
 
 def test_the_cli_at_opset_28_writes_a_suite_ort_passes(tmp_path, capsys):
     path = tmp_path / "dql"
-    assert main(["gen-tests", str(path), "--opsets", "28", "--variants", "quantizelinear,arithmetic", "--no-large"]) == 0
+    assert main(["gen-tests", str(path), "--opsets", "28", "--variants", "quantizelinear,arithmetic",
+                 "--no-large"]) == 0
     assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
     assert len(json.loads((path / suites.MANIFEST).read_text())["left_out"]) == 56
     assert main(["run-tests", str(path)]) == 0
@@ -302,7 +307,8 @@ def test_cli_exit_codes_and_json(tmp_path, capsys, mlp):
     report_path = tmp_path / "report.json"
     assert main(["verify", str(MLP), str(good), "--json", str(report_path), "--samples", "1", "--dim", "batch=3"]) == 0
     saved = json.loads(report_path.read_text())
-    assert saved["passed"] and len(saved["sites"]) == 3 and saved["input_sets"] == ["sample 0", "zeros", "negative", "positive", "heavy tails"]
+    assert saved["passed"] and len(saved["sites"]) == 3
+    assert saved["input_sets"] == ["sample 0", "zeros", "negative", "positive", "heavy tails"]
     assert (saved["original"], saved["rewritten"]) == (str(MLP), str(good))
     assert "PASS" in capsys.readouterr().out
 
@@ -359,7 +365,7 @@ def test_cli_prints_the_report_even_when_it_cannot_write_it(tmp_path, capsys, mo
     def refuse(path, report):
         raise dql_pass.InputError(f"{path}: cannot write the report: disk full")
 
-    monkeypatch.setattr(cli, "_write_report", refuse)
+    monkeypatch.setattr(cli.process, "write_json", refuse)
     assert main(["verify", str(MLP), str(MLP), "--samples", "0", "--json", str(tmp_path / "report.json")]) == 2
     out, err = capsys.readouterr()
     assert "PASS: 3 sites" in out and "disk full" in err
@@ -445,7 +451,8 @@ def test_list_targets_with_v_gives_every_reason(capsys):
     for name, runtime in runtimes.RUNTIMES.items():
         assert f"\n{name}:\n" in out
         for difference in runtime.known_differences:
-            assert (f"differs on {difference.inputs} inputs: {difference.reason}" in out) == (runtime.variant in difference.forms)
+            said = f"differs on {difference.inputs} inputs: {difference.reason}" in out
+            assert said == (runtime.variant in difference.forms)
 
 
 @pytest.mark.parametrize("command", ["expand", "lower"])
@@ -457,10 +464,11 @@ def test_a_target_without_an_adapter_says_to_lower_without_one(tmp_path, capsys,
 
 
 def test_expand_for_webgpu_says_the_integer_ops_stay_on_the_cpu_and_names_lower(tmp_path, capsys, monkeypatch):
-    from dql_pass.verification import deployable
+    from dql_pass import deployment
 
     # The browser's own load is tested in test_web_runtimes.py; here only what expand says of its stated data.
-    monkeypatch.setattr(deployable, "blockers", lambda model, runtime, dims=None: deployable.Blockers(runtime, [], "not loaded here"))
+    monkeypatch.setattr(deployment, "blockers",
+                        lambda model, runtime, dims=None: deployment.Blockers(runtime, [], "not loaded here"))
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "webgpu"]) == 0
     err = capsys.readouterr().err
     assert "MatMulInteger still run on the CPU, not on webgpu" in err
@@ -519,4 +527,56 @@ def test_a_target_that_is_not_installed_names_its_setup_command(tmp_path, capsys
 def test_expand_says_what_it_checks_on_the_target_and_the_result(tmp_path, capsys):
     assert main(["expand", str(MLP), "-o", str(tmp_path / "o.onnx"), "--target", "reference"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert err[:2] == [f"dql-pass: checking {tmp_path / 'o.onnx'} on reference...", "dql-pass: reference: loads and runs it"]
+    assert err[:2] == [f"dql-pass: checking {tmp_path / 'o.onnx'} on reference...",
+                       "dql-pass: reference: loads and runs it"]
+
+
+def _target_check(command: str, *lacks: runtimes.Lack) -> dql_pass.TargetCheck:
+    from dql_pass.verification.deployable import Blockers
+
+    found = Blockers("somewhere", [lack.describe() for lack in lacks], not_tried="not installed")
+    return dql_pass.TargetCheck(command, "in.onnx", "out.onnx", "somewhere", list(lacks), found, [])
+
+
+def _lack(op_type: str, reason: str = "no kernel") -> runtimes.Lack:
+    return runtimes.Lack("somewhere", op_type, 11, "measured", reason)
+
+
+@pytest.mark.parametrize(("lacks", "points"), [
+    ([_lack("QuantizeLinear")], True),
+    ([_lack("MatMulInteger")], True),
+    # An op whose name holds a lowered op's name, and a reason that names one: lower changes neither.
+    ([_lack("DynamicQuantizeLinear")], False),
+    ([_lack("Gemm", reason="it runs Gemm as MatMulInteger does, which it lacks")], False),
+])
+def test_expand_target_points_to_lower_by_the_lacking_op_not_by_its_sentence(lacks, points):
+    text = _target_check("expand", *lacks).format()
+    assert all(f"dql-pass: still blocks somewhere: {lack.describe()}" in text for lack in lacks)
+    assert ("`dql-pass lower in.onnx -o OUTPUT --target somewhere`" in text) == points, text
+
+
+def test_lower_target_leaves_the_lacks_to_lowers_own_report():
+    check = _target_check("lower", _lack("QuantizeLinear"))
+    assert check.format() == "dql-pass: note: not installed" and check.to_dict() == {"blockers": check.found.reasons}
+
+
+def test_generate_suite_takes_variants_and_its_old_name_forms(tmp_path):
+    new = dql_pass.generate_suite(tmp_path / "new", opsets=(13,), variants=("arithmetic",), names=("rank_0",))
+    old = dql_pass.generate_suite(tmp_path / "old", opsets=(13,), forms=("arithmetic",), names=("rank_0",))
+    for suite in (new, old):
+        assert json.loads((suite.path / suites.MANIFEST).read_text())["variants"] == ["arithmetic"]
+        assert [entry.variant for entry in suite.entries] == ["arithmetic"]
+
+
+def test_main_in_process_logs_to_stderr_as_it_is_and_leaves_no_state_behind(capsys):
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    ort = runtimes.get("onnxruntime")
+    timeout = ort.timeout
+    argv = ["-v", "verify", str(MLP), str(MLP), "--samples", "0", "--runtime", "onnxruntime", "--runtime-timeout", "7"]
+    assert main(argv) == 0
+    assert (root.handlers, root.level, ort.timeout) == (handlers, level, timeout)
+    out, err = capsys.readouterr()
+    assert "PASS" in out and any(line.startswith("dql_pass.") for line in err.splitlines()), err

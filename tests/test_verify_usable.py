@@ -59,10 +59,10 @@ def test_progress_names_every_stage_in_order(transformer):
 
 
 def test_progress_goes_to_stderr_as_lines_where_stderr_is_no_terminal(transformer, capsys, monkeypatch):
-    from dql_pass import cli
+    from dql_pass.cli import progress
 
     original, expanded = transformer
-    monkeypatch.setattr(cli._Progress, "_EVERY", 0.0)
+    monkeypatch.setattr(progress.Progress, "_EVERY", 0.0)
     assert main(["verify", str(original), str(expanded)]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert any(line.startswith("dql-pass: verify: sites 1 of 4 (") for line in lines), lines
@@ -72,7 +72,8 @@ def test_progress_goes_to_stderr_as_lines_where_stderr_is_no_terminal(transforme
 
 
 def _verified_on(runtime: str, sample: str, folder, **expansion) -> tuple[dql_pass.VerifyReport, object]:
-    """``sample`` from models/ expanded (as ``expansion`` says) and verified on ``runtime``, with the expansion's path."""
+    """``sample`` from models/ expanded (as ``expansion`` says) and verified on ``runtime``, with the
+    expansion's path."""
     installed(runtime)
     original, expanded = MODELS / f"{sample}.onnx", folder / "e.onnx"
     dql_pass.expand_file(original, expanded, **expansion)

@@ -18,6 +18,7 @@ from dql_pass.fusion._onnxscript_compat import rewrite
 from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass.fusion.diagnosis import UnfusedBlock, left_alone
+from dql_pass.files.written import Written
 from dql_pass.fusion.rules import behaviour_notes, fuse_rules
 from dql_pass.graph.constants import drop_unused
 from dql_pass.graph.names import UniqueNames
@@ -39,15 +40,56 @@ class FuseReport:
     def total(self) -> int:
         return sum(sum(by_rule.values()) for by_rule in self.fused.values())
 
+    def counts(self) -> list[str]:
+        """One line per graph path and rule: how many were fused there."""
+        return [f"  {count:6d}  {label}  ({rule})"
+                for label, by_rule in self.fused.items() for rule, count in by_rule.items()]
+
+    def format(self) -> str:
+        """The functions dropped, the behaviour changes, and what was left alone, with why."""
+        lines = [f"dropped the model-local function {function}: nothing calls it any more"
+                 for function in self.dropped_functions]
+        for rule, note in self.notes.items():
+            count = sum(by_rule.get(rule, 0) for by_rule in self.fused.values())
+            lines.append(f"behaviour change of the {count} node(s) fused by {rule}: {note}")
+        if self.left_alone:
+            lines.append(f"left alone {len(self.left_alone)} ReduceMin/ReduceMax pair(s) that look like "
+                         "DynamicQuantizeLinear:")
+        for item in self.left_alone:
+            closest = f"closest rule {item.rule}, {item.matched_nodes} nodes matched: " if item.rule else ""
+            lines.append(f"  {item.graph}, x {item.x!r}: {closest}{item.reason}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, **dataclasses.asdict(self)}
+
 
 @dataclasses.dataclass
 class FuseResult(ir.passes.PassResult):
-    """A PassResult that also carries the :class:`FuseReport`."""
+    """A PassResult that also carries the :class:`FuseReport`, and from :func:`dql_pass.fuse_file` what
+    it read and wrote."""
 
     report: FuseReport = dataclasses.field(default_factory=FuseReport)
+    written: Written | None = None
 
     def __repr__(self) -> str:  # not the model
         return f"FuseResult(modified={self.modified}, fused={self.report.total})"
+
+    def format(self) -> str:
+        """What fuse did: a line, the counts, the output's shared data, then the report."""
+        report, written = self.report, self.written
+        if report.total:
+            what = f"fused {report.total} DynamicQuantizeLinear"
+            lines = [written.done(what) if written else what, *report.counts()]
+        else:
+            lines = [written.unchanged("nothing to fuse") if written else "nothing to fuse"]
+        lines += written.shared_lines() if written else []
+        return "\n".join(lines + ([report.format()] if report.format() else []))
+
+    def to_dict(self) -> dict:
+        written = self.written
+        return {**(written.to_dict() if written else {}), **self.report.to_dict(),
+                "shared_data": (written.shared_data or []) if written else []}
 
 
 def _containers(model: ir.Model) -> list[ir.Graph | ir.Function]:

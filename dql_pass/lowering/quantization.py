@@ -34,13 +34,16 @@ from __future__ import annotations
 
 __all__ = ["LowerQuantizationPass", "LowerReport", "LowerResult", "LoweredNode", "UnloweredNode"]
 
+import collections
 import dataclasses
 import logging
+import re
 
 import numpy as np
 import onnx_ir as ir
 
 from dql_pass import runtimes, variants
+from dql_pass.files.written import Written
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
 from dql_pass.graph.constants import drop_unused
 from dql_pass.lowering import blocks
@@ -95,13 +98,63 @@ class LowerReport:
         return "\n".join(lines)
 
 
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass
 class LowerResult(ir.passes.PassResult):
+    """A PassResult that also carries the :class:`LowerReport`; from :func:`dql_pass.lower_file` also
+    what it read and wrote, and the nodes and bytes of both models."""
+
     report: LowerReport = dataclasses.field(default_factory=lambda: LowerReport(None, "arithmetic"))
+    weights_asked: bool = False  # the weights were asked for, not the target's default
+    written: Written | None = None
+    footprint: tuple[tuple[int, int], tuple[int, int]] | None = None  # (nodes, bytes) before and after
 
     def __repr__(self) -> str:  # not the model
         return (f"LowerResult(modified={self.modified}, lowered={len(self.report.lowered)}, "
                 f"left_alone={len(self.report.left_alone)})")
+
+    def format(self, verbose: bool = False) -> str:
+        """What lower did in a few lines; the proof of each node with ``verbose``."""
+        report, written = self.report, self.written
+        if self.modified:
+            counts = collections.Counter(node.op_type for node in report.lowered)
+            what = f"lowered {len(report.lowered)} nodes ({', '.join(f'{n} {op}' for op, n in counts.items())})"
+            lines = [f"{written.done(what) if written else what} (weights {report.weights})", *self._summary(verbose)]
+        else:
+            lines = [written.unchanged("nothing to lower") if written else "nothing to lower"]
+        lines += written.shared_lines() if written else []
+        # The proof of each node is for verbose; what was left alone and what still blocks, always.
+        lines += [line for line in report.format().splitlines() if verbose or not line.startswith("  ")]
+        return "\n".join(lines)
+
+    def _summary(self, verbose: bool) -> list[str]:
+        """Each kind of rewrite with its count, nodes and size before and after, and the weights with why."""
+        report = self.report
+        kinds = collections.Counter((node.op_type, re.sub(r" \(.*\)$", "", node.proof)) for node in report.lowered)
+        lines = [f"  {n:4d} {op}: {proof}" for (op, proof), n in kinds.items()]
+        if self.footprint is not None:
+            (nodes, size), (nodes_after, size_after) = self.footprint
+            lines.append(f"  nodes {nodes:,} -> {nodes_after:,}; size {size:,} -> {size_after:,} bytes "
+                         f"({size_after / max(size, 1):.1f}x)")
+        why = ("as --weights asked" if self.weights_asked else f"{report.target}'s default" if report.target
+               else "the default without --target")
+        kept = ("8-bit weights kept as they are, cast and shifted in the graph, which runtimes fold when they load it"
+                if report.weights == "integer" else "8-bit weights stored cast and shifted as float32, four times "
+                "their size; --weights integer keeps them 8-bit")
+        lines.append(f"  weights {report.weights} ({why}): {kept}")
+        return lines if verbose else [*lines, "  (-v gives the proof of each node)"]
+
+    def to_dict(self) -> dict:
+        written = self.written
+        sizes = {}
+        if self.footprint is not None:
+            (nodes, size), (nodes_after, size_after) = self.footprint
+            sizes = {"nodes_before": nodes, "nodes_after": nodes_after, "bytes_before": size, "bytes_after": size_after}
+        return {**(written.to_dict() if written else {}), **sizes, **self.report.to_dict(),
+                "shared_data": (written.shared_data or []) if written else []}
 
 
 class LowerQuantizationPass(ir.passes.InPlacePass):
@@ -118,6 +171,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         self.weights = check_choice("weights", default if weights is None else weights)
         self.blocks = (runtime is not None and runtime.blocks) if blocks is None else blocks
         self.asked = blocks is True  # say why when none can be kept
+        self.weights_asked = weights is not None
 
     def call(self, model: ir.Model) -> LowerResult:
         check_ir_model(model, "lower")
@@ -148,8 +202,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                     report.left_alone.append(UnloweredNode(path, where, node.op_type, str(reason)))
                     continue
                 inputs = list(node.inputs)
-                ir.convenience.replace_nodes_and_values(
-                    graph, node, [node], lowering.nodes, node.outputs, [lowering.output])
+                ir.convenience.replace_nodes_and_values(graph, node, [node], lowering.nodes, node.outputs,
+                                                        [lowering.output])
                 drop_unused(inputs)  # now, so that each weight is freed before the next is converted
                 made.update(lowering.nodes)
                 if self.blocks and lowering.proof is not None and len(lowering.proof.chunks) == 1:
@@ -177,9 +231,9 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:
-            opset = ai_onnx_opset(model.opset_imports) or 0
-            report.lacking = [lack.describe() for lack in runtimes.lacking(self.target, ops_used(model), opset)]
+            lacks = runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)
+            report.lacking = [lack.describe() for lack in lacks]
         for item in report.left_alone:
             logger.info("left alone %s %r in %s: %s", item.op_type, item.node, item.graph, item.reason)
         logger.info("lowered %d nodes", len(report.lowered))
-        return LowerResult(model, modified=bool(report.lowered), report=report)
+        return LowerResult(model, modified=bool(report.lowered), report=report, weights_asked=self.weights_asked)

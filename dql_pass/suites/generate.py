@@ -74,16 +74,25 @@ class GeneratedSuite:
     seconds: float
     left_out: list[LeftOut] = dataclasses.field(default_factory=list)
 
+    def format(self) -> str:
+        size = f"{self.size_bytes / 1e6:.1f} MB" if self.size_bytes >= 1e6 else f"{self.size_bytes / 1e3:.0f} kB"
+        return (f"wrote {len(self.entries)} test folders from {self.inputs} inputs to {self.path}: {size} "
+                f"in {self.seconds:.1f} s")
 
-def _check_options(opsets: Collection[int], forms: Collection[str], zero_range: str) -> None:
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "folders": len(self.entries), "inputs": self.inputs,
+                "size_bytes": self.size_bytes, "seconds": self.seconds}
+
+
+def _check_options(opsets: Collection[int], variants: Collection[str], zero_range: str) -> None:
     if not opsets:
         raise InputError("choose at least one opset")
     outside = sorted(o for o in opsets if not MIN_OPSET <= o <= MAX_OPSET)
     if outside:
         raise InputError(f"opset {outside[0]} is outside {MIN_OPSET}..{MAX_OPSET}")
-    if not forms:
+    if not variants:
         raise InputError("choose at least one variant")
-    unknown = sorted(set(forms) - set(FORMS))
+    unknown = sorted(set(variants) - set(FORMS))
     if unknown:
         raise InputError(f"unknown variant {unknown[0]!r}; choose from {', '.join(FORMS)}")
     check_choice("zero-range policy", zero_range)
@@ -151,7 +160,8 @@ def _write_cases(
                 if reason is not None:
                     left_out.append(LeftOut(folder, case.name, opset, form, reason))
                     continue
-                known = {r.name: "; ".join(d) for r in runtimes.RUNTIMES.values() if (d := r.differences(case.x, form, zero_range))}
+                known = {r.name: "; ".join(d) for r in runtimes.RUNTIMES.values()
+                         if (d := r.differences(case.x, form, zero_range))}
                 for other in runtimes.RUNTIMES:
                     other_reason = None if other == runtime else _lacks(model, other, opset)
                     if other_reason is not None:
@@ -164,7 +174,8 @@ def _write_cases(
                 ))
         logger.info("wrote %s at opsets %s", case.name, case_opsets)
     if not entries:
-        raise InputError(f"{runtime} can run none of the chosen folders: {left_out[0].reason}; choose other opsets or variants")
+        raise InputError(f"{runtime} can run none of the chosen folders: {left_out[0].reason}; "
+                         "choose other opsets or variants")
     if left_out:
         logger.warning(
             "left out %d test folders that %s cannot run (%s); %s lists them", len(left_out), runtime,
@@ -177,7 +188,8 @@ def _write_cases(
 
 
 def _foreign(outdir: Path, written: set[str]) -> list[str]:
-    """What ``outdir`` holds that gen-tests did not write: other names, and symlinks or special files in place of its own."""
+    """What ``outdir`` holds that gen-tests did not write: other names, and symlinks or special files in place
+    of its own."""
     found = []
 
     def unlisted(error: OSError) -> None:  # a folder that cannot be listed may hold anything
@@ -195,7 +207,8 @@ def _foreign(outdir: Path, written: set[str]) -> list[str]:
 
 
 def _check_replaceable(outdir: Path, force: bool) -> None:
-    """Raise unless ``outdir`` is absent, an empty folder or a suite written here that holds nothing else (or ``force``)."""
+    """Raise unless ``outdir`` is absent, an empty folder or a suite written here that holds nothing else
+    (or ``force``)."""
     if outdir.is_symlink() or outdir.exists() and not outdir.is_dir():
         raise InputError(f"{outdir}: exists and is not a folder; choose another output folder")
     if not outdir.exists() or not any(outdir.iterdir()):
@@ -230,7 +243,7 @@ def generate_suite(
     outdir: str | os.PathLike,
     *,
     opsets: Sequence[int] = DEFAULT_OPSETS,
-    forms: Sequence[str] = FORMS,
+    variants: Sequence[str] = FORMS,
     zero_range: str = "onnxruntime",
     include_unspecified: bool = False,
     include_large: bool = True,
@@ -239,25 +252,27 @@ def generate_suite(
     ops: Collection[str] = (NAME,),
     size: str = "small",
     family_opsets: Collection[int] | None = None,
+    forms: Sequence[str] | None = None,
 ) -> GeneratedSuite:
     """Write a conformance suite to ``outdir`` (see :mod:`dql_pass.suites` for the layout).
 
-    ``forms`` picks among ``native`` and the expansion variants; ``include_unspecified`` adds the
-    NaN inputs (not comparable); ``include_large`` adds the input of about a million elements at
-    the newest opset; ``names`` keeps only the catalogue cases of those names. The folder that
-    holds ``outdir`` is made if missing. An existing suite in ``outdir`` that holds files gen-tests did not
+    ``variants`` picks among ``native`` and the expansion variants (``forms`` is its old name);
+    ``include_unspecified`` adds the NaN inputs (not comparable); ``include_large`` adds the input of about a
+    million elements at the newest opset; ``names`` keeps only the catalogue cases of those names. The folder
+    that holds ``outdir`` is made if missing. An existing suite in ``outdir`` that holds files gen-tests did not
     write is replaced only with ``force``; a folder that holds no suite, never.
 
     ``ops`` picks among DynamicQuantizeLinear and the family's ops (:data:`dql_pass.suites.family.REGISTRY`),
     written at each opset where they changed (those in ``family_opsets`` when given), at ``size``
-    (``small`` for CI, ``full``); ``opsets``, ``forms`` and the rest are DynamicQuantizeLinear's.
+    (``small`` for CI, ``full``); ``opsets``, ``variants`` and the rest are DynamicQuantizeLinear's.
     """
     start = time.perf_counter()
     ops = family.check_ops(ops)
     opsets = sorted(set(opsets))
+    variants = variants if forms is None else forms
     if NAME in ops:
-        _check_options(opsets, forms, zero_range)
-    forms = [f for f in FORMS if f in forms]
+        _check_options(opsets, variants, zero_range)
+    variants = [v for v in FORMS if v in variants]
     cases = inputs.cases(include_large=include_large, include_nan=include_unspecified) if NAME in ops else []
     if names is not None:
         names = set(names)
@@ -278,7 +293,7 @@ def generate_suite(
         for folder in created:
             folder.mkdir()
         with staged(outdir.parent.resolve(), outdir.name, mode=default_file_mode(folder=True)) as stage:
-            entries, left_out = _write_cases(stage, cases, opsets, forms, zero_range) if NAME in ops else ([], [])
+            entries, left_out = _write_cases(stage, cases, opsets, variants, zero_range) if NAME in ops else ([], [])
             entries += family.write_cases(stage, [op for op in ops if op != NAME], family_opsets, size)
             manifest = {
                 "format": FORMAT,
@@ -286,7 +301,7 @@ def generate_suite(
                 "onnx": onnx.__version__,
                 "policy": zero_range,
                 "opsets": opsets,
-                "variants": forms,
+                "variants": variants,
                 "ops": ops,
                 "cases": [dataclasses.asdict(e) for e in entries],
                 "left_out": [dataclasses.asdict(item) for item in left_out],

@@ -51,9 +51,21 @@ class Matrix:
         ]
         widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
         return "\n".join(
-            "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths))) + "  " + line[-1]
+            "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+            + "  " + line[-1]
             for line in lines
         ).rstrip()
+
+    def format(self) -> str:
+        return self.table()
+
+    def to_dict(self, raw: bool = False, reports: Sequence[os.PathLike] = ()) -> dict:
+        """``raw``: whether the runs ignored the manifest's known differences; ``reports``: the divergence
+        reports written of it."""
+        return {"raw": raw, "ok": self.ok, "rows": [dataclasses.asdict(row) for row in self.rows],
+                "reports": [os.fspath(path) for path in reports],
+                "outcomes": {name: [outcome.to_dict() for outcome in report.outcomes]
+                             for name, report in self.reports.items() if report is not None}}
 
 
 def choose_runtimes(text: str) -> list[str]:
@@ -80,7 +92,8 @@ def _rows(runtime: str, outcomes: Sequence[Outcome]) -> list[Row]:
     for op, found in by_op.items():
         status = collections.Counter(o.status for o in found)
         why = collections.Counter(_short(o.detail) for o in found if o.status == "SKIP")
-        rows.append(Row(op, runtime, status["PASS"], status["FAIL"], status["XFAIL"], status["SKIP"], dict(why.most_common())))
+        rows.append(Row(op, runtime, status["PASS"], status["FAIL"], status["XFAIL"], status["SKIP"],
+                        dict(why.most_common())))
     return rows
 
 
@@ -97,7 +110,8 @@ def run_matrix(
             reports[name] = None
             rows.append(Row("*", name, why_skipped={f"not installed: {runtime.install_hint()}": 1}))
             continue
-        report = run_suite(outdir, name, raw=raw, progress=None if progress is None else lambda o, n=name: progress(n, o))
+        report = run_suite(outdir, name, raw=raw,
+                           progress=None if progress is None else lambda o, n=name: progress(n, o))
         reports[name] = report
         rows += _rows(name, report.outcomes)
     rows.sort(key=lambda row: (row.op, names.index(row.runtime)))

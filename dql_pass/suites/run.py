@@ -50,6 +50,9 @@ class Outcome:
     def line(self) -> str:
         return f"{self.status} {self.name}" + (f": {self.detail}" if self.detail else "")
 
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in ("name", "status", "detail", "form", "op")}
+
 
 @dataclasses.dataclass(frozen=True)
 class RunReport:
@@ -93,7 +96,8 @@ class RunReport:
         """The counts per form and status, one row a form, as run-tests prints them before its summary."""
         rows = [("form", *STATUSES)] + [(form, *map(str, by.values())) for form, by in self.counts().items()]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w)
+                                   for i, (cell, w) in enumerate(zip(row, widths)))
                          for row in rows)
 
     @property
@@ -105,6 +109,15 @@ class RunReport:
         text += f", {xfail} known differences (XFAIL)" if xfail else ""
         text += f", {skip} skipped" if skip else ""
         return text + ("" if self.failed or self.passed else " (nothing was compared)")
+
+    def format(self) -> str:
+        """The counts per form, then the summary line."""
+        return f"{self.table()}\n{self.summary}"
+
+    def to_dict(self, raw: bool = False) -> dict:
+        """``raw``: whether the run ignored the manifest's known differences, as the report says."""
+        return {"runtime": self.runtime, "raw": raw, "summary": self.summary, "ok": self.ok, "counts": self.counts(),
+                "outcomes": [outcome.to_dict() for outcome in self.outcomes]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +277,8 @@ def run_suite(
     if not folders:
         raise InputError(f"{path}: no test folders (folders holding a model.onnx)")
     missing = sorted(set(manifest) - {f.name for f in folders})
-    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx", manifest[name].get("variant", "?"))
+    outcomes = [Outcome(name, "FAIL", f"listed in {MANIFEST} but it has no model.onnx",
+                        manifest[name].get("variant", "?"))
                 for name in missing]
     if progress is not None:
         for outcome in outcomes:

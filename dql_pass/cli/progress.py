@@ -1,0 +1,65 @@
+"""verify run from the command line: its progress on stderr, and its report on stdout."""
+
+from __future__ import annotations
+
+__all__ = ["Progress", "show", "verify_with_progress"]
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from dql_pass.cli.output import say
+
+if TYPE_CHECKING:
+    from dql_pass.verification import VerifyReport
+
+
+class Progress:
+    """verify's progress on stderr, as the field shows it: a bar per stage where stderr is a
+    terminal (tqdm), a plain line every couple of seconds elsewhere (a log, CI), nothing under -q."""
+
+    _EVERY = 2.0  # seconds between plain lines; the first comes once verify has taken that long
+
+    def __init__(self) -> None:
+        self._start = self._last = time.monotonic()
+        self._bar = None
+        self._stage: str | None = None
+        self._terminal = sys.stderr.isatty()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self._terminal:
+            from tqdm import tqdm
+
+            if stage != self._stage:
+                self.close()
+                self._bar, self._stage = tqdm(total=total, desc=f"verify: {stage}", unit="", leave=False), stage
+            self._bar.update(done + 1 - self._bar.n)
+            return
+        now = time.monotonic()
+        if now - self._last >= self._EVERY:
+            print(f"dql-pass: verify: {stage} {done + 1} of {total} ({now - self._start:.0f} s)", file=sys.stderr,
+                  flush=True)
+            self._last = now
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def verify_with_progress(args: argparse.Namespace, original: Any, rewritten: Any, **options: Any) -> VerifyReport:
+    import dql_pass
+
+    progress = None if args.quiet else Progress()
+    try:
+        return dql_pass.verify(original, rewritten, progress=progress, **options)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
+    """Print verify's report; its exit code and its --json shape."""
+    say(args, report.format())
+    return report.exit_code, report.to_dict()

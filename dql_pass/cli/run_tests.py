@@ -1,0 +1,34 @@
+"""``dql-pass run-tests``: run_suite on one runtime, or run_matrix on several (with divergence reports)."""
+
+from __future__ import annotations
+
+import argparse
+
+from dql_pass.cli.output import say
+
+
+def run(args: argparse.Namespace) -> tuple[int, dict]:
+    import dql_pass
+    from dql_pass.suites import matrix
+
+    names = matrix.choose_runtimes(args.runtime)
+    if len(names) > 1 or args.report_dir:
+        return _run_matrix(args, names)
+    report = dql_pass.run_suite(args.outdir, names[0], raw=args.raw,
+                                progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
+    say(args, report.format())
+    return (0 if report.ok else 1), report.to_dict(raw=args.raw)
+
+
+def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
+    from dql_pass.suites import divergence, matrix
+
+    if args.report_dir:
+        divergence.check_report_dir(args.report_dir)
+    found = matrix.run_matrix(args.outdir, names, raw=args.raw, progress=None if args.quiet or not args.verbose
+                              else lambda runtime, outcome: print(f"{runtime}: {outcome.line()}", flush=True))
+    say(args, found.format())
+    written = divergence.write_reports(args.report_dir, args.outdir, found) if args.report_dir else []
+    for path in written:
+        say(args, f"wrote the divergence report {path}")
+    return (0 if found.ok else 1), found.to_dict(raw=args.raw, reports=written)

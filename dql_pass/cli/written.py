@@ -1,0 +1,34 @@
+"""What expand and lower do once they have written the model: with ``--target``, check it there (what
+still blocks it goes to stderr, and makes the exit code 1); with ``--verify``, verify it."""
+
+from __future__ import annotations
+
+__all__ = ["after_writing"]
+
+import argparse
+import sys
+
+from dql_pass.cli import values
+from dql_pass.cli.output import note
+from dql_pass.cli.progress import show, verify_with_progress
+
+
+def after_writing(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
+    """The exit code and the --json report of expand or lower, ``report`` being what the pass said."""
+    blocked = False
+    if args.target is not None:
+        from dql_pass.deployment import check_target, checking
+
+        line = None if args.quiet else checking(args.output, args.target)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        found = check_target(args.command, args.input, args.output, args.target, values.dims(args))
+        note(found.format(quiet=args.quiet))
+        report.update(found.to_dict())
+        blocked = bool(found)
+    code = 0
+    if args.verify:  # an expansion for a target is verified there
+        verified = verify_with_progress(args, args.input, args.output, zero_range=args.zero_range,
+                                        dims=values.dims(args), runtime=args.target or "onnxruntime")
+        code, report["verify"] = show(args, verified)
+    return (1 if blocked else code), report

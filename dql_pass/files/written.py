@@ -1,0 +1,56 @@
+"""What a file-to-file rewrite read and wrote: the paths as given, the time it took, the input's data
+files the output shares, and a model's footprint on disk. The passes' results carry it and their
+``format`` and ``to_dict`` say it."""
+
+from __future__ import annotations
+
+__all__ = ["Written", "footprint"]
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """The model at ``source`` rewritten into ``output`` in ``seconds``; ``shared_data``: the input's data
+    files the output refers to, with ``share_data`` (None without it)."""
+
+    source: str
+    output: str
+    seconds: float
+    shared_data: list[str] | None = None
+
+    def done(self, what: str) -> str:
+        """``what`` was done, into the output, in so many seconds."""
+        return f"{what} into {self.output} in {self.seconds:.2f} s"
+
+    def unchanged(self, why: str) -> str:
+        return f"{self.source}: {why}; wrote it unchanged to {self.output} ({self.seconds:.2f} s)"
+
+    def shared_lines(self) -> list[str]:
+        """With --share-data, the input's data files the output refers to, said in a line of its own."""
+        if self.shared_data is None:
+            return []
+        shared = self.shared_data
+        if not shared:
+            return [f"{self.output} stands alone: --share-data shares only the input's data files in the output's "
+                    "folder, and this output keeps none"]
+        many = len(shared) > 1
+        return [f"{self.output} refers to the input's data {'files' if many else 'file'} {', '.join(shared)} "
+                f"(--share-data): it needs {'them' if many else 'it'} where {'they are' if many else 'it is'}"]
+
+    def to_dict(self) -> dict:
+        return {"input": self.source, "output": self.output, "seconds": self.seconds}
+
+
+def footprint(path: str | os.PathLike) -> tuple[int, int]:
+    """The nodes of the model at ``path`` (every graph and function) and its size on disk with its data files."""
+    import onnx_ir as ir
+
+    from dql_pass.files import external_tensors
+
+    model = ir.load(path)  # external data stays unread
+    roots = (model.graph, *model.functions.values())
+    nodes = sum(1 for root in roots for _ in ir.traversal.RecursiveGraphIterator(root))
+    files = {os.path.realpath(path)} | {os.path.realpath(tensor.path) for tensor in external_tensors(model)}
+    return nodes, sum(os.path.getsize(file) for file in files if os.path.isfile(file))
