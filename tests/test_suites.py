@@ -52,7 +52,7 @@ def reference_suite(tmp_path_factory):
     return path
 
 
-def test_the_suite_covers_the_issue_categories(ort_suite):
+def test_the_suite_covers_every_category_of_input(ort_suite):
     manifest = _manifest(ort_suite)
     names = {e["name"] for e in manifest.values() if e["comparable"]}
     assert len(names) >= 40
@@ -474,7 +474,7 @@ def test_without_a_one_step_swap_the_two_renames_still_leave_a_whole_suite(small
 
     An interrupt at either rename lands once both are done, and a failure of either leaves the old
     suite: the whole old suite or the whole new one, and nothing else beside it. (The one-step
-    swap is covered against kill -9 at every step in test_adversarial.py.)
+    swap is covered against kill -9 at every step in test_suites_hostile.py.)
     """
     old = _suite_folders(small_suite)
     monkeypatch.setattr(safe, "exchange", lambda a, b: False)
