@@ -8,7 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 import dql_pass
 from dql_pass import inputs, variants
@@ -48,7 +47,8 @@ def _imports(path: Path) -> set[str]:
             base = node.module.removeprefix("dql_pass").lstrip(".")
             found |= {_unit(base)} if base else {_unit(alias.name) for alias in node.names}
         elif isinstance(node, ast.Import):
-            found |= {_unit(alias.name.removeprefix("dql_pass").lstrip(".")) for alias in node.names if alias.name.startswith("dql_pass.")}
+            found |= {_unit(alias.name.removeprefix("dql_pass").lstrip(".")) for alias in node.names
+                      if alias.name.startswith("dql_pass.")}
     return found
 
 
@@ -71,12 +71,14 @@ def test_imports_point_downward():
 
 
 def _sources(*folders: Path) -> list[tuple[str, ast.Module]]:
-    return [(str(p.relative_to(PACKAGE.parent)), ast.parse(p.read_text())) for f in folders for p in sorted(f.rglob("*.py"))]
+    return [(str(p.relative_to(PACKAGE.parent)), ast.parse(p.read_text()))
+            for f in folders for p in sorted(f.rglob("*.py"))]
 
 
 def _strings(node: ast.AST) -> set[str]:
     """The string constants a tuple, list, set or dict literal (its keys) holds."""
-    items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+    items = (node.keys if isinstance(node, ast.Dict)
+             else node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [])
     return {item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)}
 
 
@@ -116,7 +118,8 @@ def test_only_inputs_py_holds_the_input_class_vocabulary():
     for path, tree in sources:
         found += [f"{path}: CLASSES" for name, _ in _assigned(tree) if name.endswith("CLASSES")]
         found += [f"{path}:{node.lineno}: def {node.name}" for node in ast.walk(tree)
-                  if isinstance(node, ast.FunctionDef) and node.name in ("input_classes", "_reciprocal_changes", "_near_tie")]
+                  if isinstance(node, ast.FunctionDef)
+                  and node.name in ("input_classes", "_reciprocal_changes", "_near_tie")]
     assert not found, found
 
 
@@ -133,15 +136,18 @@ def test_a_lowering_rule_lives_in_its_record_only():
     for path, tree in _sources(PACKAGE / "lowering", PACKAGE / "verification"):
         if path == "dql_pass/lowering/rules.py":
             continue
-        allowed = {id(node) for name, value in _assigned(tree) if (path, name) in _NOT_RULES for node in ast.walk(value)}
+        allowed = {id(node) for name, value in _assigned(tree) if (path, name) in _NOT_RULES
+                   for node in ast.walk(value)}
         found += [f"{path}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
                   if isinstance(node, ast.Constant) and node.value in rules.RULES and id(node) not in allowed]
-    named = {(f.__module__.rsplit(".", 1)[-1], f.__name__) for rule in rules.REGISTRY for f in (rule.reference, rule.cases)}
+    named = {(f.__module__.rsplit(".", 1)[-1], f.__name__)
+             for rule in rules.REGISTRY for f in (rule.reference, rule.cases)}
     for path, tree in _sources(PACKAGE, TOOLS):
         if path == "dql_pass/lowering/rules.py":
             continue
         found += [f"{path}:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
-                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (node.value.id, node.attr) in named]
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and (node.value.id, node.attr) in named]
         found += [f"{path}:{node.lineno}: imports {alias.name}" for node in ast.walk(tree)
                   if isinstance(node, ast.ImportFrom) and node.module for alias in node.names
                   if (node.module.rsplit(".", 1)[-1], alias.name) in named]
@@ -157,7 +163,8 @@ _SAFE_CALLS = {
     ("fcntl", "flock"), ("fcntl", "lockf"), ("tempfile", "mkstemp"), ("tempfile", "mkdtemp"),
 }
 # The words of a helper's name that mean safe writing: `_staged`, `FolderLock`, `atomic_path`, ...
-_SAFE_WORDS = {"atomic", "atomically", "exchange", "flock", "fsync", "lock", "locked", "renameat2", "stage", "staged", "swap", "sweep"}
+_SAFE_WORDS = {"atomic", "atomically", "exchange", "flock", "fsync", "lock", "locked", "renameat2", "stage", "staged",
+               "swap", "sweep"}
 
 
 def _words(name: str) -> set[str]:
@@ -172,7 +179,8 @@ def _safe_writing(tree: ast.Module) -> list[str]:
             owner = node.func.value.id if isinstance(node.func.value, ast.Name) else None
             if (owner, node.func.attr) in _SAFE_CALLS or node.func.attr in ("rename", "renameat2"):  # Path.rename too
                 found.append(f"{node.lineno}: {ast.unparse(node.func)}()")
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _words(node.name) & _SAFE_WORDS:
+        elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+              and _words(node.name) & _SAFE_WORDS):
             found.append(f"{node.lineno}: {'class' if isinstance(node, ast.ClassDef) else 'def'} {node.name}")
     return found
 
