@@ -109,7 +109,8 @@ def test_inline_sites_share_constants_and_use_few_nodes(variant, per_site):
 
 def test_function_mode_adds_one_function_per_variant_and_policy():
     model = dql_pass.expand(_site_model(opset=18), mode="function")[0]
-    assert [(f.domain, f.name) for f in model.functions] == [(FUNCTION_DOMAIN, "DynamicQuantizeLinear_quantizelinear_onnxruntime")]
+    functions = [(f.domain, f.name) for f in model.functions]
+    assert functions == [(FUNCTION_DOMAIN, "DynamicQuantizeLinear_quantizelinear_onnxruntime")]
     assert {(o.domain, o.version) for o in model.opset_import} == {("", 18), (FUNCTION_DOMAIN, 1)}
     assert [(o.domain, o.version) for o in model.functions[0].opset_import] == [("", 18)]
     calls = [n for n in model.graph.node if n.domain == FUNCTION_DOMAIN]
@@ -164,8 +165,11 @@ def _clashing_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in [("oy", TensorProto.UINT8, ["n"]), ("os", TensorProto.FLOAT, []), ("oz", TensorProto.UINT8, [])]]
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, t, s)
+         for n, t, s in [("oy", TensorProto.UINT8, ["n"]), ("os", TensorProto.FLOAT, []),
+                         ("oz", TensorProto.UINT8, [])]]
         + [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"]) for name in clashing],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -208,7 +212,8 @@ def test_idempotent_and_no_dql_is_unchanged():
                           [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])]),
         opset_imports=[helper.make_opsetid("", 13)],
     )
-    assert dql_pass.expand(plain)[0].SerializeToString() == ir.serde.serialize_model(ir.serde.deserialize_model(plain)).SerializeToString()
+    unchanged = ir.serde.serialize_model(ir.serde.deserialize_model(plain))
+    assert dql_pass.expand(plain)[0].SerializeToString() == unchanged.SerializeToString()
 
 
 def test_non_float_input_is_rejected():
@@ -260,7 +265,8 @@ def test_external_data_follows_an_output_elsewhere(tmp_path):
     source = _external_model(tmp_path / "in")
     dql_pass.save_model(dql_pass.expand(source)[0], tmp_path / "out" / "expanded.onnx", source=source)
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert len(written) == 2 and written[0] == "expanded.onnx" and re.fullmatch(r"expanded\.onnx\.[0-9a-f]{12}\.data", written[1])
+    assert len(written) == 2 and written[0] == "expanded.onnx"
+    assert re.fullmatch(r"expanded\.onnx\.[0-9a-f]{12}\.data", written[1])
     x = np.ones((2, 64), np.float32)
     want = session(onnx.load(source)).run({"x": x})[0]
     got = session(onnx.load(tmp_path / "out" / "expanded.onnx")).run({"x": x})[0]
@@ -276,7 +282,8 @@ def _constant_and_branch_external_model(folder: Path) -> Path:
         return helper.make_graph(
             [helper.make_node("MatMul", ["m", initializer.name], [f"{name}_m"]),
              helper.make_node("DynamicQuantizeLinear", [f"{name}_m"], [f"{name}_y", f"{name}_s", f"{name}_z"])],
-            name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.UINT8, [1, 4])], initializer=[initializer],
+            name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.UINT8, [1, 4])],
+            initializer=[initializer],
         )
 
     nodes = [
@@ -287,7 +294,8 @@ def _constant_and_branch_external_model(folder: Path) -> Path:
     ]
     graph = helper.make_graph(
         nodes, "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("out", TensorProto.UINT8, [1, 4])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -344,10 +352,12 @@ def test_dql_in_a_function_with_an_older_opset(mode):
     graph = helper.make_graph(
         [helper.make_node("F", ["x"], ["y", "s", "z"], domain="loc")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
-        [helper.make_tensor_value_info("y", TensorProto.UINT8, [5]), helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [5]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
          helper.make_tensor_value_info("z", TensorProto.UINT8, [])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("loc", 1)], functions=[function])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("loc", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[function])
     onnx.checker.check_model(model, full_check=True)
     expanded = dql_pass.expand(model, mode=mode)[0]
     onnx.checker.check_model(expanded, full_check=True)
@@ -386,8 +396,8 @@ def test_many_unnamed_sites_get_distinct_names_in_both_modes():
 def test_control_flow_nodes_sharing_a_name_get_distinct_graph_paths(names):
     """Two If nodes that a path would tell apart only by name: each branch still gets its own path."""
     def branch(tag: str) -> onnx.GraphProto:
-        return helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], [f"{tag}_y", f"{tag}_s", f"{tag}_z"])],
-                                 tag, [], [helper.make_tensor_value_info(f"{tag}_y", TensorProto.UINT8, [4])])
+        dql = helper.make_node("DynamicQuantizeLinear", ["x"], [f"{tag}_y", f"{tag}_s", f"{tag}_z"])
+        return helper.make_graph([dql], tag, [], [helper.make_tensor_value_info(f"{tag}_y", TensorProto.UINT8, [4])])
 
     nodes = [helper.make_node("If", ["c"], ["out"], name=names[0], then_branch=branch("a"), else_branch=branch("b")),
              helper.make_node("If", ["c"], ["out"], name=names[1], then_branch=branch("c"), else_branch=branch("d"))]
@@ -403,5 +413,6 @@ def test_control_flow_nodes_sharing_a_name_get_distinct_graph_paths(names):
 
 def test_saving_with_a_source_that_is_gone_is_bad_input(tmp_path):
     with pytest.raises(dql_pass.InputError, match="cannot write the output"):
-        dql_pass.save_model(dql_pass.expand(ir.from_proto(dql_model(13)))[0], tmp_path / "o.onnx", source=tmp_path / "gone.onnx")
+        expanded = dql_pass.expand(ir.from_proto(dql_model(13)))[0]
+        dql_pass.save_model(expanded, tmp_path / "o.onnx", source=tmp_path / "gone.onnx")
     assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,5 @@
-"""Fusing decomposed DynamicQuantizeLinear back into one node: round trips, ONNX's body, near misses.
+"""Fusing decomposed DynamicQuantizeLinear back into one node: round trips, ONNX's body, near misses;
+every expanded and fused model loads in ORT whenever its input does.
 
 The fuse command is tested in test_cli.py.
 """
@@ -18,8 +19,8 @@ import onnx_ir as ir
 import onnxscript
 import pytest
 from helpers import (
-    assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, sample, session,
-    site_nodes, without_clip,
+    MODELS, assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, run_cli, sample,
+    session, site_nodes, without_clip,
 )
 from onnxscript import rewriter
 
@@ -35,7 +36,8 @@ QUANTIZE_DYNAMIC = ["mlp_dynamic", "conv_dynamic", "opset21_dynamic"]
 
 def dql_names(model: onnx.ModelProto) -> dict[str, list[str]]:
     """Graph path -> the names of its DQL nodes."""
-    return {label: sorted(n.name for n in nodes) for label, nodes in dql_pass.find_sites(ir.serde.deserialize_model(model)).items()}
+    sites = dql_pass.find_sites(ir.serde.deserialize_model(model))
+    return {label: sorted(n.name for n in nodes) for label, nodes in sites.items()}
 
 
 def all_nodes(model: onnx.ModelProto) -> list[str]:
@@ -61,7 +63,8 @@ def assert_same_on_ort(actual: onnx.ModelProto, expected: onnx.ModelProto) -> No
     """Every graph output bit-identical on random inputs and on all-zero inputs."""
     for zeros in (False, True):
         feeds = _feeds(expected, zeros)
-        assert_outputs_bits_equal(session(actual, optimize=False).run(feeds), session(expected, optimize=False).run(feeds))
+        assert_outputs_bits_equal(session(actual, optimize=False).run(feeds),
+                                  session(expected, optimize=False).run(feeds))
 
 
 def fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dql_pass.FuseReport]:
@@ -471,7 +474,8 @@ def test_importing_the_fusion_with_an_unsupported_onnxscript_says_so(monkeypatch
     monkeypatch.setattr(onnxscript, "__version__", "0.8.0")
     for name in [m for m in sys.modules if m == "dql_pass.fusion" or m.startswith("dql_pass.fusion.")]:
         monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(ImportError, match=r"^dql_pass's fusion works with onnxscript 0\.7\.x, and onnxscript 0\.8\.0 is installed"):
+    refused = r"^dql_pass's fusion works with onnxscript 0\.7\.x, and onnxscript 0\.8\.0 is installed"
+    with pytest.raises(ImportError, match=refused):
         importlib.import_module("dql_pass.fusion")
 
 
@@ -530,3 +534,41 @@ def test_a_body_that_breaks_the_invariant_is_refused(break_body, problem):
     assert any(problem in p for p in body_problems(body)), body_problems(body)
     with pytest.raises(ValueError, match="breaks the matcher's invariant"):
         _BodyFusion("broken", body)
+
+
+# Every output of a rewriting command loads in ORT whenever its input does.
+
+def _clashing_names_model() -> onnx.ModelProto:
+    """Node names that are the names expand and fuse derive for the DQL's nodes."""
+    model = dql_model(13)
+    model.graph.node[0].name = "q"
+    taken = ["q/ReduceMin", "q/QuantizeLinear", "q/Cast", "q/Div", "q_1", "q_2", "DynamicQuantizeLinear"]
+    for i, name in enumerate(taken):
+        reads = "y_scale" if i == 0 else f"i{i - 1}"
+        model.graph.node.append(onnx.helper.make_node("Identity", [reads], [f"i{i}"], name=name))
+    model.graph.output.append(onnx.helper.make_tensor_value_info(f"i{len(taken) - 1}", onnx.TensorProto.FLOAT, []))
+    return model
+
+
+@pytest.mark.parametrize("source", sorted(MODELS.glob("*.onnx")), ids=lambda p: p.stem)
+def test_expanded_and_fused_samples_load_in_ort(source):
+    session(onnx.load(source))
+    for variant in dql_pass.VARIANTS:
+        for mode in dql_pass.MODES:
+            expanded = dql_pass.expand(onnx.load(source), variant=variant, mode=mode)[0]
+            session(expanded)
+            session(dql_pass.fuse(expanded)[0])
+
+
+def test_names_that_clash_with_derived_ones_still_load_in_ort(tmp_path):
+    source = tmp_path / "clash.onnx"
+    model = _clashing_names_model()
+    assert len({n.name for n in model.graph.node}) == len(model.graph.node)
+    onnx.save(model, source)
+    session(model)
+    for variant in dql_pass.VARIANTS:
+        expanded, fused = tmp_path / f"{variant}.onnx", tmp_path / f"{variant}_fused.onnx"
+        assert run_cli("expand", source, "-o", expanded, "--variant", variant).returncode == 0
+        session(onnx.load(expanded))
+        assert run_cli("fuse", expanded, "-o", fused).returncode == 0
+        session(onnx.load(fused))

@@ -13,9 +13,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import MODELS, digest, dql_model, session
+from helpers import MODELS, assert_bad_input, digest, dql_model, run_cli, session
 from onnx import TensorProto, helper, numpy_helper
-from test_adversarial import assert_bad_input, dql_pass_cli
 
 import dql_pass
 from dql_pass.files import check_output_path
@@ -54,7 +53,7 @@ def files_of(folder: Path) -> dict[str, str]:
 def write(how: str, command: str, source: Path, output: Path | str) -> subprocess.CompletedProcess | None:
     """Run ``command`` through the CLI, or its *_file function (an InputError becomes exit 2)."""
     if how == "cli":
-        return dql_pass_cli(command, source, "-o", output)
+        return run_cli(command, source, "-o", output)
     try:
         getattr(dql_pass, f"{command}_file")(source, output)
     except dql_pass.InputError as error:
@@ -139,7 +138,7 @@ def test_writing_over_a_model_keeps_the_data_of_its_copy(tmp_path):
     expected = outputs_of(tmp_path / "a_backup.onnx")
     other = quantized_model(tmp_path / "other" / "o.onnx", "o.onnx.data")
     for _ in range(2):  # the second write sweeps what the first left, and only that
-        run = dql_pass_cli("expand", other, "-o", tmp_path / "a.onnx")
+        run = run_cli("expand", other, "-o", tmp_path / "a.onnx")
         assert run.returncode == 0, run.stderr
     assert [a.tobytes() for a in outputs_of(tmp_path / "a_backup.onnx")] == [a.tobytes() for a in expected]
     written = {p.name for p in tmp_path.glob("a.onnx.*.data")}
@@ -153,7 +152,7 @@ def test_a_link_to_an_old_data_file_keeps_it(tmp_path):
     (tmp_path / "backup.dat.data.data.dat").symlink_to("a.onnx.0123456789ab.data")
     expected = outputs_of(tmp_path / "a_backup.onnx")
     other = quantized_model(tmp_path / "other" / "o.onnx", "o.onnx.data")
-    assert dql_pass_cli("expand", other, "-o", tmp_path / "a.onnx").returncode == 0
+    assert run_cli("expand", other, "-o", tmp_path / "a.onnx").returncode == 0
     assert [a.tobytes() for a in outputs_of(tmp_path / "a_backup.onnx")] == [a.tobytes() for a in expected]
 
 
@@ -170,7 +169,7 @@ def test_the_sweep_still_removes_what_nothing_refers_to(tmp_path):
     source = quantized_model(tmp_path / "in" / "m.onnx", "m.onnx.data")
     (tmp_path / "out").mkdir()
     for _ in range(3):
-        assert dql_pass_cli("expand", source, "-o", tmp_path / "out" / "x.onnx").returncode == 0
+        assert run_cli("expand", source, "-o", tmp_path / "out" / "x.onnx").returncode == 0
     assert len(list((tmp_path / "out").glob("x.onnx.*.data"))) == 1
 
 
@@ -239,7 +238,7 @@ def test_a_link_to_a_file_outside_dev_is_still_replaced(tmp_path):
     source = quantized_model(tmp_path / "in.onnx", "in.onnx.data")
     (tmp_path / "elsewhere").write_bytes(b"kept")
     (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
-    assert dql_pass_cli("lower", source, "-o", tmp_path / "out").returncode == 0
+    assert run_cli("lower", source, "-o", tmp_path / "out").returncode == 0
     assert not (tmp_path / "out").is_symlink() and (tmp_path / "elsewhere").read_bytes() == b"kept"
 
 
@@ -279,7 +278,7 @@ def test_a_dql_with_an_attribute_is_refused_by_the_api(rewrite):
 @pytest.mark.parametrize("command", ["expand", "lower"])
 def test_a_dql_with_an_attribute_is_refused_by_the_cli(tmp_path, command):
     onnx.save(_with_attribute(), tmp_path / "m.onnx")
-    assert_bad_input(dql_pass_cli(command, tmp_path / "m.onnx", "-o", tmp_path / "o.onnx"), "attribute")
+    assert_bad_input(run_cli(command, tmp_path / "m.onnx", "-o", tmp_path / "o.onnx"), "attribute")
     assert not (tmp_path / "o.onnx").exists()
 
 

@@ -13,8 +13,7 @@ import fractions
 import numpy as np
 import onnx
 import pytest
-from helpers import assert_outputs_bits_equal, session
-from test_runtimes import independent_inputs
+from helpers import assert_outputs_bits_equal, independent_inputs, session
 
 import dql_pass
 from dql_pass import decomposition

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import LEFT_OUT_OF_CI, installed, reciprocal_rewrite, sample
+from helpers import LEFT_OUT_OF_CI, independent_inputs, installed, reciprocal_rewrite, sample
 
 import dql_pass
 from dql_pass import decomposition, inputs, runtimes
@@ -31,11 +31,6 @@ def every_runtime() -> list:
     the catalogue; tests/test_web_runtimes.py runs a subset on them by default)."""
     return [pytest.param(name, marks=pytest.mark.web) if isinstance(runtime, WebRuntime) else name
             for name, runtime in runtimes.RUNTIMES.items()]
-
-
-def independent_inputs() -> list[np.ndarray]:
-    """The inputs built apart from the catalogue, every kind of them (:func:`dql_pass.inputs.independent_inputs`)."""
-    return [x for _, x in inputs.independent_inputs(150, seed=2026)]
 
 
 def opset(name: str, variant: str) -> int:
@@ -113,7 +108,8 @@ def test_the_target_variant_runs_fixed_shapes_empty_ones_included(name, shape):
     """Suites declare each input's shape as it is, 0 included (OpenVINO failed to read [0])."""
     runtime = installed(name)
     x = np.asarray(np.arange(np.prod(shape), dtype=_F).reshape(shape) - _F(1.5))
-    model = dql_pass.expand(one_node_model(list(shape), opset(name, runtime.variant)), variant=runtime.variant, runtime=None)[0]
+    one_node = one_node_model(list(shape), opset(name, runtime.variant))
+    model = dql_pass.expand(one_node, variant=runtime.variant, runtime=None)[0]
     assert compare_site(runtime.load(model).run({"x": x}), dynamic_quantize_linear(x)) is None
 
 
@@ -166,7 +162,8 @@ def _assert_reference_bits(session: runtimes.Session, x: np.ndarray) -> None:
 
 def test_tract_compiles_once_per_input_shape():
     installed("tract")
-    session = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0])
+    expanded = dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0]
+    session = runtimes.get("tract").load(expanded)
     shapes = [3, 5, 0, 3]
     for size in shapes:  # tract fixes every input fact: a second shape needs a second compile
         _assert_reference_bits(session, np.linspace(-2, 7, size, dtype=_F))

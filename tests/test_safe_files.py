@@ -14,7 +14,7 @@ import textwrap
 import onnx
 import onnx_ir as ir
 import pytest
-from test_inputs_never_lost import files_of, quantized_model
+from helpers import files_of, quantized_model
 
 import dql_pass
 from dql_pass import files, suites

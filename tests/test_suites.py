@@ -25,7 +25,8 @@ from dql_pass.errors import InputError
 from dql_pass.files import FolderLock, safe
 
 SMALL = 2 * len(suites.FORMS)  # the folders of the small_suite fixture
-FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?(_expanded_(quantizelinear|arithmetic|float64|residual|portable))?_opset\d+$")
+FOLDER = re.compile(r"^test_dynamicquantizelinear_[A-Za-z0-9_]+?"
+                    r"(_expanded_(quantizelinear|arithmetic|float64|residual|portable))?_opset\d+$")
 
 
 def _manifest(path):
@@ -52,7 +53,7 @@ def reference_suite(tmp_path_factory):
     return path
 
 
-def test_the_suite_covers_the_issue_categories(ort_suite):
+def test_the_suite_covers_every_category_of_input(ort_suite):
     manifest = _manifest(ort_suite)
     names = {e["name"] for e in manifest.values() if e["comparable"]}
     assert len(names) >= 40
@@ -391,7 +392,8 @@ def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_p
     )
     [entry] = suite.entries
     assert suite.left_out == []
-    assert entry.known_differences["onnxruntime"] == runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0].describe()
+    lack = runtimes.lacking("onnxruntime", {("", "QuantizeLinear")}, 28)[0]
+    assert entry.known_differences["onnxruntime"] == lack.describe()
     assert "reference" not in entry.known_differences
     assert _statuses(suites.run_suite(path)) == {entry.folder: "XFAIL"}
     assert suites.run_suite(path, "reference").summary == "1 passed, 0 failed"
@@ -406,7 +408,8 @@ def test_a_choice_the_backend_runs_nothing_of_is_bad_input(tmp_path):
 @pytest.mark.parametrize("added, reported", [
     ("notes.txt", "notes.txt"),
     (f"{SPEC}/README", f"{SPEC}/README"),
-    (f"{SPEC}/test_data_set_1/input_0.pb", f"{SPEC}/test_data_set_1"),  # a folder it did not write is named, not entered
+    # a folder it did not write is named, not entered
+    (f"{SPEC}/test_data_set_1/input_0.pb", f"{SPEC}/test_data_set_1"),
     ("subdir/", "subdir"),
 ])
 def test_a_suite_holding_added_files_is_not_replaced_unless_forced(small_suite, added, reported):
@@ -420,7 +423,8 @@ def test_a_suite_holding_added_files_is_not_replaced_unless_forced(small_suite, 
         suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
     assert path.exists() and len(_manifest(small_suite)) == SMALL
     suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",), force=True)
-    assert sorted(p.name for p in small_suite.iterdir()) == [suites.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
+    expected = [suites.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
+    assert sorted(p.name for p in small_suite.iterdir()) == expected
 
 
 def test_a_file_replaced_by_a_symlink_is_not_what_gen_tests_wrote(small_suite, tmp_path):
@@ -474,7 +478,7 @@ def test_without_a_one_step_swap_the_two_renames_still_leave_a_whole_suite(small
 
     An interrupt at either rename lands once both are done, and a failure of either leaves the old
     suite: the whole old suite or the whole new one, and nothing else beside it. (The one-step
-    swap is covered against kill -9 at every step in test_adversarial.py.)
+    swap is covered against kill -9 at every step in test_suites_hostile.py.)
     """
     old = _suite_folders(small_suite)
     monkeypatch.setattr(safe, "exchange", lambda a, b: False)

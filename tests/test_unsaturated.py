@@ -20,8 +20,8 @@ ORT = runtimes.get("onnxruntime")
 U8, S8 = TensorProto.UINT8, TensorProto.INT8
 NP = {U8: np.uint8, S8: np.int8}
 # Every integer product with an int8 operand, as if each saturated: the shifted form must be exact anywhere.
-EVERY = frozenset((op, a, b) for op in ("MatMulInteger", "ConvInteger") for a, b in itertools.product((U8, S8), repeat=2)
-                  if S8 in (a, b))
+EVERY = frozenset((op, a, b) for op in ("MatMulInteger", "ConvInteger")
+                  for a, b in itertools.product((U8, S8), repeat=2) if S8 in (a, b))
 
 
 def _product(op: str, a_type: int, b_type: int, points: str, constant_b: bool) -> onnx.ModelProto:
@@ -52,12 +52,14 @@ def test_an_unsaturated_product_gives_the_exact_result_on_ort(op, a_type, b_type
     rng = np.random.default_rng(5)
     info = np.iinfo(NP[a_type])
     a_shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    for a in (np.full(a_shape, info.max, NP[a_type]), rng.integers(info.min, int(info.max) + 1, a_shape).astype(NP[a_type])):
+    extreme, drawn = np.full(a_shape, info.max, NP[a_type]), rng.integers(info.min, int(info.max) + 1, a_shape)
+    for a in (extreme, drawn.astype(NP[a_type])):
         feeds = {"a": a}
         b = next((numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "b"), None)
         if b is None:
             b_info = np.iinfo(NP[b_type])
-            b = rng.integers(b_info.min, int(b_info.max) + 1, [d.dim_value for d in model.graph.input[1].type.tensor_type.shape.dim]).astype(NP[b_type])
+            b_shape = [d.dim_value for d in model.graph.input[1].type.tensor_type.shape.dim]
+            b = rng.integers(b_info.min, int(b_info.max) + 1, b_shape).astype(NP[b_type])
             feeds["b"] = b
         zps = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name.endswith("_zp")}
         a_zp, b_zp = zps.get("a_zp", np.array(0, NP[a_type])), zps.get("b_zp")

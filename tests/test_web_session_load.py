@@ -17,7 +17,7 @@ def _add() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
-@pytest.mark.skipif(not web.unpacked(), reason="onnxruntime-web is not unpacked")
+@pytest.mark.skipif(not web.unpacked(), reason=f"onnxruntime-web is not unpacked: run `{web.SETUP}`")
 def test_a_session_for_runs_does_not_inline_the_graph(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the graph was inlined for a session that only runs")

@@ -1,0 +1,71 @@
+"""Bad input to the command line is one line, exit 2 and no traceback, and it is refused before it is
+read to the end or waited on: arrays that declare more than they hold or than verify allows, a FIFO,
+numbers that are not whole, an opset ORT cannot run, an onnxscript fuse cannot use."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from helpers import assert_bad_input, dql_model, run_cli, session
+
+
+def test_an_unsupported_onnxscript_is_one_line_for_fuse(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    # A fresh process: dql_pass.fusion checks onnxscript's version when it is first imported.
+    code = ("import sys, onnxscript; onnxscript.__version__ = '0.9.0'; from dql_pass import cli; "
+            f"sys.argv = ['dql-pass', 'fuse', {str(source)!r}, '-o', {str(tmp_path / 'o.onnx')!r}]; cli.run()")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert_bad_input(run, "onnxscript 0.9.0 is installed")
+
+
+def test_an_npy_header_larger_than_its_file_is_one_line(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    header = tmp_path / "huge.npy"
+    with open(header, "wb") as file:
+        np.lib.format.write_array_header_1_0(file, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
+        file.write(bytes(16))
+    assert_bad_input(run_cli("verify", source, source, "--input", f"x={header}"), "declares 4,000,000,000,000 bytes")
+
+
+def test_a_sparse_npy_beyond_what_verify_allows_is_refused_before_it_is_read(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    sparse = tmp_path / "sparse.npy"
+    with open(sparse, "wb") as file:  # a valid header over 8 GiB of holes: nothing is read
+        np.lib.format.write_array_header_1_0(file, {"descr": "<f4", "fortran_order": False, "shape": (2**31,)})
+        file.truncate(file.tell() + 4 * 2**31)
+    assert_bad_input(run_cli("verify", source, source, "--input", f"x={sparse}"), "GiB verify allows")
+
+
+def test_an_opset_ort_cannot_run_for_the_variant_is_refused_naming_one_it_can(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(28), source)
+    assert_bad_input(run_cli("expand", source, "-o", tmp_path / "o.onnx"),
+                     "the variant arithmetic or float64 or residual or portable or lean runs there")
+    assert not (tmp_path / "o.onnx").exists()
+    assert run_cli("expand", source, "-o", tmp_path / "o.onnx", "--variant", "arithmetic").returncode == 0
+    session(onnx.load(tmp_path / "o.onnx"))
+
+
+def test_an_input_array_that_is_a_fifo_is_refused_without_waiting(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    os.mkfifo(tmp_path / "x.npy")
+    assert_bad_input(run_cli("verify", source, source, "--input", f"x={tmp_path / 'x.npy'}", timeout=60),
+                     "not a regular file")
+
+
+@pytest.mark.parametrize("option", [["--seed", "-1"], ["--samples", "-3"], ["--dim", "d0=\u00b2"]])
+def test_numbers_that_are_not_whole_numbers_are_one_line(tmp_path, option):
+    source = tmp_path / "m.onnx"
+    onnx.save(dql_model(13), source)
+    assert_bad_input(run_cli("verify", source, source, *option), "whole number")
+
+

@@ -1,0 +1,113 @@
+"""Ctrl-C, SIGTERM and SIGHUP (dql_pass.interrupts), sent to a real process: at any moment, from the
+interpreter's start to the write, a command ends with one line, the exit code of the signal, no
+traceback and no debris. Each child starts with the signals at their defaults, however pytest runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from helpers import MODELS, dql_model, signals_as_by_default
+
+MLP = MODELS / "mlp_dynamic.onnx"
+
+
+# The process says when the command line starts (Python's own start-up is not ours to make quiet);
+# from then on every moment is covered: the lazy imports, the rewrite, the write and verify.
+_STARTED = "from dql_pass import cli\nprint('started', flush=True)\ncli.run()\n"
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
+def test_ctrl_c_at_any_moment_prints_no_traceback(tmp_path, delay):
+    process = subprocess.Popen([sys.executable, "-c", _STARTED, "expand", str(MLP), "-o", str(tmp_path / "o.onnx"),
+                                "--verify"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=signals_as_by_default)
+    assert process.stdout.readline() == "started\n"
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert process.returncode in (0, 130), (process.returncode, err)  # 0: it finished before the signal
+    assert not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]  # no debris
+
+
+def _wait_for_stage(folder: Path, process: subprocess.Popen) -> bool:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if any(p.name.endswith(".stage") for p in folder.iterdir()):
+            return True
+        time.sleep(0.002)
+    return False
+
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_real_interrupt_says_so_and_leaves_nothing(tmp_path, sig, code):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    w = onnx.numpy_helper.from_array(np.ones((4096, 4096), np.float32), "w")  # 64 MiB to stream
+    model = dql_model(13)
+    model.graph.initializer.append(w)
+    onnx.save(model, tmp_path / "in" / "big.onnx", save_as_external_data=True, location="big.data")
+    for _ in range(5):  # the write must be under way when the signal lands
+        process = subprocess.Popen([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "in" / "big.onnx"),
+                                    "-o", str(tmp_path / "out" / "o.onnx")], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_by_default)
+        if _wait_for_stage(tmp_path / "out", process):
+            process.send_signal(sig)
+            _, err = process.communicate(timeout=60)
+            assert process.returncode == code, err
+            assert err == "dql-pass: interrupted\n"
+            assert list((tmp_path / "out").iterdir()) == []
+            return
+        process.communicate(timeout=60)
+        for path in (tmp_path / "out").iterdir():
+            path.unlink()
+    pytest.fail("the write never got under way before it finished")
+
+
+# A sitecustomize that sends the process a signal as it starts to import a given module: a
+# Ctrl-C at a chosen moment of the start, every time.
+_SIGNAL_AT_IMPORT = textwrap.dedent('''
+    import os, signal, sys
+
+    class SignalAtImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == os.environ["SIGNAL_AT"]:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+            return None
+
+    sys.meta_path.insert(0, SignalAtImport())
+''')
+_ENTRY_POINTS = {"module": ["-m", "dql_pass"],
+                 "script": ["-c", "import sys; from dql_pass.__main__ import run; sys.argv[0] = 'dql-pass'; run()"]}
+
+
+@pytest.mark.parametrize("entry, name, at", [
+    ("module", "SIGINT", "dql_pass.interrupts"), ("module", "SIGINT", "dql_pass.cli"),
+    ("module", "SIGINT", "argparse"), ("module", "SIGINT", "dql_pass.variants"), ("module", "SIGINT", "onnx"),
+    ("script", "SIGINT", "dql_pass.interrupts"), ("script", "SIGINT", "json"),
+    ("module", "SIGTERM", "logging"), ("script", "SIGHUP", "dql_pass.cli"),
+])
+def test_a_signal_while_the_command_line_loads_ends_it_with_one_line(tmp_path, entry, name, at):
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(_SIGNAL_AT_IMPORT)
+    source = tmp_path / "in.onnx"
+    onnx.save(dql_model(13), source)
+    env = {**os.environ, "SIGNAL_AT": at, "SIGNAL": name,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    command = [sys.executable, *_ENTRY_POINTS[entry], "expand", str(source), "-o", str(tmp_path / "out.onnx")]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120,
+                         preexec_fn=signals_as_by_default)
+    assert (run.returncode, run.stderr) == (128 + getattr(signal, name), "dql-pass: interrupted\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "in.onnx"]
+

@@ -1,0 +1,148 @@
+"""verify against false verdicts, through the command line: exit 1 and FAIL (or INCOMPLETE) for a
+wrong rewrite, whatever the samples; exit 2 and one line for bad input; never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from helpers import (
+    MODELS, Result, assert_bad_input, constant_node, dangling_dql_rewrite, dql_model, embedding_model, run_cli,
+    value_map,
+)
+from onnx import TensorProto, helper, numpy_helper
+
+import dql_pass
+
+MLP = MODELS / "mlp_dynamic.onnx"
+
+
+def _assert_exit(result: Result, code: int, verdict: str = "FAIL") -> None:
+    """Exit ``code``; for 1 the last line says ``verdict``."""
+    if code == 2:
+        assert_bad_input(result, "")
+        return
+    assert result.returncode == code, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.rstrip().splitlines()[-1].startswith("PASS" if code == 0 else verdict), result.stdout
+
+
+def _save(model: onnx.ModelProto | ir.Model, path: Path) -> Path:
+    onnx.save(model if isinstance(model, onnx.ModelProto) else ir.to_proto(model), path)
+    return path
+
+
+def test_readers_rewired_away_from_a_dangling_dql_fail_even_with_many_samples(tmp_path):
+    model = onnx.load(MLP)
+    rewritten = _save(dangling_dql_rewrite(model), tmp_path / "dangling.onnx")
+    result = run_cli("verify", MLP, rewritten, "--samples", "50")
+    _assert_exit(result, 1)
+    assert "input_QuantizeLinear" in result.stdout and "tie" in result.stdout
+
+
+def test_an_extra_graph_output_fails(tmp_path):
+    model = onnx.load(MODELS / "relu_dql.onnx")
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
+    extra = value_map(rewritten)["relu_out"]
+    extra.type, extra.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(["batch", 16])
+    rewritten.graph.outputs.append(extra)
+    result = run_cli("verify", MODELS / "relu_dql.onnx", _save(rewritten, tmp_path / "extra.onnx"), "--samples", "0")
+    _assert_exit(result, 1)
+    assert "final output 'relu_out' differs: an output that ORIGINAL does not have (output 4)" in result.stdout
+
+
+def test_samples_zero_on_integer_inputs_is_bad_input_not_a_pass(tmp_path):
+    model = _save(embedding_model(16), tmp_path / "ids.onnx")
+    result = run_cli("verify", model, model, "--samples", "0")
+    _assert_exit(result, 2)
+    assert "samples=0" in result.stderr
+
+
+def test_a_zeroed_embedding_row_beyond_sixteen_fails(tmp_path):
+    original = embedding_model(64)
+    table = numpy_helper.to_array(original.graph.initializer[0]).copy()
+    table[40] = 0
+    changed = onnx.ModelProto()
+    changed.CopyFrom(original)
+    changed.graph.initializer[0].CopyFrom(numpy_helper.from_array(table, "embedding"))
+    zeroed = _save(dql_pass.expand(changed)[0], tmp_path / "zeroed.onnx")
+    result = run_cli("verify", _save(original, tmp_path / "ids.onnx"), zeroed)
+    _assert_exit(result, 1)
+
+
+def test_a_rewrite_that_fixes_the_batch_to_one_fails(tmp_path):
+    rewritten = dql_pass.expand(onnx.load(MLP))[0]
+    for value in [*rewritten.graph.input, *rewritten.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param == "batch":
+                dim.dim_value = 1
+    result = run_cli("verify", MLP, _save(rewritten, tmp_path / "batch_one.onnx"))
+    _assert_exit(result, 1)
+    assert "onnxruntime cannot run REWRITTEN" in result.stdout
+
+
+def test_inputs_too_large_to_synthesize_are_bad_input():
+    result = run_cli("verify", MLP, MLP, "--dim", "batch=100000000")
+    _assert_exit(result, 2)
+    assert "would need 143.1 GiB" in result.stderr
+
+
+def test_a_scale_doubled_on_large_inputs_fails(tmp_path):
+    """y_scale doubled when x has over 1000 elements: every catalogue case is smaller."""
+    model = dql_model(13, rank=3)
+    rewritten = ir.from_proto(dql_pass.expand(model)[0])
+    x, scale = rewritten.graph.inputs[0], value_map(rewritten)["y_scale"]
+    readers = list(scale.uses())
+    scale.name = "y_scale_right"
+    big = ir.node("Greater", [ir.node("Size", [x]).outputs[0], constant_node(np.array(1000, np.int64)).outputs[0]])
+    doubled = ir.node("Mul", [scale, constant_node(np.float32(2)).outputs[0]])
+    chosen = ir.node("Where", [big.outputs[0], doubled.outputs[0], scale])
+    chosen.outputs[0].name = "y_scale"
+    chosen.outputs[0].type, chosen.outputs[0].shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([])
+    for use in readers:
+        use.node.replace_input_with(use.idx, chosen.outputs[0])
+    rewritten.graph.outputs[1] = chosen.outputs[0]
+    new = [big.inputs[0].producer(), big.inputs[1].producer(), big, doubled.inputs[1].producer(), doubled, chosen]
+    rewritten.graph.insert_after(scale.producer(), new)
+    result = run_cli("verify", _save(model, tmp_path / "dql.onnx"), _save(rewritten, tmp_path / "doubled.onnx"),
+                     "--samples", "0", "--dim", "d0=1", "--dim", "d1=4", "--dim", "d2=4")
+    _assert_exit(result, 1)
+    assert "large_ties_80400 (near tie)" in result.stdout  # the worst case, with its input classes
+
+
+def test_a_sequence_output_is_compared_not_a_traceback(tmp_path):
+    model = dql_model(13)
+    model.graph.node.append(helper.make_node("SequenceConstruct", ["x", "x"], ["both"]))
+    model.graph.output.append(helper.make_tensor_sequence_value_info("both", TensorProto.FLOAT, None))
+    path = _save(model, tmp_path / "sequence_out.onnx")
+    _assert_exit(run_cli("verify", path, path, "--samples", "1"), 0)
+
+
+def test_a_flipped_weight_on_empty_inputs_is_not_a_pass(tmp_path):
+    model = onnx.load(MLP)
+    bias = next(t for t in model.graph.initializer if t.name == "B1")
+    array = numpy_helper.to_array(bias).copy()
+    array.view(np.uint32)[0] ^= 1 << 22
+    bias.CopyFrom(numpy_helper.from_array(array, "B1_changed"))
+    node = next(n for n in model.graph.node if "B1" in n.input)  # node and weight renamed: only the models show it
+    node.name += "_changed"
+    node.input[:] = ["B1_changed" if i == "B1" else i for i in node.input]
+    changed = _save(model, tmp_path / "changed.onnx")
+    np.save(tmp_path / "empty.npy", np.zeros((0, 64), np.float32))
+    for options in (["--dim", "batch=0"], ["--input", f"input={tmp_path / 'empty.npy'}"]):
+        result = run_cli("verify", MLP, changed, *options)
+        _assert_exit(result, 1, "INCOMPLETE")
+        assert "nothing was compared" in result.stdout
+
+
+def test_expand_verify_on_an_input_verify_cannot_make_writes_and_says_incomplete(tmp_path):
+    model = dql_model(13)
+    model.graph.node.insert(0, helper.make_node("SequenceAt", ["xs", "zero"], ["x"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.int64(0), "zero"))
+    model.graph.input[0].CopyFrom(helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, ["d0"]))
+    output = tmp_path / "out.onnx"
+    result = run_cli("expand", _save(model, tmp_path / "sequence_in.onnx"), "-o", output, "--verify")
+    _assert_exit(result, 1, "INCOMPLETE")
+    assert "cannot synthesize model input 'xs'" in result.stdout and output.exists()
