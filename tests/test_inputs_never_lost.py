@@ -13,41 +13,16 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import MODELS, assert_bad_input, digest, dql_model, run_cli, session
+from helpers import MODELS, assert_bad_input, digest, dql_model, files_of, quantized_model, run_cli, session
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
 from dql_pass.files import check_output_path
 
 
-def quantized_model(path: Path, location: str, *, kept_weight: bool = False) -> Path:
-    """x -> DQL -> MatMulInteger with an int8 weight w in external data ``location``, which lower
-    drops; with ``kept_weight`` also out = v + 1 with a float weight v there, which lower keeps."""
-    w = numpy_helper.from_array((np.arange(64 * 64) % 251 - 125).astype(np.int8).reshape(64, 64), "w")
-    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
-             helper.make_node("MatMulInteger", ["q", "w", "z"], ["y"])]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 64])]
-    initializers = [w]
-    if kept_weight:
-        initializers += [numpy_helper.from_array(np.full((64, 64), 3.0, np.float32), "v"),
-                         numpy_helper.from_array(np.array(1.0, np.float32), "one")]
-        nodes.append(helper.make_node("Add", ["v", "one"], ["out"]))
-        outputs.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [64, 64]))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])], outputs,
-                              initializer=initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    (path.parent / location).parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, path, save_as_external_data=True, location=location, size_threshold=1024)
-    return path
-
-
 def outputs_of(path: Path) -> list[np.ndarray]:
     x = np.linspace(-3, 5, 128, dtype=np.float32).reshape(2, 64)
     return session(os.fspath(path)).run({"x": x})
-
-
-def files_of(folder: Path) -> dict[str, str]:
-    return {p.name: digest(p) for p in sorted(folder.iterdir()) if p.is_file() and not p.is_symlink()}
 
 
 def write(how: str, command: str, source: Path, output: Path | str) -> subprocess.CompletedProcess | None:

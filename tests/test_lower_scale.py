@@ -1,12 +1,12 @@
 """lower at scale: where the lowered weights go, what converting them costs,
 and chunk plans for reductions of any declared length.
 
-- 13: an input with external data gives an output with external data, also when lower drops every
+- An input with external data gives an output with external data, also when lower drops every
   tensor that was external; an output past the protobuf limit gets external data too; the model
   and its data are written as one unit.
-- 14: one weight at a time, in int16, is held in both forms: the memory the pass allocates is
+- One weight at a time, in int16, is held in both forms: the memory the pass allocates is
   measured with tracemalloc (deterministic: allocations, not timings).
-- 15: the worst-case plan is closed form; a declared K of 10^13 is left alone with the reason at
+- The worst-case plan is closed form; a declared K of 10^13 is left alone with the reason at
   once instead of allocating 72.8 TiB.
 """
 
@@ -48,7 +48,7 @@ def _feeds() -> dict[str, np.ndarray]:
     return {"h0": np.random.default_rng(3).standard_normal((1, SIDE), dtype=np.float32)}
 
 
-# --- 13: where the lowered weights go ---------------------------------------------------------------------------------
+# --- where the lowered weights go -------------------------------------------------------------------------------------
 
 
 def test_an_input_with_external_data_gives_an_output_with_external_data(tmp_path):
@@ -95,7 +95,7 @@ def test_weights_kept_beside_the_input_are_copied_unless_shared(tmp_path):
     assert not list(tmp_path.glob("expanded.onnx.*"))  # and the sweep took the copy the first write made
 
 
-# --- 14: what converting the weights costs ----------------------------------------------------------------------------
+# --- what converting the weights costs --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("external", [True, False])
@@ -125,6 +125,7 @@ def test_lowering_holds_one_weight_at_a_time_in_both_forms(tmp_path, external, s
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    assert len(result.report.lowered) == count, result.report.format()  # else the next line holds of nothing
     assert all(item.proof.startswith(proof) for item in result.report.lowered), result.report.format()
     assert peak <= most * output_bytes, f"{peak / output_bytes:.2f}x the output"
     assert bool(_data_files(tmp_path / "lowered.onnx")) == external
@@ -233,7 +234,7 @@ def test_lowered_weights_are_exact_in_every_chunk():
         assert_outputs_bits_equal(ORT.load(lowered, threads=1, optimize="basic").run(feeds), [expected])
 
 
-# --- 15: chunk plans for any declared length --------------------------------------------------------------------------
+# --- chunk plans for any declared length ------------------------------------------------------------------------------
 
 
 def _declared_k(k: int) -> onnx.ModelProto:

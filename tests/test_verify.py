@@ -26,7 +26,7 @@ from dql_pass.verification import SiteResult
 from dql_pass.verification.synthesis import input_sets
 
 from helpers import (
-    MODELS, constant_node, dangling_dql_rewrite, dql_model, onnx_body, quotients, reciprocal_rewrite, round_half_up, site_pairs,
+    MODELS, constant_node, dangling_dql_rewrite, dql_model, embedding_model, onnx_body, quotients, reciprocal_rewrite, round_half_up, site_pairs,
     value_map,
 )
 
@@ -577,7 +577,7 @@ def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
 
 
 def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
-    model = _embedding_model(rows=16)
+    model = embedding_model(rows=16)
     with pytest.raises(dql_pass.InputError, match="samples=0 leaves no input set"):
         verify(model, dql_pass.expand(model)[0], samples=0)
     # Every input given: one set, the given one.
@@ -646,21 +646,6 @@ def test_a_size_dependent_defect_fails_at_small_model_shapes():
     assert not any(o.identical for o in report.outputs if o.name != "y_zero_point")
 
 
-def _embedding_model(rows: int) -> onnx.ModelProto:
-    """Token ids [batch, sequence] (the only input) through an embedding of ``rows`` rows, then a DQL."""
-    embedding = numpy_helper.from_array(np.random.default_rng(0).standard_normal((rows, 8)).astype(np.float32), "embedding")
-    nodes = [
-        helper.make_node("Cast", ["input_ids"], ["ids"], to=TensorProto.INT32),
-        helper.make_node("Gather", ["embedding", "ids"], ["embedded"]),
-        helper.make_node("DynamicQuantizeLinear", ["embedded"], ["q", "q_scale", "q_zero_point"], name="dql"),
-    ]
-    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("q", TensorProto.UINT8, ["batch", "sequence", 8]), ("q_scale", TensorProto.FLOAT, []), ("q_zero_point", TensorProto.UINT8, []))]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])]
-    model = helper.make_model(helper.make_graph(nodes, "embedding", inputs, outputs, [embedding]), opset_imports=[helper.make_opsetid("", 13)])
-    onnx.checker.check_model(model, full_check=True)
-    return model
-
-
 def _one_op_model(op: str, **attributes) -> onnx.ModelProto:
     """x [batch, 16] -> ``op`` -> DQL."""
     nodes = [helper.make_node(op, ["x"], ["act"], **attributes), helper.make_node("DynamicQuantizeLinear", ["act"], ["q", "q_scale", "q_zero_point"], name="dql")]
@@ -691,7 +676,7 @@ def _zeroed_row(model: onnx.ModelProto, row: int) -> onnx.ModelProto:
     [
         (_one_op_model("Relu"), _one_op_model("LeakyRelu", alpha=1e-30)),  # differs on negative inputs only
         (_clip_model(5), _clip_model(6)),  # differs beyond ±5 only
-        (_embedding_model(64), _zeroed_row(_embedding_model(64), 40)),  # differs on token id 40 only
+        (embedding_model(64), _zeroed_row(embedding_model(64), 40)),  # differs on token id 40 only
     ],
     ids=["leaky-relu", "clip", "embedding-row"],
 )
@@ -701,7 +686,7 @@ def test_non_dql_changes_that_show_only_on_rare_inputs_fail(original, changed):
 
 
 def test_token_ids_reach_every_row_of_the_table_they_index():
-    model = ir.from_proto(_embedding_model(1000))
+    model = ir.from_proto(embedding_model(1000))
     sets = input_sets(model, 2, 0, {}, {"sequence": 128})
     ids = np.concatenate([s["input_ids"].ravel() for s in sets.values()])
     assert ids.min() >= 0 and ids.max() < 1000 and ids.max() > 900 and ids.shape == (2 * 2 * 128,)
