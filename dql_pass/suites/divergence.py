@@ -24,7 +24,7 @@ from dql_pass import runtimes
 from dql_pass.compare import same_bits
 from dql_pass.errors import InputError
 from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged
-from dql_pass.suites.layout import DATA_SET, MODEL
+from dql_pass.suites.layout import DATA_SET
 from dql_pass.suites.matrix import Matrix
 from dql_pass.suites.run import Mismatch, Outcome
 

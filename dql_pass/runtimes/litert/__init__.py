@@ -44,7 +44,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dql_pass import variants
 from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
