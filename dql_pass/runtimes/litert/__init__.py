@@ -15,7 +15,7 @@ Rules:
   finds. LiteRT itself runs here, from the extra: ``pip install 'dql_pass[litert]'``.
 - Each conversion is a fresh converter process (:mod:`dql_pass.runtimes.litert.convert`) on a
   private copy of the model with its inputs' shapes fixed, so a session converts once per input
-  shape (some 1.2 s a one-node model here); it is stopped after :attr:`LiteRt.conversion_timeout`,
+  shape (conversion times in docs/performance.md); it is stopped after :attr:`LiteRt.conversion_timeout`,
   and a crash or a refusal is the runtime's refusal. The converter runs in a network namespace of
   its own where the system allows one (``unshare``), with proxies pointed at a closed port and
   pip told to use no index; inside, an audit hook refuses every connection and every new process.
