@@ -206,7 +206,8 @@ class LiteRt(Runtime):
                         "gives 0 (x <= 0, whose quotient x/0 is -inf or NaN)", outputs=("y",)),
         KnownDifference(("residual",), "tiny scale",
                         f"{_M}: with a scale near 1.5e-38 the residual variant's remainders fall out of the normal "
-                        "float32 range, where LiteRT loses their low bits (26 of 1,000 inputs built apart)", outputs=OUTPUTS),
+                        "float32 range, where LiteRT loses their low bits (26 of 1,000 inputs built apart)",
+                        outputs=OUTPUTS),
     )
 
     def installed(self) -> bool:
@@ -276,7 +277,8 @@ class LiteRtXnnpack(LiteRt):
         *_CONVERTED,
         KnownDifference(("native", "arithmetic", "residual", "portable"), "subnormal", _FLUSHED, outputs=OUTPUTS),
         KnownDifference(("native", "arithmetic", "residual"), "infinite",
-                        f"{_M}: with XNNPACK, +inf in x quantizes to 255 (the contract: 0, for inf/inf)", outputs=("y",)),
+                        f"{_M}: with XNNPACK, +inf in x quantizes to 255 (the contract: 0, for inf/inf)",
+                        outputs=("y",)),
         KnownDifference(("residual",), "reciprocal",
                         f"{_M}: with XNNPACK the residual variant's scale or quotients are 1 ulp off on 102 of 1,000 "
                         "inputs built apart, each one where dividing through the reciprocal changes an output; "
