@@ -53,4 +53,5 @@ class OnnxReference(Runtime):
         if isinstance(model, ir.Model):
             model = as_proto(model)[0]
         with failures_of():
-            return _ReferenceSession(ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))
+            return _ReferenceSession(
+                ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))

@@ -47,7 +47,8 @@ import onnx
 from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
-from dql_pass.runtimes.base import TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session
+from dql_pass.runtimes.base import (TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout,
+                                    Session)
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types, with_shapes
 
 ONNX2TF = "2.6.9"  # the onnx2tf version measured; setup installs exactly this one
@@ -104,7 +105,8 @@ def convert(path: Path, timeout: float) -> bytes:
         done = subprocess.run(command, env=_environ(path.parent), cwd=path.parent, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, errors="replace", timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RuntimeTimeout(f"a timeout: onnx2tf did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it longer") from None
+        raise RuntimeTimeout(
+            f"a timeout: onnx2tf did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it longer") from None
     tflite = out / f"{path.stem}_float32.tflite"
     if done.returncode != 0 or not tflite.is_file():
         lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
