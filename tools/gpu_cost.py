@@ -223,7 +223,7 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
                        else [_same(results, key, form) for key in (*RUNTIMES, BASIC)])])
         if isinstance(cost, web.Cost):
             for provider, listed in cost.placement.items():
-                # Every node on one provider, their number changed by the optimizer: the file's.
+                # every node on one provider, their number changed by the optimizer: the file's
                 if set(listed) == {"?"}:
                     graph = onnx.load(result.path, load_external_data=False).graph.node
                     listed = [f"{node.op_type} ({node.name})" for node in graph if node.op_type != "Constant"]
