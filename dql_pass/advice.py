@@ -60,7 +60,8 @@ class Advice:
             lines += [f"{'':<{width}}    needs: {need}" for need in row.needs]
             lines += [f"{'':<{width}}    note: {note}" for note in row.notes]
             if row.loaded is not None:
-                lines.append(f"{'':<{width}}    loaded on {row.runtime}: {'it loads and runs' if row.loaded else 'refused'}")
+                lines.append(f"{'':<{width}}    loaded on {row.runtime}: "
+                             f"{'it loads and runs' if row.loaded else 'refused'}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -134,7 +135,8 @@ def _without_adapter(name: str, path: str, counts: collections.Counter[tuple[str
     notes = [f"source: {other.source} (not measured here)"]
     if other.after:
         notes.append(f"then {other.after}")
-    return RuntimeAdvice(name, False, needs, f"dql-pass lower {shlex.quote(path)} -o {shlex.quote(_beside(path, 'float'))}", notes)
+    return RuntimeAdvice(name, False, needs,
+                         f"dql-pass lower {shlex.quote(path)} -o {shlex.quote(_beside(path, 'float'))}", notes)
 
 
 def advise(model: str | os.PathLike, runtimes: Sequence[str] | None = None, *, load: bool | None = None) -> Advice:

@@ -50,8 +50,11 @@ def same_bits(actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False
     return same
 
 
-def bit_difference(name: str, actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False) -> BitDifference | None:
-    """None when ``actual`` (called ``name``) equals ``expected`` in dtype, shape and every bit (see :func:`same_bits`)."""
+def bit_difference(
+    name: str, actual: np.ndarray, expected: np.ndarray, *, any_nan: bool = False
+) -> BitDifference | None:
+    """None when ``actual`` (called ``name``) equals ``expected`` in dtype, shape and every bit (see
+    :func:`same_bits`)."""
     actual = np.asarray(actual)
     if actual.dtype != expected.dtype:
         return BitDifference(None, f"{name} has dtype {actual.dtype}, expected {expected.dtype}")

@@ -36,7 +36,8 @@ all, Clip takes its bounds as inputs, Round is half to even), so one script serv
 
 from __future__ import annotations
 
-__all__ = ["BODIES", "FUNCTION_DOMAIN", "Variant", "body_path", "build_body", "function_name", "function_proto", "variant"]
+__all__ = ["BODIES", "FUNCTION_DOMAIN", "Variant", "body_path", "build_body", "function_name", "function_proto",
+           "variant"]
 
 import dataclasses
 import functools
@@ -123,5 +124,6 @@ def variant(name: str, opset: int = MAX_OPSET) -> Variant:
     depth: dict[str, int] = {}
     for node in nodes:  # a FunctionProto lists its nodes in topological order
         depth.update((output, 1 + max((depth.get(i, 0) for i in node.input), default=0)) for output in node.output)
-    return Variant(name, variants.BY_NAME[name].summary, len(nodes), max(depth.values()), frozenset(n.op_type for n in nodes))
+    return Variant(name, variants.BY_NAME[name].summary, len(nodes), max(depth.values()),
+                   frozenset(n.op_type for n in nodes))
 

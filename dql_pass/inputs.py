@@ -262,7 +262,8 @@ def _constructed() -> list[Case]:
         c("both_inf", "inf", _array([inf, -inf, 1]), "both infinities"),
         c("negative_inf_mixed", "inf", _array([0, 1, -inf, -1]), "-inf among finite values"),
         c("range_overflow", "overflow", _array([3e38, -3e38]), "a finite input whose range overflows to inf"),
-        c("range_overflow_mixed", "overflow", _array([3.4e38, -1e38, 1.0, -0.5]), "an overflowing range with small values"),
+        c("range_overflow_mixed", "overflow", _array([3.4e38, -1e38, 1.0, -0.5]),
+          "an overflowing range with small values"),
         c("semantics_saturation", "semantics", _array([-127, 128, 0.5]), "scale 1, zero point 127, both ends saturate"),
     ]
 
@@ -316,7 +317,8 @@ def large_cases() -> list[Case]:
     for shape in ((4, 32, 33), (2, 200, 201)):
         x = np.resize(inner, math.prod(shape))
         x[-2:] = ends
-        found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape), f"{x.size} exact ties, the range's ends last"))
+        found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape),
+                          f"{x.size} exact ties, the range's ends last"))
     return found
 
 
@@ -350,7 +352,9 @@ def _any_values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return (x * magnitude).astype(_F)
 
 
-def _quotients(rng: np.random.Generator, shape: tuple[int, ...], offset: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+def _quotients(
+    rng: np.random.Generator, shape: tuple[int, ...], offset: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
     """Values ``offset((k + 0.5) * scale)`` for random k in a random range: ties and their neighbours."""
     lo, hi = _span(rng)
     scale = _scale(lo, hi)
@@ -366,7 +370,8 @@ def _ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 def _near_ties(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """One ulp either side of a tie: where dividing through a reciprocal rounds the other way."""
-    return _quotients(rng, shape, lambda x: np.nextafter(x, np.where(rng.integers(2, size=x.shape), np.inf, -np.inf).astype(_F)))
+    return _quotients(
+        rng, shape, lambda x: np.nextafter(x, np.where(rng.integers(2, size=x.shape), np.inf, -np.inf).astype(_F)))
 
 
 def _symmetric(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

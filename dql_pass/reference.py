@@ -121,7 +121,8 @@ def conv_integer(
     dilations: tuple[int, ...] | None = None,
     group: int = 1,
 ) -> np.ndarray:
-    """ConvInteger on explicit ``pads`` (begins then ends): int32 sums of ``(x - x_zp) * (w - w_zp)``, exact in int64."""
+    """ConvInteger on explicit ``pads`` (begins then ends): int32 sums of ``(x - x_zp) * (w - w_zp)``, exact in
+    int64."""
     spatial = x.ndim - 2
     pads = pads or (0,) * 2 * spatial
     strides, dilations = strides or (1,) * spatial, dilations or (1,) * spatial
@@ -140,7 +141,8 @@ def conv_integer(
         part = windows[:, g * w.shape[1]:(g + 1) * w.shape[1]]
         weights = kernel[g * per_group:(g + 1) * per_group]
         # Sum over channels and the kernel window: x[n, c, o..., k...] * w[m, c, k...].
-        outputs.append(np.einsum(part, [0, 1, *range(3, 3 + 2 * spatial)], weights, [2, 1, *range(3 + spatial, 3 + 2 * spatial)],
+        outputs.append(np.einsum(part, [0, 1, *range(3, 3 + 2 * spatial)],
+                                 weights, [2, 1, *range(3 + spatial, 3 + 2 * spatial)],
                                  [0, 2, *range(3, 3 + spatial)], optimize=wide is np.float64))
     return np.concatenate(outputs, axis=1).astype(np.int64).astype(np.int32)
 
@@ -155,14 +157,14 @@ def _expanded(values: np.ndarray | None, x: np.ndarray, axis: int, block_size: i
 
 
 def quantize_linear(
-    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1, dtype: np.dtype = np.uint8,
-    block_size: int = 0, precision: np.dtype | None = None,
+    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None, *, axis: int = 1,
+    dtype: np.dtype = np.uint8, block_size: int = 0, precision: np.dtype | None = None,
 ) -> np.ndarray:
     """QuantizeLinear: ``saturate(round_half_even(x / scale) + zero_point)``, in the zero point's type (else ``dtype``).
 
     The quotient is a float32 division rounded to ``precision`` (opset 23's attribute, whose default is the
-    scale's type: a float16 quotient is rounded to float16 before it is rounded to an integer); ±inf saturates; NaN gives the type's minimum, as
-    ORT's kernel does on x86 (the spec leaves it undefined for integer types).
+    scale's type: a float16 quotient is rounded to float16 before it is rounded to an integer); ±inf saturates;
+    NaN gives the type's minimum, as ORT's kernel does on x86 (the spec leaves it undefined for integer types).
     """
     dtype = np.dtype(dtype if zero_point is None else np.asarray(zero_point).dtype)
     info = np.iinfo(dtype)

@@ -35,8 +35,8 @@ Rules it applies (the timing rules are :mod:`tools.harness`'s, the models :mod:`
 
 from __future__ import annotations
 
-__all__ = ["CONFIGS", "Config", "bench_memory", "bench_models", "bench_ops", "bench_pass", "main", "other_runtimes_table",
-           "render", "run"]
+__all__ = ["CONFIGS", "Config", "bench_memory", "bench_models", "bench_ops", "bench_pass", "main",
+           "other_runtimes_table", "render", "run"]
 
 import argparse
 import cProfile
@@ -157,8 +157,9 @@ def other_runtimes_table(config: Config) -> tuple[str, list[str], list[list[str]
     for name, runtime in runtimes.RUNTIMES.items():
         if runtime is ORT or not runtime.installed():
             continue
-        forms = {OP_BASELINE: model, f"dql_pass {runtime.variant} (target)": dql_pass.expand(model, variant=runtime.variant,
-                                                                                            runtime=None)[0]}
+        forms = {OP_BASELINE: model,
+                 f"dql_pass {runtime.variant} (target)":
+                     dql_pass.expand(model, variant=runtime.variant, runtime=None)[0]}
         for size in config.runtime_sizes:
             x = rng.standard_normal(size, dtype=np.float32)
             expected = dql_pass.dynamic_quantize_linear(x)
@@ -178,7 +179,8 @@ def other_runtimes_table(config: Config) -> tuple[str, list[str], list[list[str]
                          f"{format_time(target)} ({runtime.variant})", f"{target / native:.2f}x",
                          " / ".join("yes" if e else "no" for e in exact.values()), str(rounds)])
     return ("Other runtimes: target variant against the native kernel",
-            ["runtime", "version", "floats", "native DQL", "target variant", "ratio", "exact (native / target)", "rounds"],
+            ["runtime", "version", "floats", "native DQL", "target variant", "ratio", "exact (native / target)",
+             "rounds"],
             rows)
 
 
@@ -289,7 +291,8 @@ def bench_pass(config: Config, scratch: Path, profile: Path) -> Section:
         budget=config.pass_budget / 4, min_rounds=config.pass_min_rounds,
     )
     startup_rows = [[name, format_time(statistics.median(v))] for name, v in startup.items()]
-    startup_gap = statistics.median(startup["import dql_pass.cli"]) - statistics.median(startup["import onnx, onnx.inliner"])
+    startup_gap = (statistics.median(startup["import dql_pass.cli"])
+                   - statistics.median(startup["import onnx, onnx.inliner"]))
 
     largest = max(config.chain_sites)
     lines = profile_expand(scratch / f"chain{largest}.onnx", scratch / f"chain{largest}.profiled.onnx", profile)
@@ -456,7 +459,8 @@ def bench_models(config: Config, scratch: Path) -> Section:
         f"encoder ({shape.layers} layers, hidden {shape.hidden}, {shape.heads} heads, intermediate "
         f"{shape.intermediate}, sequence {shape.seq}, batch 1, opset 17, MatMul-based with LayerNormalization, "
         "Softmax and Erf GELU) passed through `quantize_dynamic` in a temp dir. *expanded* is `dql_pass.expand` "
-        "(quantizelinear, inline), *fused* is that expansion fused back by `dql_pass.fuse`; each cell gives the median and the ratio to the original, interleaved. "
+        "(quantizelinear, inline), *fused* is that expansion fused back by `dql_pass.fuse`; each cell gives the median "
+        "and the ratio to the original, interleaved. "
         "Outputs are compared bit for bit with the original's.",
         tables=[("Latency", headers, rows)],
         notes=notes,
@@ -582,7 +586,8 @@ def bench_startup(mode: str) -> Section:
                 times[name].append(time.perf_counter() - began)
     base = statistics.median(times["python -c pass"])
     medians = {name: statistics.median(values) for name, values in times.items()}
-    rows = [[name, format_time(median), f"{median / base:.1f}×", format_time(median - base)] for name, median in medians.items()]
+    rows = [[name, format_time(median), f"{median / base:.1f}×", format_time(median - base)]
+            for name, median in medians.items()]
     section = Section(
         "5. Start-up",
         f"Each command a fresh process, the four interleaved round robin, {STARTUP_ROUNDS[mode]} rounds; medians. The "

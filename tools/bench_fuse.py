@@ -19,7 +19,8 @@ What it measures:
 3. The pass itself: in-process ``dql_pass.fuse`` on a chain of N inlined DQL sites, best of three.
 
 The results replace the ``## Fusion`` section of ``--out`` through :func:`tools.harness.write_report`
-(added at the end if missing; the file is created if absent); the rest of the file is left as it is. Scratch files live in a temp dir.
+(added at the end if missing; the file is created if absent); the rest of the file is left as it is. Scratch files
+live in a temp dir.
 ``--quick`` is a smoke run of a few seconds.
 """
 
@@ -65,7 +66,8 @@ def forms(original: onnx.ModelProto) -> dict[str, onnx.ModelProto]:
 
 def dynamic_quantize_matmuls(model: onnx.ModelProto) -> int:
     """``DynamicQuantizeMatMul`` nodes in the graph ORT optimises ``model`` into, as the timed sessions run it."""
-    return sum(node.op_type == "DynamicQuantizeMatMul" for node in runtimes.get("onnxruntime").optimized(model).graph.node)
+    return sum(node.op_type == "DynamicQuantizeMatMul"
+               for node in runtimes.get("onnxruntime").optimized(model).graph.node)
 
 
 def chain(sites: int) -> onnx.ModelProto:
@@ -135,7 +137,8 @@ def render(config: Config, mode: str, latency: list[str], matmuls: list[str], pa
         SECTION,
         "",
         f"Written by `python -m tools.bench_fuse{' --quick' if mode == 'quick' else ''}` "
-        f"(onnxruntime {harness.version('onnxruntime')}, onnx {onnx.__version__}); regenerate it with the same command. "
+        f"(onnxruntime {harness.version('onnxruntime')}, onnx {onnx.__version__}); "
+        "regenerate it with the same command. "
         + ("**A `--quick` smoke run: the figures are not meaningful.** " if mode == "quick" else "")
         + "ORT CPU, one intra-op thread, all graph optimisations, symbolic dimensions of size "
         f"{BATCH}. *ONNX body* is every DQL inlined by `onnx.inliner` (`inline_schema_functions=True`), "

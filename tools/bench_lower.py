@@ -119,14 +119,16 @@ def bench(config: Config) -> tuple[list[list[str]], float | None, list[list[str]
             logger.info("%s: %s", name, ", ".join(cells))
             if name == "transformer":
                 before, after = (_profile(model, feeds, config.profile_runs) for model in (original, lowered))
-                for op in sorted(set(before) | set(after), key=lambda op: -max(before.get(op, 0), after.get(op, 0)))[:10]:
+                for op in sorted(set(before) | set(after),
+                                 key=lambda op: -max(before.get(op, 0), after.get(op, 0)))[:10]:
                     profile.append([op, f"{before.get(op, 0) / 1e3:.2f} ms", f"{after.get(op, 0) / 1e3:.2f} ms"])
                 profile.append(["total", f"{sum(before.values()) / 1e3:.2f} ms", f"{sum(after.values()) / 1e3:.2f} ms"])
     return rows, ratio, profile
 
 
 def render(config: Config, mode: str, rows: list[list[str]], ratio: float | None, profile: list[list[str]]) -> str:
-    target = harness.ratio_target(f"lowered transformer <= {TARGET}x the original (ORT, all optimisations)", ratio, TARGET)
+    target = harness.ratio_target(f"lowered transformer <= {TARGET}x the original (ORT, all optimisations)", ratio,
+                                  TARGET)
     shape = config.transformer
     lines = [
         SECTION,

@@ -89,7 +89,8 @@ def bench_chains(sizes: list[int], runs: int, tree: Path) -> int:
                 print(f"  run {run + 1}, {sites} sites: {seconds:.2f} s, peak RSS {peak:.0f} MiB  ({last[:60]})")
     print(f"dql-pass verify on chains, from {tree}, medians over {runs} runs:")
     for sites in sizes:
-        print(f"  {sites:6d} sites: {statistics.median(times[sites]):7.2f} s  peak RSS {statistics.median(peaks[sites]):6.0f} MiB")
+        print(f"  {sites:6d} sites: {statistics.median(times[sites]):7.2f} s  "
+              f"peak RSS {statistics.median(peaks[sites]):6.0f} MiB")
     ratio = statistics.median(times[sizes[-1]]) / statistics.median(times[sizes[0]])
     target = CHAIN_RATIO * sizes[-1] / sizes[0] / 4
     verdict = "met" if ratio <= target else "NOT met"
@@ -100,8 +101,8 @@ def bench_chains(sizes: list[int], runs: int, tree: Path) -> int:
 def bench_transformer(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_verify.") as tmp:
         folder = Path(tmp)
-        shape = dataclasses.replace(models.MINILM, layers=args.layers, hidden=args.hidden, heads=args.hidden // HEAD_SIZE,
-                                    intermediate=FFN_FACTOR * args.hidden, seq=None)
+        shape = dataclasses.replace(models.MINILM, layers=args.layers, hidden=args.hidden,
+                                    heads=args.hidden // HEAD_SIZE, intermediate=FFN_FACTOR * args.hidden, seq=None)
         model = models.minilm_model(shape, vocab=VOCAB)
         names = dict(zip(("batch", "sequence"), args.names.split(",")))
         for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:

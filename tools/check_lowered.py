@@ -44,7 +44,8 @@ def _models(folder: Path, transformer: models.TransformerShape) -> dict[str, tup
             path = models.quantize(models.cnn_model(), folder, f"{name}.onnx", ("Conv", "MatMul"),
                                    weight_type=weight_type, per_channel=per_channel)
             built[name] = (onnx.load(path), True)
-    built["transformer"] = (onnx.load(models.quantize(models.minilm_model(transformer), folder, "transformer.onnx")), False)
+    built["transformer"] = (onnx.load(models.quantize(models.minilm_model(transformer), folder, "transformer.onnx")),
+                            False)
     return built
 
 
@@ -53,7 +54,8 @@ def _inputs(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, dict[
     return {
         "random": feeds,
         "zero": {name: np.zeros_like(a) for name, a in feeds.items()},
-        "extreme": {name: np.where(rng.random(a.shape) < 0.5, -1e3, 1e3).astype(np.float32) for name, a in feeds.items()},
+        "extreme": {name: np.where(rng.random(a.shape) < 0.5, -1e3, 1e3).astype(np.float32)
+                    for name, a in feeds.items()},
     }
 
 
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, (model, must_be_exact) in built.items():
                 outcome = check(runtime, model)
                 failed |= must_be_exact and outcome != "exact" and not outcome.startswith("refused")
-                print(f"{runtime:14s} {name:24s} {outcome}{'' if must_be_exact else ' (float MatMul/Softmax left: not expected exact)'}")
+                print(f"{runtime:14s} {name:24s} {outcome}"
+                      f"{'' if must_be_exact else ' (float MatMul/Softmax left: not expected exact)'}")
     return 1 if failed else 0
 
 

@@ -22,10 +22,11 @@ Exit code 0 when every cell of the table is ok or PASS, 1 otherwise, 2 when MODE
 unusable (one line, no traceback).
 
 Rules: MODEL is checked and loaded once, and read once more with its weights for ORT; each
-expansion reads it from the file again, as ``dql-pass expand`` does. The input is never written; expanded models go to a temp dir (or ``--keep DIR``). Inputs are
-synthesized here, not by verify, so the two checks do not share a mistake: a symbolic or negative
-dimension takes its ``--dim`` size, else 1 for names with "batch", else 8; masks are ones, token
-types zeros, other integers uniform in [0, 16).
+expansion reads it from the file again, as ``dql-pass expand`` does. The input is never written;
+expanded models go to a temp dir (or ``--keep DIR``). Inputs are synthesized here, not by verify,
+so the two checks do not share a mistake: a symbolic or negative dimension takes its ``--dim``
+size, else 1 for names with "batch", else 8; masks are ones, token types zeros, other integers
+uniform in [0, 16).
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class _Checker:
             self.default = _run(self.proto, self.feeds, [], basic=False)
             self.exposed = _run(self.proto, self.feeds, self.main, basic=True)
         except Exception as error:  # noqa: BLE001 - ORT's errors share no base class but Exception
-            raise dql_pass.InputError(f"ORT cannot run {path} on these inputs (set --dim or --input): {error}") from None
+            raise dql_pass.InputError(
+                f"ORT cannot run {path} on these inputs (set --dim or --input): {error}") from None
 
     def compare(self, proto: onnx.ModelProto) -> str:
         """'ok' or the differing outputs, at the default level then at the basic level with DQL outputs."""

@@ -77,11 +77,13 @@ def main(argv: list[str] | None = None) -> int:
             self.bert = model
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids).last_hidden_state
 
     with torch.no_grad():
         torch.onnx.export(
-            Encoder().eval(), (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]), folder / "onnx" / "model.onnx",
+            Encoder().eval(), (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]),
+            folder / "onnx" / "model.onnx",
             input_names=names, output_names=["last_hidden_state"],
             dynamic_axes={**dynamic, "last_hidden_state": {0: "batch_size", 1: "sequence_length"}},
             opset_version=args.opset, dynamo=False,

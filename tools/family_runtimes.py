@@ -33,7 +33,9 @@ FAMILY = tuple(family.REGISTRY)
 DEFAULT_OPSETS = (10, 21)
 
 
-def measure(names: Sequence[str], opsets: Collection[int] | None = DEFAULT_OPSETS, size: str = "small") -> matrix.Matrix:
+def measure(
+    names: Sequence[str], opsets: Collection[int] | None = DEFAULT_OPSETS, size: str = "small"
+) -> matrix.Matrix:
     """The family suite at ``opsets`` run on each runtime of ``names``."""
     with tempfile.TemporaryDirectory(prefix="family.") as scratch:
         path = Path(scratch) / "suite"
@@ -67,7 +69,8 @@ def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float)
         by_op[row.op].append(row)
     not_installed = [row for row in by_op.pop("*", [])]
     for op in FAMILY:
-        lines += [f"### {op}", "", "| runtime | version | passed | failed | xfail | skipped | first failure, or why skipped |",
+        lines += [f"### {op}", "",
+                  "| runtime | version | passed | failed | xfail | skipped | first failure, or why skipped |",
                   "|---|---|---:|---:|---:|---:|---|"]
         for row in by_op.get(op, []):
             note = _first(found, row.runtime, op, "FAIL") or "; ".join(
@@ -76,7 +79,8 @@ def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float)
                          f"{row.xfail} | {row.skipped} | {note} |")
         lines.append("")
     if not_installed:
-        lines += ["Not installed here: " + "; ".join(f"{row.runtime} ({next(iter(row.why_skipped))})" for row in not_installed), ""]
+        lines += ["Not installed here: "
+                  + "; ".join(f"{row.runtime} ({next(iter(row.why_skipped))})" for row in not_installed), ""]
     return "\n".join(lines)
 
 

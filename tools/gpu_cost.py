@@ -22,8 +22,9 @@ WebGPU API) and the nodes each execution provider runs; on ``webgpu`` and on ``w
 session's creation and a warm inference timed in the page (medians of ``--repeats`` sessions,
 the forms interleaved round robin); the file's size; and whether the lowered form's outputs are
 bit-identical to the original's on each runtime, and on wasm at optimize "basic" (where
-onnxruntime does not fuse the original's integer ops into kernels that round otherwise). Without a GPU, WebGPU runs on SwiftShader, a CPU
-emulation: its times say what SwiftShader pays, not a GPU; the counts are what a GPU would be asked.
+onnxruntime does not fuse the original's integer ops into kernels that round otherwise). Without a
+GPU, WebGPU runs on SwiftShader, a CPU emulation: its times say what SwiftShader pays, not a GPU;
+the counts are what a GPU would be asked.
 
 Inputs: ``--feeds`` (an ``.npz`` of the model's inputs, first ``--batch`` rows), else made up: token
 ids uniform in [0, 1000), masks ones, token types zeros, floats standard normal; a symbolic
@@ -115,7 +116,8 @@ def _feeds(model: onnx.ModelProto, given: Mapping[str, np.ndarray], batch: int, 
                  for d in tensor.shape.dim]
         dtype = _TYPES.get(tensor.elem_type)
         if dtype is None:
-            raise SystemExit(f"error: input {value.name} is {onnx.TensorProto.DataType.Name(tensor.elem_type)}: give it in --feeds")
+            raise SystemExit(
+                f"error: input {value.name} is {onnx.TensorProto.DataType.Name(tensor.elem_type)}: give it in --feeds")
         if dtype is np.float32:
             feeds[value.name] = rng.standard_normal(shape, dtype=np.float32)
         elif "mask" in value.name:
@@ -212,25 +214,32 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
         cost = result.cost
         calls = [f"{getattr(cost.inference, key):,}" if isinstance(cost, web.Cost) else "-"
                  for key in ("dispatches", "submits", "readbacks")]
-        nodes = ", ".join(f"{n:,} {p}" for p, n in cost.nodes.items()) + f", {cost.copies} copies" if isinstance(cost, web.Cost) else str(cost)
-        rows.append([form, *calls, _launching(cost), nodes, _median(result.load["webgpu"]), _median(result.load["wasm"]),
-                     _median(result.run["webgpu"]), _median(result.run["wasm"]), f"{result.size / 2**20:.2f} MiB",
-                     *(["(another model)"] * 3 if form == "fp32" else [_same(results, key, form) for key in (*RUNTIMES, BASIC)])])
+        nodes = (", ".join(f"{n:,} {p}" for p, n in cost.nodes.items()) + f", {cost.copies} copies"
+                 if isinstance(cost, web.Cost) else str(cost))
+        rows.append([form, *calls, _launching(cost), nodes, _median(result.load["webgpu"]),
+                     _median(result.load["wasm"]), _median(result.run["webgpu"]), _median(result.run["wasm"]),
+                     f"{result.size / 2**20:.2f} MiB",
+                     *(["(another model)"] * 3 if form == "fp32"
+                       else [_same(results, key, form) for key in (*RUNTIMES, BASIC)])])
         if isinstance(cost, web.Cost):
             for provider, listed in cost.placement.items():
-                if set(listed) == {"?"}:  # every node on one provider, their number changed by the optimizer: the file's
+                # every node on one provider, their number changed by the optimizer: the file's
+                if set(listed) == {"?"}:
                     graph = onnx.load(result.path, load_external_data=False).graph.node
                     listed = [f"{node.op_type} ({node.name})" for node in graph if node.op_type != "Constant"]
-                    provider += f" (all {len(cost.placement[provider]):,} after onnxruntime's optimizer; of the file's nodes)"
+                    provider += (f" (all {len(cost.placement[provider]):,} after onnxruntime's optimizer; "
+                                 "of the file's nodes)")
                 placed.append(f"- {form}, {provider}: {_op_types(listed)}")
     headers = ["form", "dispatches / inference", "submits / inference", "readbacks / inference",
                "WebGPU nodes that launch a kernel", "nodes per provider",
                "load, webgpu (SwiftShader)", "load, wasm", "inference, webgpu (SwiftShader)", "inference, wasm",
-               "file", "outputs = original's, webgpu", "outputs = original's, wasm", "outputs = original's, wasm at optimize basic"]
+               "file", "outputs = original's, webgpu", "outputs = original's, wasm",
+               "outputs = original's, wasm at optimize basic"]
     lines = [
         "## GPU cost of a transformer (webgpu)", "",
         f"`python -m tools.gpu_cost {model.name}` on {model.name}: original = quantize_dynamic as transformers.js's q8 "
-        f"(QInt8, per_channel, reduce_range), lowered = `dql-pass lower --target {target}` (variant `{variant}`), fp32 = "
+        f"(QInt8, per_channel, reduce_range), lowered = `dql-pass lower --target {target}` (variant `{variant}`), "
+        "fp32 = "
         f"the float model. Inputs: {shapes}. onnxruntime-web {web.ORT_WEB} in headless Chromium; WebGPU adapter: "
         f"{adapter or 'unknown'}. Counts are per warm inference (the second run of a session), counted at the page's "
         "WebGPU API; times are medians of "
@@ -245,12 +254,14 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path, help="a float32 ONNX model")
-    parser.add_argument("--feeds", type=Path, help="an .npz of the model's inputs (e.g. sentences.npz of tools/export_minilm.py)")
+    parser.add_argument("--feeds", type=Path,
+                        help="an .npz of the model's inputs (e.g. sentences.npz of tools/export_minilm.py)")
     parser.add_argument("--batch", type=int, default=20, help="rows of the inputs (default 20)")
     parser.add_argument("--sequence", type=int, default=16, help="a made-up input's sequence length (default 16)")
     parser.add_argument("--target", default="webgpu", help="the runtime `lower` targets (default webgpu)")
     parser.add_argument("--variant", help="lower with this DynamicQuantizeLinear variant in place of the target's")
-    parser.add_argument("--repeats", type=int, default=3, help="sessions per form and runtime for the times (default 3)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="sessions per form and runtime for the times (default 3)")
     parser.add_argument("--out", type=Path, help="write the section into this report (e.g. BENCHMARKS.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(name)s: %(message)s")

@@ -56,7 +56,8 @@ def _moved(quotient: np.ndarray, a: np.ndarray, b: np.ndarray, moves: int) -> np
     """``quotient`` moved by a hash of a's and b's bits, from ``-moves`` to ``moves`` ulp."""
     a_bits, b_bits = (np.broadcast_to(v, quotient.shape).view(np.uint32).astype(np.uint64) for v in (a, b))
     with np.errstate(over="ignore"):
-        mixed = (a_bits * np.uint64(0x9E3779B97F4A7C15)) ^ ((b_bits + np.uint64(0x632BE59BD9B4E019)) * np.uint64(0xC2B2AE3D27D4EB4F))
+        mixed = ((a_bits * np.uint64(0x9E3779B97F4A7C15))
+                 ^ ((b_bits + np.uint64(0x632BE59BD9B4E019)) * np.uint64(0xC2B2AE3D27D4EB4F)))
     step = ((mixed >> np.uint64(33)) % np.uint64(2 * moves + 1)).astype(np.int64) - moves
     bits = quotient.view(np.int32).astype(np.int64)
     # Floats in order as integers: -0 and +0 both 0, each step one ulp.
@@ -168,8 +169,10 @@ def freed(model: onnx.ModelProto, *, moves: int = 0, fused: bool = False, flush:
 
 @functools.cache
 def _evaluator(variant: str, rank: int, zero_range: str, moves: int, fused: bool, flush: bool):
-    model = expand(one_node_model([f"d{i}" for i in range(rank)], MAX_OPSET), variant=variant, zero_range=zero_range, runtime=None)[0]
-    return onnx.reference.ReferenceEvaluator(freed(model, moves=moves, fused=fused, flush=flush), new_ops=[Div, Fused, Flush])
+    model = expand(one_node_model([f"d{i}" for i in range(rank)], MAX_OPSET), variant=variant, zero_range=zero_range,
+                   runtime=None)[0]
+    return onnx.reference.ReferenceEvaluator(freed(model, moves=moves, fused=fused, flush=flush),
+                                             new_ops=[Div, Fused, Flush])
 
 
 def run(variant: str, x: np.ndarray, zero_range: str = "onnxruntime", **freedoms) -> list[np.ndarray]:

@@ -278,7 +278,8 @@ def write_report(out: Path, text: str) -> None:
 
 
 def section_main(
-    description: str, logger: logging.Logger, configs: Mapping[str, object], section: Callable[[object, str], str], argv=None
+    description: str, logger: logging.Logger, configs: Mapping[str, object], section: Callable[[object, str], str],
+    argv=None,
 ) -> int:
     """The command line of a tool that measures and writes its own section of BENCHMARKS.md:
     ``--quick`` for a smoke run, ``--out`` for the report; ``section(config, mode)`` gives the text."""

@@ -7,9 +7,10 @@ Run from the repository root::
 What it measures, for each model: a chain of DynamicQuantizeLinear -> MatMulInteger(int8 W_i) ->
 Cast -> Mul, with random int8 weights of 2048 x 2048 (so every product is cut into chunks), made
 in a temp dir; the 100 MB one with its weights in the model file, the 500 MB one with them in
-external data. Then the same weights as ONE tensor of 512 rows (a single DQL -> MatMulInteger -> Cast -> Mul
-whose product needs no cut), where whatever lower holds per tensor shows whole. ``dql-pass lower IN -o OUT`` runs in a fresh process that reports its own peak RSS
-(``VmHWM``); the wall time is the whole process's. With ``--before FOLDER`` (a checkout of an
+external data. Then the same weights as ONE tensor of 512 rows (a single DQL -> MatMulInteger -> Cast
+-> Mul whose product needs no cut), where whatever lower holds per tensor shows whole. ``dql-pass
+lower IN -o OUT`` runs in a fresh process that reports its own peak RSS (``VmHWM``); the wall time
+is the whole process's. With ``--before FOLDER`` (a checkout of an
 older dql_pass, e.g. ``git archive BASE dql_pass | tar -x -C FOLDER``) both versions run, round
 robin, side by side. Each cell is the median of the rounds (peak RSS: the largest). The output's
 files are listed with their sizes, and the lowered model is run on ORT ("basic" optimisation)
@@ -98,7 +99,8 @@ def _run(pythonpath: Path, source: Path, output: Path) -> dict[str, float]:
     """``dql-pass lower SOURCE -o OUTPUT`` with ``pythonpath``'s dql_pass: wall seconds, exit code, peak MiB."""
     env = {**os.environ, "PYTHONPATH": os.fspath(pythonpath)}
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", harness.MEASURED_CLI_SCRIPT, "lower", os.fspath(source), "-o", os.fspath(output)],
+    done = subprocess.run([sys.executable, "-c", harness.MEASURED_CLI_SCRIPT, "lower", os.fspath(source), "-o",
+                           os.fspath(output)],
                           env=env, cwd=source.parent, capture_output=True, text=True)  # not this checkout's dql_pass
     wall = time.perf_counter() - began
     try:
@@ -122,7 +124,8 @@ def _exact(source: Path, lowered: Path, one_tensor: bool) -> bool:
     rng = np.random.default_rng(1)
     width = onnx.load(source, load_external_data=False).graph.input[0].type.tensor_type.shape.dim[1].dim_value
     feeds = {"h0": rng.standard_normal((1, width), dtype=np.float32)}
-    expected = _exact_output(source, feeds) if one_tensor else ort.load_exact(source, threads=1, optimize="basic").run(feeds)
+    expected = (_exact_output(source, feeds) if one_tensor
+                else ort.load_exact(source, threads=1, optimize="basic").run(feeds))
     actual = ort.load(lowered, threads=1, optimize="basic").run(feeds)
     return harness.same_outputs(expected, actual)
 
@@ -159,7 +162,8 @@ def bench(cases: list[Case], rounds: int, before: Path | None) -> list[list[str]
                     if i == rounds - 1 or runs[name][-1]["code"] != 0:
                         files[name] = _files(out)
                         ok = runs[name][-1]["code"] == 0 and out.exists()
-                        exact[name] = ("yes" if _exact(source, out, case.one_tensor) else "**no**") if ok else "no output"
+                        exact[name] = (("yes" if _exact(source, out, case.one_tensor) else "**no**") if ok
+                                       else "no output")
                     for path in folder.iterdir():  # a fresh output each round, and room on the disk
                         if path.name.startswith(out.name):
                             path.unlink()
@@ -171,7 +175,8 @@ def bench(cases: list[Case], rounds: int, before: Path | None) -> list[list[str]
                     case.name, f"{in_bytes / 1e6:.0f} MB", name, ", ".join(codes),
                     harness.format_time(statistics.median(r["wall"] for r in done)),
                     "died" if any(math.isnan(p) for p in peaks) else f"{max(peaks):,.0f} MiB",
-                    "; ".join(f"{n.replace(f'lowered_{name}.onnx', 'OUT')} {size / 1e6:,.0f} MB" for n, size in files.get(name, [])) or "none",
+                    "; ".join(f"{n.replace(f'lowered_{name}.onnx', 'OUT')} {size / 1e6:,.0f} MB"
+                              for n, size in files.get(name, [])) or "none",
                     exact.get(name, ""), str(len(done)),
                 ])
     return rows
@@ -183,20 +188,23 @@ def render(rows: list[list[str]], mode: str, before: Path | None, label: str) ->
         "",
         f"Written by `python -m tools.lower_memory{' --quick' if mode == 'quick' else ''}"
         f"{' --before FOLDER --label LABEL' if before else ''}` ({harness.cpu_model()}, {harness.memory()}, "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs when it ended); regenerate it with the same command. "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs when it ended); "
+        "regenerate it with the same command. "
         + ("**A `--quick` smoke run: the figures are not meaningful.** " if mode == "quick" else "")
         + f"`dql-pass lower IN -o OUT` on a chain of DQL → MatMulInteger → Cast → Mul whose int8 weights "
         f"({SIDE}×{SIDE}, random, so every product is cut into chunks) take the size given; *in one tensor*: one "
         f"DQL → MatMulInteger → Cast → Mul whose weights are one tensor of that size, {DEPTH} rows deep (one product, "
         "no cut). One fresh process per run; "
         "*peak RSS* is its `VmHWM` (the largest of the rounds), *wall* the median. "
-        + (f"*before* is the dql_pass of `--before` ({label}), *after* this checkout's; the rounds alternate. " if before else "")
+        + (f"*before* is the dql_pass of `--before` ({label}), *after* this checkout's; the rounds alternate. "
+           if before else "")
         + "*files written* are the "
         "output's (OUT: the model, OUT.<hex>.data: its external data). *exact*: the lowered model against the "
         "original on ORT ('basic'), one random input, bit for bit; in one tensor, against the exact result of "
         "dql_pass.reference (ORT's u8s8 kernel saturates on x86 without VNNI).",
         "",
-        *harness.table(["model", "input on disk", "dql_pass", "exit", "wall", "peak RSS", "files written", "exact", "rounds"], rows),
+        *harness.table(["model", "input on disk", "dql_pass", "exit", "wall", "peak RSS", "files written", "exact",
+                        "rounds"], rows),
         "",
     ])
 
@@ -206,8 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run on small models")
     parser.add_argument("--before", type=Path, help="a folder holding an older dql_pass to compare with")
     parser.add_argument("--label", default="an older dql_pass", help="what --before holds, for the report")
-    parser.add_argument("--out", type=Path, default=harness.REPO / "docs" / "BENCHMARKS.md", help="the report to update")
-    parser.add_argument("--only", metavar="TEXT", help="run only the models whose name contains TEXT (e.g. 'one tensor')")
+    parser.add_argument("--out", type=Path, default=harness.REPO / "docs" / "BENCHMARKS.md",
+                        help="the report to update")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="run only the models whose name contains TEXT (e.g. 'one tensor')")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)

@@ -207,7 +207,8 @@ def cnn_model(channels: int = 8, side: int = 16, classes: int = 10, opset: int =
     nodes: list[onnx.NodeProto] = []
 
     def weight(name: str, *dims: int) -> str:
-        inits.append(numpy_helper.from_array((rng.standard_normal(dims) / np.sqrt(np.prod(dims[1:]))).astype(np.float32), name))
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(dims) / np.sqrt(np.prod(dims[1:]))).astype(np.float32), name))
         return name
 
     x = "image"
@@ -217,13 +218,14 @@ def cnn_model(channels: int = 8, side: int = 16, classes: int = 10, opset: int =
         ("conv3", 2 * channels, 2 * channels, 1, dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
     )
     for name, n_in, n_out, group, attributes in convs:
-        nodes.append(helper.make_node("Conv", [x, weight(f"{name}.weight", n_out, n_in // group, 3, 3)], [f"{name}.out"],
-                                      name=name, group=group, kernel_shape=[3, 3], **attributes))
+        nodes.append(helper.make_node("Conv", [x, weight(f"{name}.weight", n_out, n_in // group, 3, 3)],
+                                      [f"{name}.out"], name=name, group=group, kernel_shape=[3, 3], **attributes))
         nodes.append(helper.make_node("Relu", [f"{name}.out"], [f"{name}.relu"], name=f"{name}.relu"))
         x = f"{name}.relu"
     nodes.append(helper.make_node("Flatten", [x], ["flat"], name="flatten"))
     features = 2 * channels * (side // 2) ** 2
-    nodes.append(helper.make_node("MatMul", ["flat", weight("head.weight", features, classes)], ["head.matmul"], name="head"))
+    nodes.append(helper.make_node("MatMul", ["flat", weight("head.weight", features, classes)], ["head.matmul"],
+                                  name="head"))
     inits.append(numpy_helper.from_array(rng.standard_normal(classes).astype(np.float32), "head.bias"))
     nodes.append(helper.make_node("Add", ["head.matmul", "head.bias"], ["logits"], name="head.bias"))
     graph = helper.make_graph(

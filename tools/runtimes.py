@@ -108,7 +108,8 @@ class Config:
     independent: int  # inputs built apart from the catalogue, for the target and on fast runtimes every form
     independent_on_compilers: int  # for the other forms on compilers
     transformer: models.TransformerShape
-    timeout: float  # seconds per runtime before its process is stopped (times SLOWER's factor for the runtimes it names)
+    # seconds per runtime before its process is stopped (times SLOWER's factor for the runtimes it names)
+    timeout: float
 
 
 CONFIGS: dict[str, Config] = {
@@ -243,7 +244,9 @@ class _Sessions:
         return outputs
 
 
-def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list[tuple[str, np.ndarray]]]) -> FormResult:
+def _measure_form(
+    runtime: Runtime, form: str, opset: int, parts: dict[str, list[tuple[str, np.ndarray]]]
+) -> FormResult:
     result = FormResult()
     sessions = _Sessions(runtime, form, opset)
     # A refusal of an op the runtime declares it lacks is a known difference, not a surprise.
@@ -276,7 +279,9 @@ def _measure_form(runtime: Runtime, form: str, opset: int, parts: dict[str, list
 CPU = "CPUExecutionProvider"
 
 
-def placement(runtime: Runtime, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None) -> Placement | None:
+def placement(
+    runtime: Runtime, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None = None
+) -> Placement | None:
     """Where ``runtime`` runs the nodes of ``model``, and with ``feeds`` the GPU work of an
     inference on them where the runtime counts it; None for a runtime that does not tell."""
     if not hasattr(runtime, "placement"):
@@ -355,7 +360,8 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     first = len(differences) - 3 * site_count
     model_difference = next((d.text for d in differences[:first] if d is not None), None)
     sites = sum(all(d is None for d in differences[first + 3 * i:first + 3 * i + 3]) for i in range(site_count))
-    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "", placement(runtime, expanded, feeds))
+    return ModelResult(name, True, model_difference or "yes", f"{sites}/{site_count}", "",
+                       placement(runtime, expanded, feeds))
 
 
 def _sample_models(transformer: Path) -> dict[str, onnx.ModelProto]:
@@ -383,9 +389,11 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
         for form in (NATIVE, *op.VARIANTS):
             # The independent inputs at the newest opset only: the older one checks the catalogue.
             count = 0 if opset != config.opsets[0] else (
-                config.independent if form == runtime.variant or name not in COMPILERS else config.independent_on_compilers)
+                config.independent if form == runtime.variant or name not in COMPILERS
+                else config.independent_on_compilers)
             logger.info("%s: %s at opset %d", name, form, opset)
-            result.forms[(form, opset)] = _measure_form(runtime, form, opset, {**parts, "independent": parts["independent"][:count]})
+            result.forms[(form, opset)] = _measure_form(runtime, form, opset,
+                                                        {**parts, "independent": parts["independent"][:count]})
             if (placed := placement(runtime, _form_model(form, 1, opset))) is not None:
                 result.placements[(form, opset)] = placed
     for model_name, model in _sample_models(transformer).items():
@@ -455,7 +463,9 @@ def _forms(result: RuntimeResult) -> list[tuple[str, str]]:
     return [(NATIVE, NATIVE), *[(v, v) for v in op.VARIANTS], (f"{TARGET} ({result.variant})", result.variant)]
 
 
-def _each_form(result: RuntimeResult, opsets: Sequence[int], found: Mapping[tuple[str, int], T]) -> Iterator[tuple[int, str, T]]:
+def _each_form(
+    result: RuntimeResult, opsets: Sequence[int], found: Mapping[tuple[str, int], T]
+) -> Iterator[tuple[int, str, T]]:
     """(opset, column label, what ``found`` holds for the form at that opset), in the report's order."""
     for opset in opsets:
         for label, form in _forms(result):
@@ -481,8 +491,8 @@ def _summary(results: Sequence[RuntimeResult], opset: int) -> list[str]:
             form_result = result.forms.get((form, opset))
             cell = _cell(form_result.passed, form_result.total) if form_result else "-"
             cells.append(f"{cell} ({form})" if label.startswith(TARGET) else cell)
-        rows.append([f"`{result.name}`", _version(result) if not result.error else f"{_version(result)}: {result.error}",
-                     *cells])
+        rows.append([f"`{result.name}`",
+                     _version(result) if not result.error else f"{_version(result)}: {result.error}", *cells])
     return harness.table(headers, rows)
 
 
@@ -554,7 +564,8 @@ def _placement_table(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
     """Per form and opset, the nodes each execution provider ran and the op types that fell back to the CPU."""
     if not result.placements:
         return []
-    providers = sorted({p for placed in result.placements.values() for p in placed.providers}, key=lambda p: (p == CPU, p))
+    providers = sorted({p for placed in result.placements.values() for p in placed.providers},
+                       key=lambda p: (p == CPU, p))
     fallback = providers != [CPU]  # on a CPU-only runtime nothing falls back
     rows = []
     for opset, label, placed in _each_form(result, opsets, result.placements):
@@ -574,7 +585,8 @@ def _chromium_version() -> str:
     if path is None:
         return "not installed"
     try:
-        return subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        return subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                              check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError) as error:
         return f"{path}: --version failed ({_line(error)})"
 
@@ -593,7 +605,8 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         f"Written by `python -m tools.runtimes{' --quick' if mode == 'quick' else ''}` on "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} in {seconds:.0f} s; regenerate it with "
         "the same command, do not edit it by hand."
-        + (" **This is a `--quick` smoke run: few inputs, one opset, a small transformer.**" if mode == "quick" else ""),
+        + (" **This is a `--quick` smoke run: few inputs, one opset, a small transformer.**"
+           if mode == "quick" else ""),
         "",
         "Each cell is inputs passed / inputs run, bit for bit on all three outputs (y, y_scale, y_zero_point) "
         "against the NumPy reference, zero-range policy `onnxruntime`. *native* is the DynamicQuantizeLinear node "
@@ -601,7 +614,8 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "`dql-pass expand --target NAME` picks for the runtime. The inputs: the finite, ±inf and empty parts of "
         "`dql_pass.inputs.cases()`, and inputs built by `dql_pass.inputs.independent_inputs` apart from the "
         f"catalogue (seeded: random values at scales 1e-30 to 1e30, exact ties of x/scale and their neighbours, "
-        f"symmetric [-t, t] ranges, subnormal and underflowing scales, scales at the bottom of the normal range; shapes {', '.join(map(str, inputs.INDEPENDENT_SHAPES))}; "
+        "symmetric [-t, t] ranges, subnormal and underflowing scales, scales at the bottom of the normal range; "
+        f"shapes {', '.join(map(str, inputs.INDEPENDENT_SHAPES))}; "
         f"{config.independent} of them, the first {config.independent_on_compilers} for the forms other than the "
         f"target on the compilers {', '.join(COMPILERS)}), "
         f"at opset {config.opsets[0]}" + (f"; opset {', '.join(map(str, config.opsets[1:]))} runs the catalogue only, "
@@ -643,7 +657,8 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
     for opset in config.opsets:
         lines += [f"All inputs, opset {opset}:", "", *_summary(results, opset), ""]
     lines += ["## Left out", "",
-              "Runtimes with no adapter, for the reason given; measured by a previous session, not re-run by this tool.",
+              "Runtimes with no adapter, for the reason given; measured by a previous session, "
+              "not re-run by this tool.",
               "", *harness.table(["runtime", "version", "reason"], [[f"`{n}`", v, r] for n, v, r in LEFT_OUT]), "",
               "## Per runtime", ""]
     for result in results:
@@ -651,7 +666,9 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def run(mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2, family: bool = False) -> list[RuntimeResult]:
+def run(
+    mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2, family: bool = False
+) -> list[RuntimeResult]:
     config = CONFIGS[mode]
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="runtimes.") as scratch:

@@ -11,8 +11,8 @@ Jobs:
 What still needs internals, and why. A pattern whose outputs come from several nodes (ONNX's body
 with its two Identity nodes, the arithmetic body whose zero point is cast apart from y) is matched
 by onnxscript's SimplePatternMatcher through every combination of same-op nodes of the whole
-graph: quadratic in the Identity or Cast nodes of a model (100 inlined sites in 2,400 nodes: over
-500 s, against 0.6 s). The public API has no way to match the first output node alone, nor to say
+graph: quadratic in the Identity or Cast nodes of a model (timings in docs/performance.md).
+The public API has no way to match the first output node alone, nor to say
 where the others may be, so :class:`NeighbourMatcher` drives the matcher's private
 ``_init_match``, ``_match_node`` and ``_multi_match``, reads its ``_match`` and sets its
 ``_graph`` (which ``_match_node`` reads). It also reads the pattern's ``output_nodes``,

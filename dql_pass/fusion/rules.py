@@ -40,8 +40,9 @@ name of the node that produced y, without the ``/QuantizeLinear`` or ``/Cast`` s
 dql_pass's expansion adds: ``fuse(expand(m))`` gives m's DQL nodes their names back. A name that
 is y's own comes back as no name, since expand names an unnamed DQL's nodes after y (so a DQL
 named exactly like its y output comes back unnamed). The rewriter puts the node where y was
-computed, the block's last node in what onnx.inliner, exporters and dql_pass write; a block whose y_scale is consumed between its own
-nodes would need a topological sort afterwards, which :func:`dql_pass.fuse` always does.
+computed, the block's last node in what onnx.inliner, exporters and dql_pass write; a block whose
+y_scale is consumed between its own nodes would need a topological sort afterwards, which
+:func:`dql_pass.fuse` always does.
 ``expand_rules()`` is left out on purpose: expansion needs names that are unique across subgraphs,
 which :mod:`dql_pass.expansion` provides and the rewriter does not.
 
@@ -101,7 +102,8 @@ _NEUTRAL_ATTRIBUTES: dict[str, dict[str, frozenset[int] | None]] = {
 }
 
 # The ops whose inputs onnxscript's RewriteRuleSet(commute=True) swaps, one rule per ordering.
-_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Equal", "Max", "Min", "Sum", "Mean"})
+_COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Equal", "Max",
+                          "Min", "Sum", "Mean"})
 _MAX_COMMUTED = 8  # at most 2^8 rules per body
 
 _ONNX_BODY_NOTE = (

@@ -70,7 +70,8 @@ def backward_slice(
             stack.extend(v for v in reversed([*producer.inputs, *_captured(producer)]) if v is not None)
     if foreign:
         inputs = ", ".join(map(repr, sorted(input_names)))
-        raise NotReachable(f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its inputs {inputs}")
+        raise NotReachable(
+            f"its outputs depend on {', '.join(map(repr, sorted(foreign)))}, not only on its inputs {inputs}")
     return found, order, constants
 
 

@@ -60,8 +60,8 @@ def get(name: str) -> Runtime:
         other = ELSEWHERE[name]
         raise InputError(
             f"{other.title} has no adapter here, so it cannot be a target: it lacks {', '.join(other.lacks)} "
-            f"({other.source}); for it run `dql-pass lower INPUT -o OUTPUT` with no --target, which leaves none of them "
-            f"(`dql-pass advise INPUT --runtime {name}` says what a model needs there)"
+            f"({other.source}); for it run `dql-pass lower INPUT -o OUTPUT` with no --target, which leaves none of "
+            f"them (`dql-pass advise INPUT --runtime {name}` says what a model needs there)"
         )
     if name not in RUNTIMES:
         raise InputError(f"unknown runtime {name!r}; choose from {', '.join(RUNTIMES)}; "
@@ -81,5 +81,6 @@ def lacking(runtime: str, ops: Iterable[tuple[str, str]], opset: int) -> list[La
     wanted = set(ops)
     return [
         lack for lack in get(runtime).lacks
-        if (lack.domain, lack.op_type) in wanted and (_schema_version(lack.domain, lack.op_type, opset) or 0) >= lack.since_version
+        if (lack.domain, lack.op_type) in wanted
+        and (_schema_version(lack.domain, lack.op_type, opset) or 0) >= lack.since_version
     ]

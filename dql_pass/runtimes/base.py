@@ -18,8 +18,8 @@ writing one that does not load costs the user a deployment.
 from __future__ import annotations
 
 __all__ = [
-    "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout", "Session",
-    "failures_of", "refused",
+    "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout",
+    "Session", "failures_of", "refused",
 ]
 
 import contextlib

@@ -4,8 +4,8 @@
 Rules:
 
 - The model is compiled once, with its inputs' dimensions as the model declares them: symbolic
-  dimensions stay dynamic, so one compiled module runs every input shape (0.5 to 1.3 s per
-  one-node model here), and a shape the model does not admit is the runtime's refusal. An input
+  dimensions stay dynamic, so one compiled module runs every input shape (compile times in
+  docs/performance.md), and a shape the model does not admit is the runtime's refusal. An input
   of unknown rank gets symbolic dimensions: one compile per rank fed.
 - IREE hands uint8 outputs back as int8 arrays: the bits are right, the outputs take the model's
   types by reinterpretation.

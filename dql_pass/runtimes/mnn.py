@@ -107,10 +107,13 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
 class _Worker:
     """A process that has loaded the MNN model and answers runs, until it crashes or is stopped."""
 
-    def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float) -> None:
+    def __init__(
+        self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float
+    ) -> None:
         self._seconds = seconds
         self._process = subprocess.Popen(
-            _isolated(worker_command("serve", str(model), str(threads), json.dumps(list(inputs)), json.dumps(list(outputs)))),
+            _isolated(worker_command("serve", str(model), str(threads), json.dumps(list(inputs)),
+                                     json.dumps(list(outputs)))),
             cwd=model.parent, env=_environ(model.parent), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
@@ -208,20 +211,25 @@ class Mnn(Runtime):
     )
     _ROUNDING = ("arithmetic", "float64", "residual")
     known_differences = (
-        KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)", outputs=("y", "y_zero_point")),
+        KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)",
+                        outputs=("y", "y_zero_point")),
         KnownDifference(_ROUNDING, "reciprocal",
                         "measured: MNN's converter folds Div by the constant 255 into a Mul by float32(1/255), and MNN "
-                        "computes float64 as float32, so the scale is the range times that reciprocal", outputs=OUTPUTS),
+                        "computes float64 as float32, so the scale is the range times that reciprocal",
+                        outputs=OUTPUTS),
         KnownDifference(_ROUNDING, "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, MNN gives the zero point 0; the contract saturates "
                         "it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(_ROUNDING, "infinite",
-                        "measured: with +inf in x, MNN gives y 255 for the NaN quotient inf/inf (the contract: 0); with -inf, "
-                        "the zero point 0 for inf/inf (the contract saturates it to 255)", outputs=("y", "y_zero_point")),
-        KnownDifference(("arithmetic",), "empty", "measured: MNN crashes (SIGSEGV) reducing an empty tensor", outputs=OUTPUTS),
+                        "measured: with +inf in x, MNN gives y 255 for the NaN quotient inf/inf (the contract: 0); "
+                        "with -inf, the zero point 0 for inf/inf (the contract saturates it to 255)",
+                        outputs=("y", "y_zero_point")),
+        KnownDifference(("arithmetic",), "empty", "measured: MNN crashes (SIGSEGV) reducing an empty tensor",
+                        outputs=OUTPUTS),
         KnownDifference(("residual",), None,
                         "measured: MNN's Less compares float bits as int32, wrong when both operands are negative, "
-                        "as the residual variant's test of its rounded scale has them (on inputs of any class)", outputs=OUTPUTS),
+                        "as the residual variant's test of its rounded scale has them (on inputs of any class)",
+                        outputs=OUTPUTS),
     )
 
     inexact_products = (
@@ -239,7 +247,8 @@ class Mnn(Runtime):
             target = path.with_name("model.mnn")
             convert(path, target, self.timeout or CONVERT_SECONDS)
             session = _MnnSession(target, threads, [v.name for v in fed_inputs(proto)],
-                                  [v.name for v in proto.graph.output], output_types(proto), self.timeout or RUN_SECONDS)
+                                  [v.name for v in proto.graph.output], output_types(proto),
+                                  self.timeout or RUN_SECONDS)
             kept = files.pop_all()
         # A new worker reads the file again: the folder lives as long as the session.
         weakref.finalize(session, kept.close)

@@ -53,18 +53,21 @@ class OpenVino(Runtime):
                         "inf/inf; the contract saturates it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(("native", "quantizelinear"), "near tie",
                         "measured: OpenVINO rounds a quotient on or next to a tie away from zero, after adding the "
-                        "zero point in float32 (127.49999 + 127 rounds to 255, not 254)", outputs=("y", "y_zero_point")),
+                        "zero point in float32 (127.49999 + 127 rounds to 255, not 254)",
+                        outputs=("y", "y_zero_point")),
         KnownDifference(("quantizelinear",), "infinite",
                         "measured: OpenVINO's QuantizeLinear gives y 255 for x = +inf (inf/inf); the contract "
                         "gives 0", outputs=("y",)),
         KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
-                        "measured: OpenVINO computes every float32 Div as a multiplication by the reciprocal", outputs=OUTPUTS),
+                        "measured: OpenVINO computes every float32 Div as a multiplication by the reciprocal",
+                        outputs=OUTPUTS),
         KnownDifference(("float64",), "reciprocal",
                         "measured: OpenVINO's CPU plugin computes float64 as float32, so the float64 divisions "
                         "go through a float32 reciprocal too", outputs=OUTPUTS),
         KnownDifference(("residual",), "tiny scale",
                         "measured: with a scale near 1.5e-38 the residual variant's remainders fall out of the "
-                        "normal float32 range, where OpenVINO loses their low bits (32 of 1,256 inputs)", outputs=("y_scale",)),
+                        "normal float32 range, where OpenVINO loses their low bits (32 of 1,256 inputs)",
+                        outputs=("y_scale",)),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:

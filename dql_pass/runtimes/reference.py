@@ -38,7 +38,8 @@ class OnnxReference(Runtime):
     variant = "arithmetic"  # its QuantizeLinear sends +inf to 0
     known_differences = (
         KnownDifference(("native",), "empty",
-                        "onnx.reference's DynamicQuantizeLinear raises on an empty input (a reduction of no elements)", outputs=OUTPUTS),
+                        "onnx.reference's DynamicQuantizeLinear raises on an empty input (a reduction of no elements)",
+                        outputs=OUTPUTS),
         KnownDifference(("native",), "all zero", "onnx.reference gives a zero range the scale 1/255; the "
                         "onnxruntime policy expects 1.0", policy="onnxruntime", outputs=("y_scale",)),
         KnownDifference(("quantizelinear",), "x/scale overflows to +inf",
@@ -52,4 +53,5 @@ class OnnxReference(Runtime):
         if isinstance(model, ir.Model):
             model = as_proto(model)[0]
         with failures_of():
-            return _ReferenceSession(ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))
+            return _ReferenceSession(
+                ReferenceEvaluator(os.fspath(model) if isinstance(model, (str, os.PathLike)) else model))

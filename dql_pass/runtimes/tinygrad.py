@@ -40,16 +40,20 @@ class Tinygrad(Runtime):
                         "scale 0", outputs=("y_scale",)),
         KnownDifference(("native", "quantizelinear"), "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, tinygrad's DynamicQuantizeLinear gives the zero "
-                        "point 0 or 128, and its QuantizeLinear y 0 for x/0 = +inf; the contract saturates them to 255", outputs=("y", "y_zero_point")),
+                        "point 0 or 128, and its QuantizeLinear y 0 for x/0 = +inf; the contract saturates them to 255",
+                        outputs=("y", "y_zero_point")),
         KnownDifference(("native",), "infinite",
                         "measured: with -inf in x, tinygrad's DynamicQuantizeLinear gives the zero point 0 for "
                         "inf/inf; the contract saturates it to 255", outputs=("y", "y_zero_point")),
         KnownDifference(("native", "quantizelinear"), "near tie",
                         "measured: tinygrad rounds a quotient on a tie, or within a few ulps of one, away from zero "
-                        "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even", outputs=("y", "y_zero_point")),
+                        "(82.5 + 114 to 197, 127.49999 to 128); the contract rounds half to even",
+                        outputs=("y", "y_zero_point")),
         KnownDifference(("native", "quantizelinear", "arithmetic"), "reciprocal",
-                        "measured: tinygrad divides by a constant (range / 255) through its reciprocal", outputs=OUTPUTS),
-        *(KnownDifference(("residual", "portable"), inputs, _REWRITES, outputs=OUTPUTS) for inputs in ("reciprocal", "near tie")),
+                        "measured: tinygrad divides by a constant (range / 255) through its reciprocal",
+                        outputs=OUTPUTS),
+        *(KnownDifference(("residual", "portable"), inputs, _REWRITES, outputs=OUTPUTS)
+          for inputs in ("reciprocal", "near tie")),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:

@@ -47,22 +47,28 @@ class Tract(Runtime):
     variant = "float64"
     lacks = (
         Lack("tract", "QuantizeLinear", 10, "0.23.9",
-             "tract refuses QuantizeLinear whose scale is not a constant: 'y_scale must be a const'", unless_constant=(1, 2)),
+             "tract refuses QuantizeLinear whose scale is not a constant: 'y_scale must be a const'",
+             unless_constant=(1, 2)),
     )
     known_differences = (
         KnownDifference(("native",), "zero range",
-                        "measured: tract's DynamicQuantizeLinear gives a zero range (all zero, or empty) the scale 0", outputs=("y_scale",)),
+                        "measured: tract's DynamicQuantizeLinear gives a zero range (all zero, or empty) the scale 0",
+                        outputs=("y_scale",)),
         KnownDifference(("native",), "x/scale overflows to +inf",
                         "measured: where the scale underflows to 0, tract's DynamicQuantizeLinear gives the zero "
-                        "point 0 for 0/0 and y 0 for x/0 = +inf; the contract saturates both to 255", outputs=("y", "y_zero_point")),
+                        "point 0 for 0/0 and y 0 for x/0 = +inf; the contract saturates both to 255",
+                        outputs=("y", "y_zero_point")),
         KnownDifference(("native",), "infinite",
                         "measured: with -inf in x, tract's DynamicQuantizeLinear gives the zero point 0 for "
-                        "inf/inf and y 0 everywhere; the contract saturates that zero point to 255", outputs=("y", "y_zero_point")),
+                        "inf/inf and y 0 everywhere; the contract saturates that zero point to 255",
+                        outputs=("y", "y_zero_point")),
         KnownDifference(("arithmetic",), "reciprocal",
-                        "measured: tract computes every float32 Div as a multiplication by the reciprocal", outputs=OUTPUTS),
+                        "measured: tract computes every float32 Div as a multiplication by the reciprocal",
+                        outputs=OUTPUTS),
         KnownDifference(("residual",), "tiny scale",
                         "measured: with a scale near 1.5e-38 the residual variant's remainders fall out of the "
-                        "normal float32 range, where tract loses their low bits (1 of 1,256 inputs)", outputs=("y_scale",)),
+                        "normal float32 range, where tract loses their low bits (1 of 1,256 inputs)",
+                        outputs=("y_scale",)),
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:

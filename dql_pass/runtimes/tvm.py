@@ -4,8 +4,8 @@ on the Relax virtual machine.
 Rules:
 
 - The model is compiled once, with its inputs' dimensions as the model declares them: symbolic
-  dimensions stay symbolic, so one compiled module runs every input shape (0.2 to 1.6 s per
-  one-node model here), and a shape the model does not admit is the virtual machine's refusal.
+  dimensions stay symbolic, so one compiled module runs every input shape (compile times in
+  docs/performance.md), and a shape the model does not admit is the virtual machine's refusal.
   An input of unknown rank gets symbolic dimensions: one compile per rank fed.
 - ``optimize``: ``"all"`` is TVM's default CPU pipeline (constant folding, operator fusion);
   ``"basic"`` folds constants, then lowers without fusion; ``"none"`` lowers every op as written.

@@ -24,7 +24,7 @@ from dql_pass import runtimes
 from dql_pass.compare import same_bits
 from dql_pass.errors import InputError
 from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged
-from dql_pass.suites.layout import DATA_SET, MODEL
+from dql_pass.suites.layout import DATA_SET
 from dql_pass.suites.matrix import Matrix
 from dql_pass.suites.run import Mismatch, Outcome
 
@@ -50,7 +50,8 @@ def _bits(value: np.generic) -> str:
 def first_differences(expected: np.ndarray, actual: np.ndarray, limit: int = _SHOWN) -> list[str]:
     """The first ``limit`` differing elements: index, expected and actual values with their bits."""
     if expected.dtype != actual.dtype or expected.shape != actual.shape:
-        return [f"expected {expected.dtype} of shape {list(expected.shape)}, got {actual.dtype} of shape {list(actual.shape)}"]
+        return [f"expected {expected.dtype} of shape {list(expected.shape)}, "
+                f"got {actual.dtype} of shape {list(actual.shape)}"]
     differs = np.argwhere(~same_bits(actual, expected)) if expected.ndim else (
         np.zeros((0, 0), int) if same_bits(actual, expected) else np.zeros((1, 0), int))
     lines = []
@@ -119,7 +120,8 @@ def _write_one(folder: Path, suite: Path, runtime: str, op: str, failures: Seque
     if found is not None:
         (folder / "actual").mkdir()
         for i, (name, actual) in enumerate(found.actual.items()):
-            (folder / "actual" / f"output_{i}.pb").write_bytes(numpy_helper.from_array(np.asarray(actual), name).SerializeToString())
+            (folder / "actual" / f"output_{i}.pb").write_bytes(
+                numpy_helper.from_array(np.asarray(actual), name).SerializeToString())
             lines += [f"{name}: " + line for line in first_differences(found.expected[name], np.asarray(actual))]
     (folder / "differences.txt").write_text("\n".join(lines or [chosen.detail]) + "\n")
     (folder / "ISSUE.md").write_text(_issue(runtime, op, chosen, failures, total, lines))

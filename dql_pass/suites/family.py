@@ -84,13 +84,15 @@ def _model(case: Case, opset: int, name: str) -> onnx.ModelProto:
     while names and case.inputs[names[-1]] is None:  # trailing optional inputs left out
         names.pop()
     fed = [n for n in names if case.inputs[n] is not None and n not in case.constants]
-    constants = [numpy_helper.from_array(case.inputs[n], n) for n in names if n in case.constants and case.inputs[n] is not None]
+    constants = [numpy_helper.from_array(case.inputs[n], n) for n in names
+                 if n in case.constants and case.inputs[n] is not None]
 
     def info(value_name: str, array: np.ndarray) -> onnx.ValueInfoProto:
         return helper.make_tensor_value_info(value_name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
 
     node = helper.make_node(case.op, [n if case.inputs[n] is not None else "" for n in names], ["y"], **case.attributes)
-    graph = helper.make_graph([node], name, [info(n, case.inputs[n]) for n in fed], [info("y", case.expected[0])], constants)
+    graph = helper.make_graph([node], name, [info(n, case.inputs[n]) for n in fed], [info("y", case.expected[0])],
+                              constants)
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets),
                               producer_name="dql_pass", producer_version=version())
@@ -115,7 +117,8 @@ def _write_folder(stage: Path, case: Case, opset: int) -> SuiteEntry:
     (folder / DATA).write_text(json.dumps({"atol": 0, "rtol": 0}) + "\n")
     files = [MODEL, DATA, DATA_SET]
     for i, value in enumerate(model.graph.input):
-        (folder / DATA_SET / f"input_{i}.pb").write_bytes(numpy_helper.from_array(case.inputs[value.name], value.name).SerializeToString())
+        (folder / DATA_SET / f"input_{i}.pb").write_bytes(
+            numpy_helper.from_array(case.inputs[value.name], value.name).SerializeToString())
         files.append(f"{DATA_SET}/input_{i}.pb")
     files += _write_outputs(folder / DATA_SET, case.expected)
     known: dict[str, str] = {}
@@ -138,7 +141,8 @@ def _write_folder(stage: Path, case: Case, opset: int) -> SuiteEntry:
 
 
 def _lacking(runtime: str, case: Case, opset: int) -> list[runtimes.Lack]:
-    """What ``runtime`` lacks to run ``case``: a lack that constant operands lift does not count where they are constants."""
+    """What ``runtime`` lacks to run ``case``: a lack that constant operands lift does not count where they are
+    constants."""
     names = list(case.inputs)
     return [lack for lack in runtimes.lacking(runtime, {("", case.op)}, opset)
             if not (lack.unless_constant and all(names[i] in case.constants for i in lack.unless_constant))]
@@ -156,7 +160,8 @@ def write_cases(stage: Path, ops: Sequence[str], opsets: Collection[int] | None,
             raise InputError(f"{op} changed at opsets {', '.join(map(str, opsets_of(op)))} only; choose one of those")
         cases = REGISTRY[op].cases(size)
         for opset in versions:
-            written = [_write_folder(stage, case, opset) for case in cases if case.since <= opset <= (case.until or opset)]
+            written = [_write_folder(stage, case, opset) for case in cases
+                       if case.since <= opset <= (case.until or opset)]
             entries += written
             logger.info("wrote %d %s cases at opset %d", len(written), op, opset)
     return entries

@@ -47,7 +47,8 @@ _SINCE_TYPE = {"uint8": 10, "int8": 10, "int32": 10, "uint16": 21, "int16": 21}
 def _zero_points(dtype: str) -> dict[str, int | None]:
     """No zero point, the type's lowest, its middle and its highest: the last two make a shift wrap in the type."""
     info = np.iinfo(_INT[dtype])
-    return {"nozp": None, "zpmin": int(info.min), "zpmid": int((int(info.min) + int(info.max) + 1) // 2), "zpmax": int(info.max)}
+    return {"nozp": None, "zpmin": int(info.min), "zpmid": int((int(info.min) + int(info.max) + 1) // 2),
+            "zpmax": int(info.max)}
 
 
 # --- QuantizeLinear ------------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def quantize_linear_cases(size: str = "small") -> list[Case]:
                 x = (v * scale).astype(np.float32)
             cases.append(_quantize(
                 f"{dtype}_{zp_name}_{v_name}_{s_name}", since, x, scale, _zp(zp, dtype),
-                f"per-tensor {dtype} quantization of {v_name} (in units of the scale {s}), zero point {zp}", dtype=dtype))
+                f"per-tensor {dtype} quantization of {v_name} (in units of the scale {s}), zero point {zp}",
+                dtype=dtype))
     cases += _quantize_shapes(values)
     return cases
 
@@ -119,13 +121,16 @@ def _quantize_shapes(values: Mapping[str, np.ndarray]) -> list[Case]:
     grid = (rng.standard_normal((3, 4, 10)) * 100).astype(np.float32)
     grid[0, 0, :4] = [0.5, 1.5, -0.5, np.inf]
     cases = [
-        _quantize("rank0", 10, np.array(2.5, np.float32), np.array(1, np.float32), np.array(128, np.uint8), "rank-0 x, a tie"),
-        _quantize("rank0_int8", 10, np.array(-3.5, np.float32), np.array(1, np.float32), np.array(0, np.int8), "rank-0 x, a tie"),
-        _quantize("empty", 10, np.zeros((0, 3), np.float32), np.array(1, np.float32), np.array(3, np.uint8), "an empty x"),
-        _quantize("nan_uint8", 10, np.array([np.nan, 1, -np.nan], np.float32), np.array(1, np.float32), np.array(5, np.uint8),
-                  "NaN to uint8: the spec leaves it undefined", comparable=False),
-        _quantize("nan_int8", 10, np.array([np.nan, 1, -np.nan], np.float32), np.array(1, np.float32), np.array(5, np.int8),
-                  "NaN to int8: the spec leaves it undefined", dtype="int8", comparable=False),
+        _quantize("rank0", 10, np.array(2.5, np.float32), np.array(1, np.float32), np.array(128, np.uint8),
+                  "rank-0 x, a tie"),
+        _quantize("rank0_int8", 10, np.array(-3.5, np.float32), np.array(1, np.float32), np.array(0, np.int8),
+                  "rank-0 x, a tie"),
+        _quantize("empty", 10, np.zeros((0, 3), np.float32), np.array(1, np.float32), np.array(3, np.uint8),
+                  "an empty x"),
+        _quantize("nan_uint8", 10, np.array([np.nan, 1, -np.nan], np.float32), np.array(1, np.float32),
+                  np.array(5, np.uint8), "NaN to uint8: the spec leaves it undefined", comparable=False),
+        _quantize("nan_int8", 10, np.array([np.nan, 1, -np.nan], np.float32), np.array(1, np.float32),
+                  np.array(5, np.int8), "NaN to int8: the spec leaves it undefined", dtype="int8", comparable=False),
     ]
     scales = np.array([0.5, 0.1, 3.0, 1e-30], np.float32)
     for axis in (0, 1, 2, -1):
@@ -143,17 +148,20 @@ def _quantize_shapes(values: Mapping[str, np.ndarray]) -> list[Case]:
             for since, until, precision in ((19, 22, None), (23, None, np.float16)):
                 cases.append(_quantize(f"float16_{dtype}_{s_name}{'_precision16' if precision else ''}", since,
                                        (half * np.float16(s)).astype(np.float16), np.array(s, np.float16),
-                                       _zp(_zero_points(dtype)["zpmid"], dtype), "float16 x and scale, ties", dtype=dtype,
-                                       precision=precision, until=until))
-    for shape, axis, block in (((2, 12), 1, 4), ((2, 10), 1, 3), ((8, 3), 0, 2), ((7,), 0, 2), ((32,), 0, 32), ((33,), 0, 16)):
+                                       _zp(_zero_points(dtype)["zpmid"], dtype), "float16 x and scale, ties",
+                                       dtype=dtype, precision=precision, until=until))
+    for shape, axis, block in (((2, 12), 1, 4), ((2, 10), 1, 3), ((8, 3), 0, 2), ((7,), 0, 2), ((32,), 0, 32),
+                               ((33,), 0, 16)):
         x = (rng.standard_normal(shape) * 200).astype(np.float32)
         blocks = list(shape)
         blocks[axis] = -(-shape[axis] // block)
         scale = rng.choice(scales[:3], blocks).astype(np.float32)
         for dtype in ("uint8", "int8"):
-            zp = rng.integers(np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, blocks, endpoint=True).astype(_INT[dtype])
-            cases.append(_quantize(f"blocked_{'x'.join(map(str, shape))}_axis{axis}_block{block}_{dtype}", 21, x, scale, zp,
-                                   f"blocked scales: blocks of {block} along axis {axis}", {"axis": axis, "block_size": block}, dtype))
+            zp = rng.integers(np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, blocks,
+                              endpoint=True).astype(_INT[dtype])
+            cases.append(_quantize(f"blocked_{'x'.join(map(str, shape))}_axis{axis}_block{block}_{dtype}", 21, x, scale,
+                                   zp, f"blocked scales: blocks of {block} along axis {axis}",
+                                   {"axis": axis, "block_size": block}, dtype))
     return cases
 
 
@@ -179,10 +187,12 @@ def _dequantize(name: str, since: int, x: np.ndarray, scale: np.ndarray, zp: np.
 def _every_value(dtype: str, size: str) -> np.ndarray:
     info = np.iinfo(_INT[dtype])
     if dtype == "int32":
-        edges = [info.min, info.min + 1, -(2**24) - 1, -(2**24), -1, 0, 1, 2**24, 2**24 + 1, 2**24 + 3, info.max - 1, info.max]
+        edges = [info.min, info.min + 1, -(2**24) - 1, -(2**24), -1, 0, 1, 2**24, 2**24 + 1, 2**24 + 3, info.max - 1,
+                 info.max]
         return np.array(edges, np.int32)
     if info.bits == 16 and size == "small":
-        return np.concatenate([np.arange(info.min, info.min + 300), np.arange(-300, 300), np.arange(info.max - 299, info.max + 1)]).astype(_INT[dtype])
+        return np.concatenate([np.arange(info.min, info.min + 300), np.arange(-300, 300),
+                               np.arange(info.max - 299, info.max + 1)]).astype(_INT[dtype])
     return np.arange(info.min, int(info.max) + 1).astype(_INT[dtype])
 
 
@@ -193,9 +203,11 @@ def dequantize_linear_cases(size: str = "small") -> list[Case]:
         x = _every_value(dtype, size)
         zps = {"nozp": None, "zp0": 0} if dtype == "int32" else _zero_points(dtype)
         for (zp_name, zp), (s_name, s) in itertools.product(zps.items(), scales.items()):
-            if dtype in ("uint16", "int16", "int32") and not (s_name in ("s0_1", "s1_255", "s1e30") or s_name == "srandom0"):
+            if dtype in ("uint16", "int16", "int32") and not (
+                    s_name in ("s0_1", "s1_255", "s1e30") or s_name == "srandom0"):
                 continue
-            cases.append(_dequantize(f"{dtype}_{zp_name}_{s_name}", _SINCE_TYPE[dtype], x, np.array(s, np.float32), _zp(zp, dtype),
+            cases.append(_dequantize(f"{dtype}_{zp_name}_{s_name}", _SINCE_TYPE[dtype], x, np.array(s, np.float32),
+                                     _zp(zp, dtype),
                                      f"every {dtype} value (or its edges), per-tensor scale {s}, zero point {zp}"))
     return cases + _dequantize_shapes(scales)
 
@@ -205,8 +217,10 @@ def _dequantize_shapes(scales: Mapping[str, float]) -> list[Case]:
     rng = np.random.default_rng(_RNG_SEED + 3)
     grid_scales = np.array(list(scales.values()), np.float32)
     cases = [
-        _dequantize("rank0", 10, np.array(7, np.uint8), np.array(0.1, np.float32), np.array(255, np.uint8), "rank-0 x, wrapping zero point"),
-        _dequantize("empty", 10, np.zeros((0, 4), np.int8), np.array(0.1, np.float32), np.array(-3, np.int8), "an empty x"),
+        _dequantize("rank0", 10, np.array(7, np.uint8), np.array(0.1, np.float32), np.array(255, np.uint8),
+                    "rank-0 x, wrapping zero point"),
+        _dequantize("empty", 10, np.zeros((0, 4), np.int8), np.array(0.1, np.float32), np.array(-3, np.int8),
+                    "an empty x"),
     ]
     for dtype in ("uint8", "int8"):
         values = _every_value(dtype, "small")
@@ -214,22 +228,27 @@ def _dequantize_shapes(scales: Mapping[str, float]) -> list[Case]:
             # Every value under every scale: rows (or columns) of one scale and zero point each.
             grid = np.tile(values, (rows, 1)) if axis == 0 else np.tile(values[:, None], (1, rows))
             scale = grid_scales[np.arange(rows) % len(grid_scales)]
-            zp = rng.integers(np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, rows, endpoint=True).astype(_INT[dtype])
+            zp = rng.integers(np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, rows,
+                              endpoint=True).astype(_INT[dtype])
             cases.append(_dequantize(f"per_axis{axis}_every_{dtype}".replace("-", "m"), 13, grid, scale, zp,
-                                     f"every {dtype} value under {rows} scales and zero points along axis {axis}", {"axis": axis}))
+                                     f"every {dtype} value under {rows} scales and zero points along axis {axis}",
+                                     {"axis": axis}))
         for s_name, s in (("s1", 1.0), ("s0_1", 0.1), ("s1e_3", 0.001), ("s65504", 65504.0), ("s6e_8", 6e-8)):
             cases.append(_dequantize(f"float16_{dtype}_{s_name}", 19, values, np.array(s, np.float16),
-                                     _zp(_zero_points(dtype)["zpmid"], dtype), "a float16 scale: float16 outputs, overflow to inf"))
+                                     _zp(_zero_points(dtype)["zpmid"], dtype),
+                                     "a float16 scale: float16 outputs, overflow to inf"))
         for shape, axis, block in (((64,), 0, 2), ((64,), 0, 16), ((64,), 0, 32), ((33,), 0, 8), ((256,), 0, 64),
                                    ((4, 64), 1, 16), ((4, 33), 1, 8), ((64, 4), 0, 32)):
-            x = rng.integers(np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, shape, endpoint=True).astype(_INT[dtype])
+            x = rng.integers(np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, shape,
+                             endpoint=True).astype(_INT[dtype])
             blocks = list(shape)
             blocks[axis] = -(-shape[axis] // block)
             scale = rng.choice(grid_scales[:6], blocks).astype(np.float32)
             for zp_name in ("nozp", "zp"):
                 zp = None if zp_name == "nozp" else rng.integers(
                     np.iinfo(_INT[dtype]).min, np.iinfo(_INT[dtype]).max, blocks, endpoint=True).astype(_INT[dtype])
-                cases.append(_dequantize(f"blocked_{'x'.join(map(str, shape))}_axis{axis}_block{block}_{dtype}_{zp_name}", 21,
-                                         x, scale, zp, f"blocked scales: blocks of {block} along axis {axis}",
+                cases.append(_dequantize(f"blocked_{'x'.join(map(str, shape))}_axis{axis}_block{block}_{dtype}"
+                                         f"_{zp_name}", 21, x, scale, zp,
+                                         f"blocked scales: blocks of {block} along axis {axis}",
                                          {"axis": axis, "block_size": block}))
     return cases

@@ -29,7 +29,9 @@ def _values(rng: np.random.Generator, dtype: type, shape: tuple[int, ...], kind:
     return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
 
 
-def _matmul(name: str, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None, b_zp: np.ndarray | None, description: str) -> Case:
+def _matmul(
+    name: str, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None, b_zp: np.ndarray | None, description: str
+) -> Case:
     y = RULES["MatMulInteger"].expected([a, b, a_zp, b_zp], {})
     return Case("MatMulInteger", name, description, 10, {"A": a, "B": b, "a_zero_point": a_zp, "b_zero_point": b_zp},
                 frozenset({"B", "b_zero_point"}), {}, (y,))
@@ -38,7 +40,8 @@ def _matmul(name: str, a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None, b_
 # (A shape, B shape): K = 0, 1-D operands, broadcast batches.
 _MATMUL_SHAPES = {
     "1x1x1": ((1, 1), (1, 1)), "2x3x4": ((2, 3), (3, 4)), "4x16x8": ((4, 16), (16, 8)), "k0": ((3, 0), (0, 5)),
-    "a1d": ((6,), (6, 4)), "b1d": ((3, 6), (6,)), "batched": ((2, 3, 5), (5, 4)), "broadcast": ((2, 1, 3, 4), (5, 4, 2)),
+    "a1d": ((6,), (6, 4)), "b1d": ((3, 6), (6,)), "batched": ((2, 3, 5), (5, 4)),
+    "broadcast": ((2, 1, 3, 4), (5, 4, 2)),
 }
 
 
@@ -68,7 +71,8 @@ def matmul_integer_cases(size: str = "small") -> list[Case]:
             cases.append(_matmul(f"{a_t}{b_t}_{shape_name}_{zp_name}", a, b, a_zp, b_zp,
                                  f"{a_t} A {list(a_shape)} times {b_t} B {list(b_shape)}, zero points {zp_name}"))
     # The bounds of the sums: every product the largest, K past 2^24 / 65025 and past 2^31 / 65025.
-    for (a_t, b_t), k in itertools.product(itertools.product(_TYPES, _TYPES), (2, 64, 259, 33027 if size == "full" else 1100)):
+    for (a_t, b_t), k in itertools.product(itertools.product(_TYPES, _TYPES),
+                                           (2, 64, 259, 33027 if size == "full" else 1100)):
         for kind in ("max", "min"):
             a = _values(rng, _TYPES[a_t], (2, k), kind)
             b = _values(rng, _TYPES[b_t], (k, 3), "max" if kind == "min" and b_t == "s8" else kind)
@@ -107,7 +111,8 @@ def conv_integer_cases(size: str = "small") -> list[Case]:
     cases = []
     layouts = dict(_CONV_LAYOUTS)
     # Sums past 2^24: 259 channels of extreme products (past 2^31 in the full size).
-    layouts["2d_wide_sum"] = ((1, 259 if size == "small" else 33027, 2, 2), (1, 259 if size == "small" else 33027, 2, 1), {})
+    layouts["2d_wide_sum"] = ((1, 259 if size == "small" else 33027, 2, 2),
+                              (1, 259 if size == "small" else 33027, 2, 1), {})
     for (x_t, w_t), (name, (x_shape, w_shape, attributes)) in itertools.product(
             itertools.product(_TYPES, _TYPES), layouts.items()):
         kind = "max" if name == "2d_wide_sum" else "random"
@@ -117,9 +122,11 @@ def conv_integer_cases(size: str = "small") -> list[Case]:
             "nozp": (None, None),
             "zp_scalar": (_values(rng, x.dtype.type, (), "random"), _values(rng, w.dtype.type, (), "random")),
             "zp_wrap": (np.array(np.iinfo(x.dtype).max, x.dtype), np.array(np.iinfo(w.dtype).min, w.dtype)),
-            "zp_per_channel": (_values(rng, x.dtype.type, (), "random"), _values(rng, w.dtype.type, (w_shape[0],), "random")),
+            "zp_per_channel": (_values(rng, x.dtype.type, (), "random"),
+                               _values(rng, w.dtype.type, (w_shape[0],), "random")),
         }
         for zp_name, (x_zp, w_zp) in zps.items():
             cases.append(_conv(f"{x_t}{w_t}_{name}_{zp_name}", x, w, x_zp, w_zp, attributes,
-                               f"{x_t} x {list(x_shape)}, {w_t} w {list(w_shape)}, {attributes or 'no attributes'}, zero points {zp_name}"))
+                               f"{x_t} x {list(x_shape)}, {w_t} w {list(w_shape)}, {attributes or 'no attributes'}, "
+                               f"zero points {zp_name}"))
     return cases

@@ -57,12 +57,13 @@ def _saturating_u8s8(case: Case) -> tuple[np.ndarray, ...]:
 
 RULES: tuple[Rule, ...] = (
     Rule(lambda case, opset: case.op == "MatMulInteger" and _size(case, "a_zero_point") > 1,
-         "onnxruntime refuses a zero point of A per row (\"input1 zero point must be a scalar or 1D tensor of size 1\"); "
-         "the spec allows one per row"),
+         "onnxruntime refuses a zero point of A per row (\"input1 zero point must be a scalar or 1D tensor of size 1\")"
+         "; the spec allows one per row"),
     Rule(lambda case, opset: case.op == "ConvInteger" and _size(case, "w_zero_point") > 1,
          "onnxruntime refuses a zero point of W per output channel (\"Non per-tensor quantization is not supported "
          "now\"); the spec allows one per output channel"),
-    Rule(lambda case, opset: case.op == "MatMulInteger" and case.inputs["A"].shape[-1] == 0 and _size(case, "a_zero_point") <= 1,
+    Rule(lambda case, opset: case.op == "MatMulInteger" and case.inputs["A"].shape[-1] == 0
+         and _size(case, "a_zero_point") <= 1,
          "onnxruntime leaves MatMulInteger's output uninitialized when K = 0 (measured: values like 189059120); "
          "the spec's sum over no terms is 0"),
     Rule(lambda case, opset: case.op == "MatMulInteger" and case.inputs["A"].dtype == np.uint8
@@ -72,7 +73,8 @@ RULES: tuple[Rule, ...] = (
     Rule(lambda case, opset: case.op == "ConvInteger" and case.inputs["x"].dtype == np.int8
          and case.inputs["w"].dtype == np.uint8 and _size(case, "w_zero_point") <= 1,
          "onnxruntime's ConvInteger multiplies u8 W by s8 im2col(x) in its u8s8 kernel, which on x86 without VNNI "
-         "saturates each sum of two products to int16 (onnxruntime PR #12088); machines with VNNI give the spec's sums"),
+         "saturates each sum of two products to int16 (onnxruntime PR #12088); machines with VNNI give the spec's "
+         "sums"),
     Rule(lambda case, opset: case.op in ("QuantizeLinear", "DequantizeLinear") and case.attributes.get("block_size")
          and (case.inputs.get("y_scale") if case.op == "QuantizeLinear" else case.inputs["x_scale"]).size == 1,
          "onnxruntime refuses a blocked scale of one block (\"block_size must be 0 for per-tensor quantization\"); "

@@ -118,7 +118,8 @@ class Refused(Exception):
 
 
 def read_file(path: Path, root: Path, limit: int, label: str) -> bytes:
-    """The bytes of ``path``: a regular file inside ``root`` (``root`` resolved), symlinks followed, of at most ``limit`` bytes.
+    """The bytes of ``path``: a regular file inside ``root`` (``root`` resolved), symlinks followed, of at most
+    ``limit`` bytes.
 
     ``label`` names the file in the reason of a refusal. A FIFO would block and /dev/zero never
     ends, so special files are refused before they are opened; a file outside the suite is not
@@ -266,5 +267,6 @@ def written_paths(path: Path) -> set[str] | None:
     if not all(isinstance(folder, str) and all(isinstance(f, str) for f in files) for folder, files in listed.items()):
         return None
     return {MANIFEST} | {
-        file for folder, files in listed.items() for file in (folder, f"{folder}/{DATA_SET}", *(f"{folder}/{f}" for f in files))
+        file for folder, files in listed.items()
+        for file in (folder, f"{folder}/{DATA_SET}", *(f"{folder}/{f}" for f in files))
     }

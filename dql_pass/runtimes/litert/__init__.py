@@ -15,7 +15,7 @@ Rules:
   finds. LiteRT itself runs here, from the extra: ``pip install 'dql_pass[litert]'``.
 - Each conversion is a fresh converter process (:mod:`dql_pass.runtimes.litert.convert`) on a
   private copy of the model with its inputs' shapes fixed, so a session converts once per input
-  shape (some 1.2 s a one-node model here); it is stopped after :attr:`LiteRt.conversion_timeout`,
+  shape (conversion times in docs/performance.md); it is stopped after :attr:`LiteRt.conversion_timeout`,
   and a crash or a refusal is the runtime's refusal. The converter runs in a network namespace of
   its own where the system allows one (``unshare``), with proxies pointed at a closed port and
   pip told to use no index; inside, an audit hook refuses every connection and every new process.
@@ -44,11 +44,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from dql_pass import variants
 from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
-from dql_pass.runtimes.base import TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session
+from dql_pass.runtimes.base import (TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout,
+                                    Session)
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types, with_shapes
 
 ONNX2TF = "2.6.9"  # the onnx2tf version measured; setup installs exactly this one
@@ -105,7 +105,8 @@ def convert(path: Path, timeout: float) -> bytes:
         done = subprocess.run(command, env=_environ(path.parent), cwd=path.parent, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, errors="replace", timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise RuntimeTimeout(f"a timeout: onnx2tf did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it longer") from None
+        raise RuntimeTimeout(
+            f"a timeout: onnx2tf did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it longer") from None
     tflite = out / f"{path.stem}_float32.tflite"
     if done.returncode != 0 or not tflite.is_file():
         lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
@@ -207,7 +208,8 @@ class LiteRt(Runtime):
                         "gives 0 (x <= 0, whose quotient x/0 is -inf or NaN)", outputs=("y",)),
         KnownDifference(("residual",), "tiny scale",
                         f"{_M}: with a scale near 1.5e-38 the residual variant's remainders fall out of the normal "
-                        "float32 range, where LiteRT loses their low bits (26 of 1,000 inputs built apart)", outputs=OUTPUTS),
+                        "float32 range, where LiteRT loses their low bits (26 of 1,000 inputs built apart)",
+                        outputs=OUTPUTS),
     )
 
     def installed(self) -> bool:
@@ -277,7 +279,8 @@ class LiteRtXnnpack(LiteRt):
         *_CONVERTED,
         KnownDifference(("native", "arithmetic", "residual", "portable"), "subnormal", _FLUSHED, outputs=OUTPUTS),
         KnownDifference(("native", "arithmetic", "residual"), "infinite",
-                        f"{_M}: with XNNPACK, +inf in x quantizes to 255 (the contract: 0, for inf/inf)", outputs=("y",)),
+                        f"{_M}: with XNNPACK, +inf in x quantizes to 255 (the contract: 0, for inf/inf)",
+                        outputs=("y",)),
         KnownDifference(("residual",), "reciprocal",
                         f"{_M}: with XNNPACK the residual variant's scale or quotients are 1 ulp off on 102 of 1,000 "
                         "inputs built apart, each one where dividing through the reciprocal changes an output; "

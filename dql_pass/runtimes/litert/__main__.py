@@ -4,9 +4,9 @@ onnx2tf 2.x needs Python >= 3.12: the setup takes ``$DQL_PASS_LITERT_PYTHON``, e
 running it when it is new enough, else the newest ``python3.N`` (N >= 12) on PATH or among
 pyenv's versions, and makes a virtual environment of it in the cache folder
 (``$DQL_PASS_LITERT_CACHE``, default ``~/.cache/dql_pass/litert``) with ``pip install
-onnx2tf==<pinned>`` (onnx2tf pins each of its own dependencies), some 660 MB. The environment is
-made in place (a virtual environment cannot be moved) and counts only once its last file is
-written; a half-made one is removed and made again.
+onnx2tf==<pinned>`` (onnx2tf pins each of its own dependencies; its size is in docs/phones.md).
+The environment is made in place (a virtual environment cannot be moved) and counts only once its
+last file is written; a half-made one is removed and made again.
 
 ``python -m dql_pass.runtimes.litert check`` says what is missing (exit 2) or that all is there.
 A missing piece or a failed step is one line and exit code 2. LiteRT itself comes with the extra:

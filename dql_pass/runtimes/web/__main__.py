@@ -40,9 +40,11 @@ def _apt_install(packages: Sequence[str]) -> None:
     if shutil.which("apt-get") is None:
         raise MissingDependency(f"no apt-get here: install {' and '.join(packages)} with this system's package manager")
     if os.geteuid() != 0:
-        raise MissingDependency(f"installing {' '.join(packages)} needs root: run `sudo apt-get install {' '.join(packages)}`")
+        raise MissingDependency(
+            f"installing {' '.join(packages)} needs root: run `sudo apt-get install {' '.join(packages)}`")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]):
+    for command in (["apt-get", "update", "-q"],
+                    ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]):
         _log.info("running %s", " ".join(command))
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if done.returncode != 0:
@@ -55,7 +57,8 @@ def _unpack_ort_web() -> None:
     target = dist().parent
     cache().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dql_pass.setup.", dir=cache()) as folder:
-        command = ["npm", "pack", f"onnxruntime-web@{ORT_WEB}", "--ignore-scripts", "--silent", "--pack-destination", folder]
+        command = ["npm", "pack", f"onnxruntime-web@{ORT_WEB}", "--ignore-scripts", "--silent", "--pack-destination",
+                   folder]
         _log.info("running %s", " ".join(command))
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=folder)
         tarball = Path(folder, f"onnxruntime-web-{ORT_WEB}.tgz")

@@ -141,7 +141,8 @@ class Browser:
         self._session = None
         try:
             target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True}, top=True)["sessionId"]
+            self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                      top=True)["sessionId"]
             self.call("Runtime.enable")
             self.call("Page.navigate", {"url": url})
             self.evaluate("new Promise(r => document.readyState === 'complete' ? r() : addEventListener('load', r))")
@@ -175,9 +176,12 @@ class Browser:
                 waiting[1].append(message)
                 waiting[0].set()
         elif message.get("method") == "Runtime.consoleAPICalled":
-            self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in message["params"]["args"]))
+            self.console.append(" ".join(str(a.get("value", a.get("description", "")))
+                                         for a in message["params"]["args"]))
 
-    def call(self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float = 60, top: bool = False) -> dict:
+    def call(
+        self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float = 60, top: bool = False
+    ) -> dict:
         """The result of a protocol command to the page (or to the browser, with ``top``)."""
         event, slot = threading.Event(), []
         with self._lock:
