@@ -87,7 +87,8 @@ class _Corrupting(runtimes.Runtime):
 def _verify_on(monkeypatch, output: str):
     monkeypatch.setitem(runtimes.RUNTIMES, "corrupting", _Corrupting(output))
     original = helpers.dql_model(21)
-    return dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0], runtime="corrupting")
+    return dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0],
+                           runtime="corrupting")
 
 
 def test_mnns_infinite_difference_does_not_name_y_scale():

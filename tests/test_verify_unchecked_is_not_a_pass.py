@@ -37,7 +37,8 @@ def _evil(folder) -> None:
     ("tract", "onnxruntime", 13),  # tract lacks QuantizeLinear with a computed scale: a known difference
     ("onnxruntime", "onnx-reference", 28),  # ORT lacks QuantizeLinear-28: held to onnx.reference instead
 ])
-def test_a_known_difference_does_not_excuse_a_model_that_cannot_run_as_onnx_defines_it(tmp_path, runtime, policy, opset):
+def test_a_known_difference_does_not_excuse_a_model_that_cannot_run_as_onnx_defines_it(tmp_path, runtime, policy,
+                                                                                       opset):
     path = tmp_path / "dql"
     suites.generate_suite(path, opsets=(opset,), forms=("quantizelinear",), names=("spec_example",), zero_range=policy)
     [entry] = json.loads((path / suites.MANIFEST).read_text())["cases"]
@@ -239,7 +240,8 @@ def _failing_runs(runtime_class, monkeypatch, first_input: str) -> None:
 
 
 @pytest.mark.parametrize("first_input", ["input0", "x"])
-def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(conv_for_openvino, monkeypatch, first_input):
+def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(conv_for_openvino, monkeypatch,
+                                                                             first_input):
     original, lowered = conv_for_openvino
     _failing_runs(OpenVino, monkeypatch, first_input)
     report = dql_pass.verify(original, lowered, runtime="openvino")
