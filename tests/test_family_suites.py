@@ -36,8 +36,8 @@ def _write_small(path):
     with pytest.MonkeyPatch.context() as patch:
         for op, names in CHOSEN.items():
             builder = family.REGISTRY[op].cases
-            patch.setitem(family.REGISTRY, op, family.FamilyOp(op,
-                                                               lambda size, b=builder, n=names: [c for c in b(size) if c.name in n]))
+            patch.setitem(family.REGISTRY, op,
+                          family.FamilyOp(op, lambda size, b=builder, n=names: [c for c in b(size) if c.name in n]))
         suites.generate_suite(path, ops=FAMILY, family_opsets={10, 21})
 
 

@@ -42,8 +42,8 @@ def _ops(model: onnx.ModelProto | ir.Model) -> collections.Counter:
     if isinstance(model, onnx.ModelProto):
         model = ir.serde.deserialize_model(model)
     return collections.Counter(
-        node.op_type for root in (model.graph,
-                                  *model.functions.values()) for node in ir.traversal.RecursiveGraphIterator(root)
+        node.op_type for root in (model.graph, *model.functions.values())
+        for node in ir.traversal.RecursiveGraphIterator(root)
     )
 
 

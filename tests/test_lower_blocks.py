@@ -139,9 +139,8 @@ def _dql_also_read_elsewhere() -> onnx.ModelProto:
         helper.make_node("Cast", ["y"], ["y_float"], to=TensorProto.FLOAT),
     ]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, k]) for n, k in (("out", 3),
-                                                                                                        ("y_float",
-                                                                                                         4))],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, k])
+                               for n, k in (("out", 3), ("y_float", 4))],
                               [weights])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 

@@ -152,9 +152,8 @@ def test_dequantize_linear_lowered_for_openvino_is_exact_there(q_type, per_axis)
                    (F32, shape),
                    {"s": scale, "z": zp})
     lowered, report = _lowered(model, target="openvino")
-    x = np.resize(np.arange(info.min, int(info.max) + 1), shape) if info.bits == 8 else rng.integers(info.min,
-                                                                                                     int(info.max) + 1,
-                                                                                                     shape)
+    x = (np.resize(np.arange(info.min, int(info.max) + 1), shape) if info.bits == 8
+         else rng.integers(info.min, int(info.max) + 1, shape))
     feeds = {"x": x.astype(NP[q_type])}
     want = _native(model).run(feeds)
     assert_outputs_bits_equal(openvino.load(lowered).run(feeds), want)

@@ -159,8 +159,8 @@ def test_the_default_weights_are_the_targets_and_one_attribute_of_its_adapter(mo
     monkeypatch.setattr(type(runtimes.get("tract")), "weights", "integer")
     kept = lambda target, weights=None: "W_quantized" in {  # noqa: E731
         t.name for t in dql_pass.lower(sample("relu_dql"), target=target, weights=weights)[0].graph.initializer}
-    assert kept("tract") and kept("webgpu") and kept("wasm") and kept(None, "integer") and kept("onnxruntime",
-                                                                                                "integer")
+    assert (kept("tract") and kept("webgpu") and kept("wasm") and kept(None, "integer")
+            and kept("onnxruntime", "integer"))
     assert not kept(None) and not kept("onnxruntime") and not kept("webgpu", "float")
 
 

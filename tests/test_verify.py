@@ -319,8 +319,8 @@ def test_boolean_inputs_take_both_values_and_masks_stay_ones():
     model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask))
     sets = input_sets(model, 3, 0, {}, {"d0": 2})
     assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
-    assert [s["flag"].tolist() for s in sets.values()] == [[v, v] for v in (True, False, True, False, True, False,
-                                                                            True)]
+    assert [s["flag"].tolist() for s in sets.values()] == [
+        [v, v] for v in (True, False, True, False, True, False, True)]
     assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"].all() for s in sets.values())
 
 
@@ -423,9 +423,8 @@ def test_model_level_checks_each_site_on_its_actual_input():
     # Scale x by 1.01 when it has over 1000 elements: no catalogue case is that large.
     assert max(c.x.size for c in cases()) < 1000
     size = ir.node("Size", [x])
-    big = ir.node("Greater", [size.outputs[0], ir.node("Constant", [],
-                                                       attributes={"value": ir.tensor(np.array(1000,
-                                                                                               np.int64))}).outputs[0]])
+    big = ir.node("Greater", [
+        size.outputs[0], ir.node("Constant", [], attributes={"value": ir.tensor(np.array(1000, np.int64))}).outputs[0]])
     nudged = ir.node("Mul", [x, ir.node("Constant", [], attributes={"value": ir.tensor(np.float32(1.01))}).outputs[0]])
     chosen = ir.node("Where", [big.outputs[0], nudged.outputs[0], x])
     extra = [size.outputs[0].producer(), big.inputs[1].producer(), big, nudged.inputs[1].producer(), nudged, chosen]

@@ -280,8 +280,8 @@ def test_the_cost_of_an_inference_is_a_dispatch_per_gpu_kernel_and_a_readback_pe
     model = onnx.load("models/mlp_dynamic.onnx")
     feeds = {"input": np.random.default_rng(0).standard_normal((2, 64), _F)}
     costs = {}
-    for form, form_model in [("original", model), ("portable",
-                                                   dql_pass.expand(model, variant="portable", runtime=None)[0])]:
+    for form, form_model in [("original", model),
+                             ("portable", dql_pass.expand(model, variant="portable", runtime=None)[0])]:
         cost = costs[form] = runtimes.get("webgpu").cost(form_model, feeds)
         gpu = [node.split(" ")[0] for node in cost.placement["WebGpuExecutionProvider"]]
         launching = [op_type for op_type in gpu if op_type not in (*web.COPIES, *web.WebGpu.no_dispatch)]
