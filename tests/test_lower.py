@@ -241,7 +241,8 @@ def test_conv_integer_equals_int64_reference(w_type, w_zero_point, attributes):
     native = ORT.load_exact(model, threads=1, optimize="none") if w_zero_point == "tensor" else None
     pads = attributes.get("pads")
     if attributes.get("auto_pad") == "SAME_UPPER":
-        pads = [1, 0, 1, 1]  # 9x8 input, stride 2, kernel 3: 5x4 outputs need 2 rows and 1 column, the odd one at the end
+        # 9x8 input, stride 2, kernel 3: 5x4 outputs need 2 rows and 1 column, the odd one at the end
+        pads = [1, 0, 1, 1]
     for x in _extremes(np.uint8, (2, 4, 9, 8), rng):
         for x_zp in (0, 255, 131):
             feeds = {"x": x, "x_zp": np.array(x_zp, np.uint8)}
@@ -301,7 +302,8 @@ def test_quantize_linear_is_left_alone_for_a_target_without_an_exact_division(mo
     model = _one_node(helper.make_node("QuantizeLinear", ["x", "scale"], ["y"]), {"x": TensorProto.FLOAT}, U8,
                       {"scale": np.array(0.1, np.float32)})
     _, report = dql_pass.lower(model, target="reference")
-    assert [n.reason for n in report.left_alone] == ["the target's exact variant residual does not divide in float32 or float64"]
+    assert [n.reason for n in report.left_alone] == ["the target's exact variant residual does not divide in float32 "
+                                                     "or float64"]
 
 
 # --- the proof -------------------------------------------------------------------------------------------------------
@@ -400,7 +402,8 @@ def test_grouped_convolution_past_the_bound_is_left_alone():
     node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], name="grouped", group=2)
     model = _one_node(node, {"x": U8, "x_zp": U8}, TensorProto.INT32, {"w": w, "w_zp": np.array(127, np.int8)})
     _, report = dql_pass.lower(model)
-    assert [n.reason for n in report.left_alone] == ["the bound 19,507,500 exceeds 2^24 and a grouped convolution (group 2) is not cut"]
+    assert [n.reason for n in report.left_alone] == ["the bound 19,507,500 exceeds 2^24 and a grouped convolution "
+                                                     "(group 2) is not cut"]
 
 
 def test_report_names_each_proof_and_what_the_target_lacks(monkeypatch):
@@ -492,8 +495,8 @@ def test_cli_lower_prints_a_summary_and_the_proofs_only_under_v(tmp_path, capsys
     nodes = lambda path: len(onnx.load(path).graph.node)  # noqa: E731 (one graph, no function)
     size = (nodes(source), nodes(out), source.stat().st_size, out.stat().st_size)
     assert lines[4] == "  nodes {:,} -> {:,}; size {:,} -> {:,} bytes ({:.1f}x)".format(*size, size[3] / size[2])
-    assert lines[5].startswith("  weights float (the default without --target): 8-bit weights stored cast and shifted as "
-                               "float32, four times their size")
+    assert lines[5].startswith("  weights float (the default without --target): 8-bit weights stored cast and "
+                               "shifted as float32, four times their size")
     held = json.loads(report.read_text())
     assert (held["nodes_before"], held["nodes_after"], held["bytes_before"], held["bytes_after"]) == size
 

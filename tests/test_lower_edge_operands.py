@@ -100,7 +100,8 @@ def test_a_zero_point_that_comes_at_run_time_with_several_values_is_left_alone()
     model = _model(node, {"a": (U8, [3, 3]), "a_zp": (U8, [3])}, (TensorProto.INT32, [3, 2]),
                    {"b": np.ones((3, 2), np.uint8)})
     _, report = _lowered(model, gone=False)
-    assert [n.reason for n in report.left_alone] == ["A's zero point comes at run time and may hold more than one value"]
+    assert [n.reason for n in report.left_alone] == ["A's zero point comes at run time and may hold more than one "
+                                                     "value"]
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])

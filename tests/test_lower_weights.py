@@ -92,7 +92,8 @@ def test_integer_weights_stay_in_the_file_as_they_are(name, tmp_path):
     kept = {t.name: numpy_helper.to_array(t) for t in lowered.graph.initializer}
     weights = _weights(original)
     for weight, array in weights.items():
-        assert weight in kept and kept[weight].dtype == array.dtype and kept[weight].tobytes() == array.tobytes(), weight
+        assert (weight in kept and kept[weight].dtype == array.dtype
+                and kept[weight].tobytes() == array.tobytes()), weight
 
     def tensor_bytes(path: Path) -> int:  # the file but for nodes, value_info, names and the expansion's constants
         model = onnx.load(path)

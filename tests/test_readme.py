@@ -170,4 +170,5 @@ def test_a_stale_name_or_link_is_found():
         "api.md: no such name dql_pass.catalogue.cases", "api.md: no such name dql_pass.inputs.no_such",
         "api.md: no such file no/such.md", "api.md: no heading #no-such in cli.md",
     ]
-    assert _broken(ROOT / "docs" / "api.md", "`dql_pass.inputs.cases()` [v](verify.md) [s](SEMANTICS.md#the-formula-to-the-bit)") == []
+    assert _broken(ROOT / "docs" / "api.md",
+                   "`dql_pass.inputs.cases()` [v](verify.md) [s](SEMANTICS.md#the-formula-to-the-bit)") == []

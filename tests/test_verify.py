@@ -394,7 +394,8 @@ def test_bit_comparison_tells_signed_zeros_and_nan_payloads_apart():
                                                                                any_nan=True)
     assert bit_difference("y", np.uint8([1, 2, 3]), np.uint8([1, 2, 3])) is None
     difference = bit_difference("y", np.uint8([1, 5, 3, 7]), np.uint8([1, 2, 3, 4]))
-    assert difference.elements == 2 and difference.text == "y differs in 2 of 4 elements, first at [1]: got 5, expected 2"
+    assert difference.elements == 2 and difference.text == ("y differs in 2 of 4 elements, first at [1]: "
+                                                            "got 5, expected 2")
     assert bit_difference("s", np.float32(-0.0), np.float32(0.0)).text == "s differs: got -0.0, expected 0.0"
     assert bit_difference("y", np.uint8([1]), np.float32([1])).elements is None
     assert bit_difference("y", np.uint8([1]), np.uint8([[1]])).text == "y has shape [1], expected [1, 1]"
@@ -432,7 +433,8 @@ def test_model_level_checks_each_site_on_its_actual_input():
     quantize.replace_input_with(0, chosen.outputs[0])
     report = verify(model, ir.to_proto(rewritten), dims={"d0": 64, "d1": 64}, samples=3)
     (row,) = report.sites
-    assert row.classes == {"model input": len(report.input_sets) - 1, "near tie": 2}, row.classes  # all-zero x is unchanged
+    # all-zero x is unchanged
+    assert row.classes == {"model input": len(report.input_sets) - 1, "near tie": 2}, row.classes
 
 
 def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path):
@@ -580,7 +582,8 @@ def test_an_original_that_runs_only_at_batch_one_is_run_at_batch_one_and_the_rep
     report = verify(model, dql_pass.expand(model)[0])
     assert report.passed, report.format()
     (note,) = report.notes
-    assert note.startswith("ORIGINAL does not run at batch 2 (ORT cannot run ORIGINAL: ") and note.endswith("both models ran at batch 1")
+    assert (note.startswith("ORIGINAL does not run at batch 2 (ORT cannot run ORIGINAL: ")
+            and note.endswith("both models ran at batch 1"))
     assert f"note: {note}" in report.format() and report.to_dict()["notes"] == [note]
     assert report.sites[0].model_level == f"checked on {len(report.input_sets)} input sets"
 
@@ -930,7 +933,8 @@ def test_an_input_that_cannot_be_synthesized_leaves_the_model_level_not_checked(
     model = _sequence_input_model()
     report = verify(model, dql_pass.expand(model)[0])
     assert report.verdict == "INCOMPLETE" and report.exit_code == 1, report.format()
-    assert "cannot synthesize model input 'xs'" in report.model_not_checked and "give it in inputs" in report.model_not_checked
+    assert ("cannot synthesize model input 'xs'" in report.model_not_checked
+            and "give it in inputs" in report.model_not_checked)
     assert _row(report, "dql").cases > 0 and _row(report, "dql").model_level.startswith("not checked in the models")
 
 

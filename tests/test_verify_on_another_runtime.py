@@ -35,7 +35,8 @@ def test_a_rewrite_with_orts_bits_passes_where_original_on_the_runtime_differs()
     assert report.verdict == "PASS", report.format()
     assert report.from_ort[0].identical
     assert any(note.startswith("final output 'y': ORIGINAL on openvino differs from ORT: ")
-               and note.endswith("REWRITTEN on openvino is bit-identical to ORT") for note in report.notes), report.notes
+               and note.endswith("REWRITTEN on openvino is bit-identical to ORT")
+               for note in report.notes), report.notes
 
 
 def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():
@@ -132,7 +133,8 @@ class _Slow(runtimes.Runtime):
     variant = "arithmetic"
 
     def _load(self, model, *, threads: int, optimize: str) -> runtimes.Session:
-        raise runtimes.RuntimeTimeout("a timeout: slow gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+        raise runtimes.RuntimeTimeout("a timeout: slow gave no answer within 60 s; "
+                                      "--runtime-timeout SECONDS gives it longer")
 
 
 def test_a_runtime_that_times_out_leaves_verify_incomplete_not_failed(monkeypatch):

@@ -167,7 +167,8 @@ def test_a_kept_node_whose_constant_or_attribute_changed_fails_whatever_the_inpu
     assert any(named in d for d in report.kept_differences)
     where = "function local::Product" if function else "main"
     if "weight_change" in change:
-        assert any(d.startswith(f"MatMulInteger 'matmul' in {where}: input 1 ('W') differs in 1 of 24") for d in report.kept_differences)
+        assert any(d.startswith(f"MatMulInteger 'matmul' in {where}: input 1 ('W') differs in 1 of 24")
+                   for d in report.kept_differences)
         assert any(d.startswith(f"Constant 'weights' in {where}: attribute 'value'") for d in report.kept_differences)
     assert "kept node changed: " in report.format()
 
@@ -270,5 +271,5 @@ def test_a_kept_node_changed_in_a_subgraph_fails():
     assert dql_pass.verify(original, original).verdict == "PASS"
     report = dql_pass.verify(original, _with_branch_constant(3.0))
     assert all(o.identical for o in report.outputs) and report.verdict == "FAIL"
-    assert report.kept_differences == ["Constant 'else_c' in main/if.else_branch: attribute 'value_float' is 2.0 in ORIGINAL "
-                                       "and 3.0 in REWRITTEN"]
+    assert report.kept_differences == ["Constant 'else_c' in main/if.else_branch: attribute 'value_float' is 2.0 "
+                                       "in ORIGINAL and 3.0 in REWRITTEN"]

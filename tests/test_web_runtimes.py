@@ -287,7 +287,8 @@ def test_the_cost_of_an_inference_is_a_dispatch_per_gpu_kernel_and_a_readback_pe
         launching = [op_type for op_type in gpu if op_type not in (*web.COPIES, *web.WebGpu.no_dispatch)]
         assert cost.inference.dispatches == len(launching), form
         assert cost.inference.readbacks == gpu.count("MemcpyToHost") + len(model.graph.output), form
-        assert cost.inference.readbacks <= cost.inference.submits <= cost.inference.dispatches + cost.inference.readbacks
+        assert (cost.inference.readbacks <= cost.inference.submits
+                <= cost.inference.dispatches + cost.inference.readbacks)
         assert cost.creation.dispatches == 0  # loading uploads the weights, it runs no kernel
     assert costs["original"].nodes == {"WebGpuExecutionProvider": 15, "CPUExecutionProvider": 6}
     assert costs["portable"].nodes["CPUExecutionProvider"] == 3  # the MatMulInteger
@@ -303,7 +304,8 @@ class _Silent:
         self.console = []
 
     def evaluate(self, expression, *, timeout=60):
-        raise web.browser.BrowserTimeout(f"no answer from the browser within {timeout:g} s to Runtime.evaluate; it was stopped")
+        raise web.browser.BrowserTimeout(f"no answer from the browser within {timeout:g} s to Runtime.evaluate; "
+                                         "it was stopped")
 
     def alive(self):
         return True
@@ -318,14 +320,16 @@ def test_a_browser_that_does_not_answer_in_time_is_a_timeout_naming_the_option_t
     monkeypatch.setattr(runtimes.get("webgpu"), "timeout", 0.5)
     with pytest.raises(runtimes.RuntimeTimeout) as raised:
         runtimes.get("webgpu").load(one_node_model(["n"], 21))
-    assert str(raised.value) == "a timeout: webgpu gave no answer within 0.5 s; --runtime-timeout SECONDS gives it longer"
+    assert str(raised.value) == ("a timeout: webgpu gave no answer within 0.5 s; "
+                                 "--runtime-timeout SECONDS gives it longer")
 
 
 def test_lower_for_a_runtime_that_times_out_notes_it_unchecked_and_does_not_say_it_blocks(tmp_path, monkeypatch,
                                                                                           capsys):
     from dql_pass import cli
 
-    timeout = runtimes.RuntimeTimeout("a timeout: webgpu gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+    timeout = runtimes.RuntimeTimeout("a timeout: webgpu gave no answer within 60 s; "
+                                      "--runtime-timeout SECONDS gives it longer")
 
     def load(model, *, threads, optimize):
         raise timeout
