@@ -446,7 +446,7 @@ def test_lowered_names_are_unique_and_outputs_keep_theirs():
     assert [o.name for o in lowered.graph.output] == [o.name for o in original.graph.output]
 
 
-# --- verify ------------------------------------------------------------------------------------------------------------
+# --- verify -----------------------------------------------------------------------------------------------------------
 
 
 def test_verify_passes_a_lowered_model_and_checks_each_lowered_op():

@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 import onnx
-import onnx_ir as ir
 import pytest
 from helpers import files_of, quantized_model
 

@@ -267,7 +267,8 @@ def _branch_path(model: onnx.ModelProto, index: int, branch: str) -> str:
 
 
 def _with_onnx_body_in(model: onnx.ModelProto, expanded: onnx.ModelProto, index: int, branch: str) -> onnx.ModelProto:
-    """``expanded`` with the ``branch`` of its ``index``-th node replaced by ONNX's unguarded body of the original branch."""
+    """``expanded`` with the ``branch`` of its ``index``-th node replaced by ONNX's unguarded body of the
+    original branch."""
     broken = onnx.ModelProto()
     broken.CopyFrom(expanded)
     body = onnx_body(model).graph.node[index]
@@ -416,7 +417,8 @@ def test_final_output_difference_is_reported_with_its_size(mlp):
 
 
 def test_model_level_checks_each_site_on_its_actual_input():
-    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model and by the large site cases."""
+    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model and by the
+    large site cases."""
     model = dql_model(13, rank=2)
     rewritten = ir.from_proto(dql_pass.expand(model)[0])
     x = rewritten.graph.inputs[0]

@@ -47,7 +47,7 @@ def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():
     assert not any("bit-identical to ORT" in note for note in report.notes)
 
 
-# --- a known difference excuses the outputs it names, and only those ----------------------------------------------------
+# --- a known difference excuses the outputs it names, and only those --------------------------------------------------
 
 _INFINITE = next(d for d in runtimes.get("mnn").known_differences if d.inputs == "infinite")
 

@@ -389,7 +389,7 @@ def test_a_dequantized_weight_folded_into_a_float_constant_is_checked_and_the_mo
     assert row.cases == 1 and row.mismatches == off and row.not_reachable is None, report.format()
 
 
-# --- empty operands ------------------------------------------------------------------------------------------------------
+# --- empty operands ---------------------------------------------------------------------------------------------------
 
 def _empty_product(op: str, a_shape: list[int], b_shape: list[int]) -> onnx.ModelProto:
     return _model([helper.make_node(op, ["a", "b"], ["y"], name="product")], [("a", U8, a_shape)],

@@ -74,7 +74,8 @@ _LONG = "the plugin's reason, " * 40 + "and its cause last"
 
 
 def _refusing(runtime_class, monkeypatch, inputs: set[str]) -> None:
-    """``runtime_class`` refuses, with a reason longer than 300 characters, the models whose first input is in ``inputs``."""
+    """``runtime_class`` refuses, with a reason longer than 300 characters, the models whose first input is
+    in ``inputs``."""
     load = runtime_class._load
 
     def refusing(self, model, **options):

@@ -293,7 +293,7 @@ def test_the_cost_of_an_inference_is_a_dispatch_per_gpu_kernel_and_a_readback_pe
     assert costs["original"].nodes == {"WebGpuExecutionProvider": 15, "CPUExecutionProvider": 6}
     assert costs["portable"].nodes["CPUExecutionProvider"] == 3  # the MatMulInteger
     assert costs["portable"].inference.dispatches > costs["original"].inference.dispatches + 3 * 90
-# --- a timeout is a timeout ---------------------------------------------------------------------------------------------
+# --- a timeout is a timeout -------------------------------------------------------------------------------------------
 
 class _Silent:
     """A browser that starts and never answers a page: every evaluation times out."""
