@@ -72,8 +72,8 @@ def _assert_lowered_exact(original: onnx.ModelProto) -> dql_pass.LowerReport:
     lowered, report = dql_pass.lower(original)
     onnx.checker.check_model(lowered, full_check=True)
     assert not GONE & set(_ops(lowered)), _ops(lowered)
-    before, after = ORT.load_exact(original, threads=1, optimize="basic"), ORT.load(lowered, threads=1,
-                                                                                    optimize="basic")
+    before, after = (ORT.load_exact(original, threads=1, optimize="basic"),
+                     ORT.load(lowered, threads=1, optimize="basic"))
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
     return report
@@ -119,8 +119,8 @@ def _nested() -> onnx.ModelProto:
         nodes = [helper.make_node("MatMulInteger", ["y", "w", "y_zp", f"{name}_wzp"], [f"{name}_acc"],
                                   name=f"{name}_mmi"),
                  helper.make_node("Cast", [f"{name}_acc"], [f"{name}_out"], to=TensorProto.FLOAT)]
-        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT,
-                                                                                 [4, 10])],
+        return helper.make_graph(nodes, name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [4, 10])],
                                  [numpy_helper.from_array(np.array(zp, np.int8), f"{name}_wzp")])
 
     body = [
@@ -334,8 +334,8 @@ def test_chunked_form_is_exact_where_one_float32_matmul_is_not():
     # The same product as one float32 MatMul, as a lowering without the proof would write it.
     single = helper.make_graph(
         [helper.make_node("Cast", ["a"], ["af"], to=TensorProto.FLOAT),
-         helper.make_node("MatMul", ["af", "bf"], ["yf"]), helper.make_node("Cast", ["yf"], ["y"],
-                                                                            to=TensorProto.INT32)],
+         helper.make_node("MatMul", ["af", "bf"], ["yf"]),
+         helper.make_node("Cast", ["yf"], ["y"], to=TensorProto.INT32)],
         "single", [helper.make_tensor_value_info("a", U8, None)],
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
         [numpy_helper.from_array((b.astype(np.float32) - 127), "bf")],
@@ -384,8 +384,8 @@ def test_what_cannot_be_lowered_is_left_alone_with_the_reason():
         helper.make_node("MatMulInteger", ["q", "b", "row_zp"], ["y"], name="per_row"),
     ]
     graph = helper.make_graph(
-        nodes, "alone", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("x", [2, 3]),
-                                                                                             ("scale", []))],
+        nodes, "alone",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("x", [2, 3]), ("scale", []))],
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
         [numpy_helper.from_array(np.ones((3, 2), np.uint8), "b"),
          numpy_helper.from_array(np.array([1, 2], np.uint8), "row_zp")])
@@ -530,8 +530,8 @@ def test_lowered_models_run_bit_exact_on_other_runtimes(quantized, name, model_n
     original = sample(model_name) if model_name in SAMPLES else quantized[model_name]
     lowered, report = dql_pass.lower(original, target=name)
     assert not report.lacking, report.lacking
-    before, after = ORT.load_exact(original, threads=1, optimize="basic"), runtime.load(lowered, threads=1,
-                                                                                        optimize="basic")
+    before, after = (ORT.load_exact(original, threads=1, optimize="basic"),
+                     runtime.load(lowered, threads=1, optimize="basic"))
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
 

@@ -391,8 +391,8 @@ def test_a_site_inside_a_function_that_reads_its_attributes_is_not_reachable():
 def test_bit_comparison_tells_signed_zeros_and_nan_payloads_apart():
     zeros, quiet, payload = np.float32([0.0, -0.0]), np.float32(np.nan), np.uint32(0x7FC00001).view(np.float32)
     assert same_bits(zeros, np.float32([0.0, 0.0])).tolist() == [True, False]
-    assert not same_bits(np.asarray(quiet), np.asarray(payload)) and same_bits(np.asarray(quiet), np.asarray(payload),
-                                                                               any_nan=True)
+    assert (not same_bits(np.asarray(quiet), np.asarray(payload))
+            and same_bits(np.asarray(quiet), np.asarray(payload), any_nan=True))
     assert bit_difference("y", np.uint8([1, 2, 3]), np.uint8([1, 2, 3])) is None
     difference = bit_difference("y", np.uint8([1, 5, 3, 7]), np.uint8([1, 2, 3, 4]))
     assert difference.elements == 2 and difference.text == ("y differs in 2 of 4 elements, first at [1]: "
@@ -455,8 +455,8 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
     ]
     graph = helper.make_graph(
         nodes, "tiny_encoder",
-        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"]) for n in ("input_ids",
-                                                                                              "attention_mask")],
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+         for n in ("input_ids", "attention_mask")],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "sequence", 8])],
         [
             numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "embedding"),
@@ -594,8 +594,8 @@ def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
     """A given input of batch 3 sets the batch of the synthesized ones; the default batch (a name that
     says batch, or a first axis) is 2, other sizes 16."""
     model = ir.from_proto(dql_model(13, rank=2))
-    model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT,
-                                                                          ["batch", "d1"])) for n in ("a", "b"))
+    model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "d1"]))
+                              for n in ("a", "b"))
     given = input_sets(model, 1, 0, {"a": np.zeros((3, 5), np.float32)}, {})
     assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(2, 5), (3, 5), (3, 5)]
     assert input_sets(model, 1, 0, {}, {})["sample 0"]["b"].shape == (2, 16)
@@ -744,8 +744,8 @@ def test_a_proto_whose_external_data_is_not_loaded_is_refused(tmp_path, monkeypa
 
 
 def test_an_ir_model_keeps_its_external_constant_attributes(tmp_path):
-    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(16, dtype=np.float32),
-                                                                                  "c_value"))
+    const = helper.make_node("Constant", [], ["c"],
+                             value=numpy_helper.from_array(np.arange(16, dtype=np.float32), "c_value"))
     model = _one_op_model("Identity")
     model.graph.node.insert(0, const)
     model.graph.node[1].CopyFrom(helper.make_node("Add", ["x", "c"], ["act"]))

@@ -40,8 +40,8 @@ def _model(nodes, inputs, outputs, constants, opset=OPSET) -> onnx.ModelProto:
 
 def _rows(original: onnx.ModelProto, rewritten: onnx.ModelProto) -> dict[str, object]:
     """The lowered sites' rows, checked on ORT."""
-    return {row.name.split()[0]: row for row in check_lowered(ir.from_proto(original), ir.from_proto(rewritten), 0,
-                                                              ORT)}
+    return {row.name.split()[0]: row
+            for row in check_lowered(ir.from_proto(original), ir.from_proto(rewritten), 0, ORT)}
 
 
 # --- past 2^24 -------------------------------------------------------------------------------------------------
@@ -447,7 +447,7 @@ def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_
     for b, b_zp in ((rng.integers(-128, 128, (37, 5)).astype(np.int8), rng.integers(-128, 128, 5).astype(np.int8)),
                     (rng.integers(-128, 128, 37).astype(np.int8), np.int8(-128)),
                     (rng.integers(-128, 128, (2, 37, 5)).astype(np.int8), None)):
-        plain = (a.astype(np.int64) - int(a_zp)) @ (b.astype(np.int64) - np.asarray(0 if b_zp is None else b_zp,
-                                                                                    np.int64))
+        plain = (a.astype(np.int64) - int(a_zp)) @ (
+            b.astype(np.int64) - np.asarray(0 if b_zp is None else b_zp, np.int64))
         actual = reference.matmul_integer(a, b, np.asarray(a_zp), None if b_zp is None else np.asarray(b_zp))
         assert actual.dtype == np.int32 and np.array_equal(actual, plain)
