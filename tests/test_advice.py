@@ -40,7 +40,8 @@ def test_every_runtime_the_readme_names_is_one_advise_knows():
 
 
 def test_the_command_follows_what_the_runtime_lacks():
-    rows = _rows(dql_pass.advise(CONV, ["onnxruntime", "wasm", "tract", "tvm", "webgpu", "mnn", "tensorrt"], load=False))
+    rows = _rows(dql_pass.advise(CONV, ["onnxruntime", "wasm", "tract", "tvm", "webgpu", "mnn", "tensorrt"],
+                                 load=False))
     assert rows["onnxruntime"].command is None and rows["onnxruntime"].needs == []
     assert rows["wasm"].command is None
     # tract runs the integer ops, but its own DQL is not ORT's on some inputs: its variant is the fix.
@@ -74,7 +75,8 @@ def test_a_real_load_where_installed_is_reported():
 
 def test_the_command_line_prints_the_report_and_writes_json(tmp_path, capsys):
     report = tmp_path / "advice.json"
-    assert main(["advise", str(MLP), "--runtime", "tensorrt", "--runtime", "webgpu", "--no-load", "--json", str(report)]) == 0
+    assert main(["advise", str(MLP), "--runtime", "tensorrt", "--runtime", "webgpu", "--no-load", "--json",
+                 str(report)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{MLP}: 3 DynamicQuantizeLinear, 3 MatMulInteger"
     assert re.match(r"tensorrt +dql-pass lower .* -o .*mlp_dynamic\.float\.onnx$", out[1])

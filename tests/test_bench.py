@@ -150,7 +150,8 @@ def test_write_report_keeps_the_sections_of_other_tools(tmp_path):
     out = tmp_path / "B.md"
     out.write_text("# Benchmarks\n\nold intro\n\n## 1. Op level\n\nold figures\n\n## Fusion\n\nfused figures\n")
     harness.write_report(out, "# Benchmarks\n\nnew intro\n\n## 1. Op level\n\nnew figures\n")
-    assert out.read_text() == "# Benchmarks\n\nnew intro\n\n## 1. Op level\n\nnew figures\n\n## Fusion\n\nfused figures\n"
+    assert out.read_text() == ("# Benchmarks\n\nnew intro\n\n## 1. Op level\n\nnew figures\n"
+                               "\n## Fusion\n\nfused figures\n")
     harness.write_report(out, "# Benchmarks\n\n## 1. Op level\n\nnewer\n")
     assert out.read_text().count("## Fusion") == 1 and "new figures" not in out.read_text()
 
@@ -170,7 +171,8 @@ def test_write_report_replaces_a_section_without_a_head_in_place(tmp_path):
     assert out.read_text() == "# Benchmarks\n\n## Fusion\n\nfirst\n"
     out.write_text("# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nfirst\n\n## Other\n\nother\n")
     harness.write_report(out, "## Fusion\n\nsecond\n")
-    assert out.read_text() == "# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nsecond\n\n## Other\n\nother\n"
+    assert out.read_text() == ("# Benchmarks\n\nintro\n\n## 1. Op level\n\nops\n\n## Fusion\n\nsecond\n"
+                               "\n## Other\n\nother\n")
 
 
 @pytest.mark.benchmark

@@ -24,7 +24,8 @@ class _Refusing:
 
     def load(self, model):
         if self.at == "load":
-            raise runtimes.RuntimeFailure("Exception from core.cpp:84:\nCheck 'false' failed\n\nSummary:\n-- No conversion rule")
+            raise runtimes.RuntimeFailure("Exception from core.cpp:84:\nCheck 'false' failed\n\nSummary:\n"
+                                          "-- No conversion rule")
         return self
 
     def run(self, feeds):

@@ -22,9 +22,11 @@ from dql_pass.suites import divergence, family, family_ort
 FAMILY = ("MatMulInteger", "ConvInteger", "QuantizeLinear", "DequantizeLinear")
 # A few cases per op, ORT's known differences among them (K = 0, saturation, a zero point per row, one block).
 CHOSEN = {
-    "MatMulInteger": {"u8u8_2x3x4_nozp", "u8s8_bound_k2_max_nozp", "u8u8_k0_nozp", "u8u8_2x3x4_zp_per_row_column", "s8s8_b1d_zp_wrap"},
+    "MatMulInteger": {"u8u8_2x3x4_nozp", "u8s8_bound_k2_max_nozp", "u8u8_k0_nozp", "u8u8_2x3x4_zp_per_row_column",
+                      "s8s8_b1d_zp_wrap"},
     "ConvInteger": {"u8u8_2d_pads_zp_scalar", "u8u8_2d_zp_per_channel", "s8s8_3d_nozp"},
-    "QuantizeLinear": {"uint8_zpmid_ties_s1", "int8_zpmax_specials_s0_1", "rank0", "nan_int8", "blocked_32_axis0_block32_uint8",
+    "QuantizeLinear": {"uint8_zpmid_ties_s1", "int8_zpmax_specials_s0_1", "rank0", "nan_int8",
+                       "blocked_32_axis0_block32_uint8",
                        "blocked_7_axis0_block2_int8"},
     "DequantizeLinear": {"uint8_zpmax_s0_1", "float16_int8_s65504", "blocked_64_axis0_block16_uint8_zp", "empty"},
 }
@@ -34,7 +36,8 @@ def _write_small(path):
     with pytest.MonkeyPatch.context() as patch:
         for op, names in CHOSEN.items():
             builder = family.REGISTRY[op].cases
-            patch.setitem(family.REGISTRY, op, family.FamilyOp(op, lambda size, b=builder, n=names: [c for c in b(size) if c.name in n]))
+            patch.setitem(family.REGISTRY, op,
+                          family.FamilyOp(op, lambda size, b=builder, n=names: [c for c in b(size) if c.name in n]))
         suites.generate_suite(path, ops=FAMILY, family_opsets={10, 21})
 
 
@@ -75,11 +78,13 @@ def test_quantize_linear_reads_like_the_spec():
     assert reference.quantize_linear(x, np.float32(1), np.uint8(10)).tolist() == [10, 12, 12, 10, 8, 255, 0, 255]
     assert reference.quantize_linear(x, np.float32(1), np.int8(0)).tolist() == [0, 2, 2, 0, -2, 127, -128, 127]
     # Blocked: blocks of 2 along axis 0, the last one cut short.
-    q = reference.quantize_linear(np.arange(5, dtype=np.float32), np.array([1, 2, 4], np.float32), np.array([0, 1, 2], np.uint8),
+    q = reference.quantize_linear(np.arange(5, dtype=np.float32), np.array([1, 2, 4], np.float32),
+                                  np.array([0, 1, 2], np.uint8),
                                   axis=0, block_size=2)
     assert q.tolist() == [0, 1, 2, 3, 3]  # 2/2 + 1, round(3/2) + 1 = 3 (tie to even), 4/4 + 2
     # A float16 division rounds 12.65/0.1 onto the tie -126.5, which goes to even.
-    assert reference.quantize_linear(np.float16([-12.65]), np.float16(0.1), np.int8(0), precision=np.float16).tolist() == [-126]
+    assert reference.quantize_linear(np.float16([-12.65]), np.float16(0.1), np.int8(0),
+                                     precision=np.float16).tolist() == [-126]
     assert reference.quantize_linear(np.float16([-12.65]), np.float16(0.1), np.int8(0)).tolist() == [-127]
 
 
@@ -161,7 +166,8 @@ def test_run_tests_counts_per_op_and_runtime_and_writes_a_divergence_report(smal
     assert any(row[:2] == ["*", "tinygrad"] and "not installed" in " ".join(row) for row in rows) or \
         runtimes.get("tinygrad").installed()
     report = reports / "onnxruntime__DequantizeLinear"
-    assert sorted(p.name for p in report.iterdir()) == ["ISSUE.md", "actual", "differences.txt", expected.parent.parent.name]
+    assert sorted(p.name for p in report.iterdir()) == ["ISSUE.md", "actual", "differences.txt",
+                                                        expected.parent.parent.name]
     first = (report / "differences.txt").read_text().splitlines()[0]
     assert first.startswith("y: [3]: expected") and f"0x{y[3:4].view(np.uint32)[0]:08x}" in first
     assert "onnxruntime 1." in (report / "ISSUE.md").read_text()

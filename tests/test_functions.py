@@ -27,7 +27,8 @@ OPSETS = sorted({11, 13, 18, 21, newest_ort_opset()})
 
 def test_the_default_variant_stamps_fewer_nodes_per_site_than_onnxs_own_body():
     # Our constants are shared by every site; the body's Constant and Identity nodes come with each.
-    assert decomposition.variant("quantizelinear").nodes < len(onnx.defs.get_schema("DynamicQuantizeLinear").function_body.node)
+    assert decomposition.variant("quantizelinear").nodes < len(
+        onnx.defs.get_schema("DynamicQuantizeLinear").function_body.node)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

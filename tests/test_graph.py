@@ -25,7 +25,8 @@ def _with_quantize(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with a QuantizeLinear of its input ``x`` in the main graph, output ``q``."""
     model.graph.initializer.extend([numpy_helper.from_array(np.array(0.5, np.float32), "q_scale"),
                                     numpy_helper.from_array(np.array(3, np.uint8), "q_zero_point")])
-    model.graph.node.append(helper.make_node("QuantizeLinear", ["x", "q_scale", "q_zero_point"], ["q"], name="quantize"))
+    model.graph.node.append(helper.make_node("QuantizeLinear", ["x", "q_scale", "q_zero_point"], ["q"],
+                                             name="quantize"))
     model.graph.output.append(helper.make_tensor_value_info("q", TensorProto.UINT8, None))
     return model
 

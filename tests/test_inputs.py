@@ -22,7 +22,8 @@ def test_an_adapter_with_a_misspelt_class_fails_at_import(tmp_path, monkeypatch)
         "from dql_pass.runtimes.base import KnownDifference, Runtime\n"
         "class Misspelt(Runtime):\n"
         "    name = 'misspelt'\n"
-        "    known_differences = (KnownDifference(('native',), 'reciprocals', 'divides through a reciprocal', outputs=('y',)),)\n"
+        "    known_differences = (KnownDifference(('native',), 'reciprocals', 'divides through a reciprocal',"
+        " outputs=('y',)),)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match="reciprocals"):

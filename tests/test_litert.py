@@ -132,7 +132,8 @@ def test_a_converter_that_hangs_or_crashes_is_a_refusal_and_the_session_runs_on(
     litert._converted.clear()
     session = runtimes.get("litert").load(_portable(["n"]))
     monkeypatch.setattr(runtimes.get("litert"), "conversion_timeout", 0.01)
-    with pytest.raises(runtimes.RuntimeTimeout, match="did not finish in 0.01 s; --runtime-timeout SECONDS gives it longer"):
+    with pytest.raises(runtimes.RuntimeTimeout,
+                       match="did not finish in 0.01 s; --runtime-timeout SECONDS gives it longer"):
         session.run({"x": np.ones(3, _F)})
     monkeypatch.undo()
     crash = tmp_path / "crash.py"

@@ -42,7 +42,8 @@ def _ops(model: onnx.ModelProto | ir.Model) -> collections.Counter:
     if isinstance(model, onnx.ModelProto):
         model = ir.serde.deserialize_model(model)
     return collections.Counter(
-        node.op_type for root in (model.graph, *model.functions.values()) for node in ir.traversal.RecursiveGraphIterator(root)
+        node.op_type for root in (model.graph, *model.functions.values())
+        for node in ir.traversal.RecursiveGraphIterator(root)
     )
 
 
@@ -71,7 +72,8 @@ def _assert_lowered_exact(original: onnx.ModelProto) -> dql_pass.LowerReport:
     lowered, report = dql_pass.lower(original)
     onnx.checker.check_model(lowered, full_check=True)
     assert not GONE & set(_ops(lowered)), _ops(lowered)
-    before, after = ORT.load_exact(original, threads=1, optimize="basic"), ORT.load(lowered, threads=1, optimize="basic")
+    before, after = (ORT.load_exact(original, threads=1, optimize="basic"),
+                     ORT.load(lowered, threads=1, optimize="basic"))
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
     return report
@@ -88,7 +90,8 @@ def quantized(tmp_path_factory) -> dict[str, onnx.ModelProto]:
     """A tiny quantize_dynamic transformer (MatMul and Gather quantized) and the CNN with int8 and
     uint8 weights, per tensor and per channel."""
     folder = tmp_path_factory.mktemp("quantized")
-    built = {"transformer": models.quantize(models.minilm_model(TINY, vocab=16), folder, "t.onnx", ("MatMul", "Gather"))}
+    built = {"transformer": models.quantize(models.minilm_model(TINY, vocab=16), folder, "t.onnx",
+                                            ("MatMul", "Gather"))}
     for weight_type in ("QUInt8", "QInt8"):
         for per_channel in (False, True):
             name = f"cnn_{weight_type}_{'channel' if per_channel else 'tensor'}"
@@ -97,7 +100,8 @@ def quantized(tmp_path_factory) -> dict[str, onnx.ModelProto]:
     return {name: onnx.load(path) for name, path in built.items()}
 
 
-@pytest.mark.parametrize("name", ["transformer", "cnn_QUInt8_tensor", "cnn_QUInt8_channel", "cnn_QInt8_tensor", "cnn_QInt8_channel"])
+@pytest.mark.parametrize("name", ["transformer", "cnn_QUInt8_tensor", "cnn_QUInt8_channel", "cnn_QInt8_tensor",
+                                  "cnn_QInt8_channel"])
 def test_quantize_dynamic_models_lowered_bit_exact(quantized, name):
     model = quantized[name]
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= set(_ops(model))
@@ -112,9 +116,11 @@ def _nested() -> onnx.ModelProto:
     w = numpy_helper.from_array(np.arange(-40, 40, dtype=np.int8).reshape(8, 10), "w")
 
     def branch(name: str, zp: int) -> onnx.GraphProto:
-        nodes = [helper.make_node("MatMulInteger", ["y", "w", "y_zp", f"{name}_wzp"], [f"{name}_acc"], name=f"{name}_mmi"),
+        nodes = [helper.make_node("MatMulInteger", ["y", "w", "y_zp", f"{name}_wzp"], [f"{name}_acc"],
+                                  name=f"{name}_mmi"),
                  helper.make_node("Cast", [f"{name}_acc"], [f"{name}_out"], to=TensorProto.FLOAT)]
-        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [4, 10])],
+        return helper.make_graph(nodes, name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [4, 10])],
                                  [numpy_helper.from_array(np.array(zp, np.int8), f"{name}_wzp")])
 
     body = [
@@ -126,13 +132,17 @@ def _nested() -> onnx.ModelProto:
     function = helper.make_function("local", "QMM", ["fx"], ["fout"], body, [helper.make_opsetid("", 13)])
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "y_scale", "y_zp"], name="dql"),
-        helper.make_node("If", ["cond"], ["branch_out"], then_branch=branch("then", 3), else_branch=branch("else", -100)),
+        helper.make_node("If", ["cond"], ["branch_out"], then_branch=branch("then", 3),
+                         else_branch=branch("else", -100)),
         helper.make_node("QMM", ["x"], ["function_out"], domain="local"),
     ]
     graph = helper.make_graph(
-        nodes, "nested", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("branch_out", [4, 10]), ("function_out", [4, 3]))], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)], functions=[function])
+        nodes, "nested", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
+                          helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("branch_out", [4, 10]),
+                                                                             ("function_out", [4, 3]))], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
+                             functions=[function])
 
 
 def test_subgraphs_and_functions_are_lowered_and_verified():
@@ -164,7 +174,8 @@ def _extremes(dtype: np.dtype, shape, rng) -> list[np.ndarray]:
 
 
 def _one_node(
-    node: onnx.NodeProto, inputs: dict[str, int], output_type: int, constants: dict[str, np.ndarray], shapes: dict[str, list] = {}
+    node: onnx.NodeProto, inputs: dict[str, int], output_type: int, constants: dict[str, np.ndarray],
+    shapes: dict[str, list] = {}
 ) -> onnx.ModelProto:
     graph = helper.make_graph(
         [node], "one", [helper.make_tensor_value_info(n, t, shapes.get(n)) for n, t in inputs.items()],
@@ -213,7 +224,8 @@ def test_matmul_integer_equals_int64_reference(a_type, b_type, b_zero_point, con
 @pytest.mark.parametrize("w_type", [U8, S8])
 @pytest.mark.parametrize("w_zero_point", ["tensor", "channel"])
 @pytest.mark.parametrize("attributes", [
-    dict(pads=[1, 1, 1, 1]), dict(pads=[0, 1, 2, 0], strides=[2, 1], dilations=[1, 2]), dict(pads=[1, 1, 1, 1], group=2),
+    dict(pads=[1, 1, 1, 1]), dict(pads=[0, 1, 2, 0], strides=[2, 1], dilations=[1, 2]),
+    dict(pads=[1, 1, 1, 1], group=2),
     dict(auto_pad="SAME_UPPER", strides=[2, 2]),
 ])
 def test_conv_integer_equals_int64_reference(w_type, w_zero_point, attributes):
@@ -229,7 +241,8 @@ def test_conv_integer_equals_int64_reference(w_type, w_zero_point, attributes):
     native = ORT.load_exact(model, threads=1, optimize="none") if w_zero_point == "tensor" else None
     pads = attributes.get("pads")
     if attributes.get("auto_pad") == "SAME_UPPER":
-        pads = [1, 0, 1, 1]  # 9x8 input, stride 2, kernel 3: 5x4 outputs need 2 rows and 1 column, the odd one at the end
+        # 9x8 input, stride 2, kernel 3: 5x4 outputs need 2 rows and 1 column, the odd one at the end
+        pads = [1, 0, 1, 1]
     for x in _extremes(np.uint8, (2, 4, 9, 8), rng):
         for x_zp in (0, 255, 131):
             feeds = {"x": x, "x_zp": np.array(x_zp, np.uint8)}
@@ -249,12 +262,15 @@ def test_quantize_and_dequantize_linear_equal_reference(q_type, per_axis):
     zp = np.array([info.min, 0, 3, info.max], NP[q_type]) if per_axis else np.array(info.max // 2, NP[q_type])
     constants = {"scale": scale, "zp": zp}
     shapes = {"x": [3, 4, 8], "q": [3, 4, 8]}
-    quantize = _one_node(helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], axis=1), {"x": TensorProto.FLOAT}, q_type,
+    quantize = _one_node(helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], axis=1),
+                         {"x": TensorProto.FLOAT}, q_type,
                          constants, shapes)
-    dequantize = _one_node(helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=1), {"q": q_type}, TensorProto.FLOAT,
+    dequantize = _one_node(helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=1), {"q": q_type},
+                           TensorProto.FLOAT,
                            constants, shapes)
     # Ties of x / scale, huge and infinite values, and random ones.
-    x = np.concatenate([np.arange(-2.5, 2.5, 0.25), [1e30, -1e30, np.inf, -np.inf], rng.standard_normal(4) * 200]).astype(np.float32)
+    x = np.concatenate([np.arange(-2.5, 2.5, 0.25), [1e30, -1e30, np.inf, -np.inf],
+                        rng.standard_normal(4) * 200]).astype(np.float32)
     x = np.resize(x, (3, 4, 8)).astype(np.float32)
     lowered = _lowered_session(quantize, "QuantizeLinear")
     assert_outputs_bits_equal(lowered.run({"x": x}), [reference.quantize_linear(x, scale, zp, axis=1)])
@@ -270,7 +286,8 @@ def test_quantize_linear_for_a_float64_target_divides_in_float64(monkeypatch):
     # then divides in float64 too, and still equals the reference on ties and specials.
     monkeypatch.setattr(runtimes.get("reference"), "variant", "float64")
     scale = np.array([0.1, 0.3, 7.0], np.float32)
-    model = _one_node(helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], axis=-1), {"x": TensorProto.FLOAT}, U8,
+    model = _one_node(helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["y"], axis=-1),
+                      {"x": TensorProto.FLOAT}, U8,
                       {"scale": scale, "zp": np.array([0, 128, 255], np.uint8)})
     lowered, report = dql_pass.lower(model, target="reference")
     assert "DOUBLE" in {TensorProto.DataType.Name(n.attribute[0].i) for n in lowered.graph.node if n.op_type == "Cast"}
@@ -285,7 +302,8 @@ def test_quantize_linear_is_left_alone_for_a_target_without_an_exact_division(mo
     model = _one_node(helper.make_node("QuantizeLinear", ["x", "scale"], ["y"]), {"x": TensorProto.FLOAT}, U8,
                       {"scale": np.array(0.1, np.float32)})
     _, report = dql_pass.lower(model, target="reference")
-    assert [n.reason for n in report.left_alone] == ["the target's exact variant residual does not divide in float32 or float64"]
+    assert [n.reason for n in report.left_alone] == ["the target's exact variant residual does not divide in float32 "
+                                                     "or float64"]
 
 
 # --- the proof -------------------------------------------------------------------------------------------------------
@@ -316,8 +334,10 @@ def test_chunked_form_is_exact_where_one_float32_matmul_is_not():
     # The same product as one float32 MatMul, as a lowering without the proof would write it.
     single = helper.make_graph(
         [helper.make_node("Cast", ["a"], ["af"], to=TensorProto.FLOAT),
-         helper.make_node("MatMul", ["af", "bf"], ["yf"]), helper.make_node("Cast", ["yf"], ["y"], to=TensorProto.INT32)],
-        "single", [helper.make_tensor_value_info("a", U8, None)], [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+         helper.make_node("MatMul", ["af", "bf"], ["yf"]),
+         helper.make_node("Cast", ["yf"], ["y"], to=TensorProto.INT32)],
+        "single", [helper.make_tensor_value_info("a", U8, None)],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
         [numpy_helper.from_array((b.astype(np.float32) - 127), "bf")],
     )
     got = ORT.load(helper.make_model(single, opset_imports=[helper.make_opsetid("", 13)]), threads=1).run({"a": a})[0]
@@ -334,13 +354,15 @@ def test_bound_at_the_limit_is_one_matmul():
         assert _ops(lowered)["MatMul"] == parts, report.format()
         a = np.full((1, depth), 255, np.uint8)
         feeds = {"a": a, "a_zp": np.array(0, np.uint8)}
-        assert_outputs_bits_equal(ORT.load(lowered, optimize="basic").run(feeds), [reference.matmul_integer(a, b, 0, np.int8(127))])
+        assert_outputs_bits_equal(ORT.load(lowered, optimize="basic").run(feeds),
+                                  [reference.matmul_integer(a, b, 0, np.int8(127))])
 
 
 def test_activation_by_activation_uses_the_types_worst_case():
     node = helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"])
     graph = helper.make_graph(
-        [node], "aa", [helper.make_tensor_value_info(n, U8, s) for n, s in (("a", [2, 300]), ("b", [300, 4]), ("a_zp", []), ("b_zp", []))],
+        [node], "aa", [helper.make_tensor_value_info(n, U8, s) for n, s in (("a", [2, 300]), ("b", [300, 4]),
+                                                                            ("a_zp", []), ("b_zp", []))],
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     lowered, report = dql_pass.lower(model)
@@ -362,14 +384,17 @@ def test_what_cannot_be_lowered_is_left_alone_with_the_reason():
         helper.make_node("MatMulInteger", ["q", "b", "row_zp"], ["y"], name="per_row"),
     ]
     graph = helper.make_graph(
-        nodes, "alone", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("x", [2, 3]), ("scale", []))],
+        nodes, "alone",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in (("x", [2, 3]), ("scale", []))],
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
-        [numpy_helper.from_array(np.ones((3, 2), np.uint8), "b"), numpy_helper.from_array(np.array([1, 2], np.uint8), "row_zp")])
+        [numpy_helper.from_array(np.ones((3, 2), np.uint8), "b"),
+         numpy_helper.from_array(np.array([1, 2], np.uint8), "row_zp")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     result = dql_pass.LowerQuantizationPass()(ir.serde.deserialize_model(model))
     assert not result.modified and not result.report.lowered
     assert {(n.node, n.reason) for n in result.report.left_alone} == {
-        ("dynamic_scale", "its scale is not a float32 constant"), ("per_row", "A has more than one zero point (per row)")}
+        ("dynamic_scale", "its scale is not a float32 constant"),
+        ("per_row", "A has more than one zero point (per row)")}
 
 
 def test_grouped_convolution_past_the_bound_is_left_alone():
@@ -377,7 +402,8 @@ def test_grouped_convolution_past_the_bound_is_left_alone():
     node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], name="grouped", group=2)
     model = _one_node(node, {"x": U8, "x_zp": U8}, TensorProto.INT32, {"w": w, "w_zp": np.array(127, np.int8)})
     _, report = dql_pass.lower(model)
-    assert [n.reason for n in report.left_alone] == ["the bound 19,507,500 exceeds 2^24 and a grouped convolution (group 2) is not cut"]
+    assert [n.reason for n in report.left_alone] == ["the bound 19,507,500 exceeds 2^24 and a grouped convolution "
+                                                     "(group 2) is not cut"]
 
 
 def test_report_names_each_proof_and_what_the_target_lacks(monkeypatch):
@@ -420,7 +446,7 @@ def test_lowered_names_are_unique_and_outputs_keep_theirs():
     assert [o.name for o in lowered.graph.output] == [o.name for o in original.graph.output]
 
 
-# --- verify ------------------------------------------------------------------------------------------------------------
+# --- verify -----------------------------------------------------------------------------------------------------------
 
 
 def test_verify_passes_a_lowered_model_and_checks_each_lowered_op():
@@ -469,15 +495,16 @@ def test_cli_lower_prints_a_summary_and_the_proofs_only_under_v(tmp_path, capsys
     nodes = lambda path: len(onnx.load(path).graph.node)  # noqa: E731 (one graph, no function)
     size = (nodes(source), nodes(out), source.stat().st_size, out.stat().st_size)
     assert lines[4] == "  nodes {:,} -> {:,}; size {:,} -> {:,} bytes ({:.1f}x)".format(*size, size[3] / size[2])
-    assert lines[5].startswith("  weights float (the default without --target): 8-bit weights stored cast and shifted as "
-                               "float32, four times their size")
+    assert lines[5].startswith("  weights float (the default without --target): 8-bit weights stored cast and "
+                               "shifted as float32, four times their size")
     held = json.loads(report.read_text())
     assert (held["nodes_before"], held["nodes_after"], held["bytes_before"], held["bytes_after"]) == size
 
 
 @pytest.mark.parametrize("argv, message", [
     (["lower", "missing.onnx", "-o", "out.onnx"], "missing.onnx: no such file"),
-    (["lower", str(MODELS / "mlp_dynamic.onnx"), "-o", "out.onnx", "--target", "nowhere"], "unknown runtime 'nowhere'; choose from onnxruntime"),
+    (["lower", str(MODELS / "mlp_dynamic.onnx"), "-o", "out.onnx", "--target", "nowhere"],
+     "unknown runtime 'nowhere'; choose from onnxruntime"),
 ])
 def test_cli_lower_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
@@ -503,7 +530,8 @@ def test_lowered_models_run_bit_exact_on_other_runtimes(quantized, name, model_n
     original = sample(model_name) if model_name in SAMPLES else quantized[model_name]
     lowered, report = dql_pass.lower(original, target=name)
     assert not report.lacking, report.lacking
-    before, after = ORT.load_exact(original, threads=1, optimize="basic"), runtime.load(lowered, threads=1, optimize="basic")
+    before, after = (ORT.load_exact(original, threads=1, optimize="basic"),
+                     runtime.load(lowered, threads=1, optimize="basic"))
     for feeds in _feeds(original, np.random.default_rng(0)).values():
         assert_outputs_bits_equal(after.run(feeds), before.run(feeds))
 

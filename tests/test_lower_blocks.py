@@ -19,7 +19,8 @@ BLOCKED = ["mlp_dynamic", "conv_dynamic"]
 FORMS = {"openvino": ("Sub", 2, 6), "webgpu": ("Gather", 1, 5)}
 
 
-def _lowered(model: onnx.ModelProto, blocks: bool | None = None, target: str = "webgpu") -> tuple[onnx.ModelProto, dql_pass.LowerReport]:
+def _lowered(model: onnx.ModelProto, blocks: bool | None = None,
+             target: str = "webgpu") -> tuple[onnx.ModelProto, dql_pass.LowerReport]:
     return dql_pass.lower(model, target=target, blocks=True if blocks is None and target == "openvino" else blocks)
 
 
@@ -138,12 +139,14 @@ def _dql_also_read_elsewhere() -> onnx.ModelProto:
         helper.make_node("Cast", ["y"], ["y_float"], to=TensorProto.FLOAT),
     ]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, k]) for n, k in (("out", 3), ("y_float", 4))],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, k])
+                               for n, k in (("out", 3), ("y_float", 4))],
                               [weights])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize("original", [_dql_also_read_elsewhere(), sample("relu_dql")], ids=["another op", "graph output"])
+@pytest.mark.parametrize("original", [_dql_also_read_elsewhere(), sample("relu_dql")],
+                         ids=["another op", "graph output"])
 def test_dql_read_by_more_than_lowered_products_keeps_the_uint8_path(original):
     lowered, report = _lowered(original, target="openvino")
     assert report.blocks == 0

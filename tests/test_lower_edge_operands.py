@@ -33,7 +33,8 @@ def _model(node: onnx.NodeProto, inputs: dict[str, tuple[int, list | None]], out
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _lowered(model: onnx.ModelProto, target: str | None = None, gone: bool = True) -> tuple[onnx.ModelProto, dql_pass.LowerReport]:
+def _lowered(model: onnx.ModelProto, target: str | None = None,
+             gone: bool = True) -> tuple[onnx.ModelProto, dql_pass.LowerReport]:
     """The lowered model, which must pass the checker and strict shape inference, with the original's output shapes."""
     lowered, report = dql_pass.lower(model, target=target)
     onnx.checker.check_model(lowered, full_check=True)
@@ -96,9 +97,11 @@ def test_matmul_integer_with_input_weights_takes_the_per_column_zero_point_along
 def test_a_zero_point_that_comes_at_run_time_with_several_values_is_left_alone():
     # Per row of A at run time: broadcast as it stands it would run along K.
     node = helper.make_node("MatMulInteger", ["a", "b", "a_zp"], ["y"])
-    model = _model(node, {"a": (U8, [3, 3]), "a_zp": (U8, [3])}, (TensorProto.INT32, [3, 2]), {"b": np.ones((3, 2), np.uint8)})
+    model = _model(node, {"a": (U8, [3, 3]), "a_zp": (U8, [3])}, (TensorProto.INT32, [3, 2]),
+                   {"b": np.ones((3, 2), np.uint8)})
     _, report = _lowered(model, gone=False)
-    assert [n.reason for n in report.left_alone] == ["A's zero point comes at run time and may hold more than one value"]
+    assert [n.reason for n in report.left_alone] == ["A's zero point comes at run time and may hold more than one "
+                                                     "value"]
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])
@@ -110,11 +113,13 @@ def test_per_axis_parameters_lie_along_their_axis(op, axis):
     scale = rng.uniform(0.01, 2, size).astype(np.float32)
     zp = rng.integers(-128, 128, size).astype(np.int8)
     if op == "QuantizeLinear":
-        model = _model(helper.make_node(op, ["x", "s", "z"], ["y"], axis=axis), {"x": (F32, shape)}, (S8, shape), {"s": scale, "z": zp})
+        model = _model(helper.make_node(op, ["x", "s", "z"], ["y"], axis=axis), {"x": (F32, shape)}, (S8, shape),
+                       {"s": scale, "z": zp})
         feeds = {"x": (rng.standard_normal(shape) * 100).astype(np.float32)}
         expected = reference.quantize_linear(feeds["x"], scale, zp, axis=axis)
     else:
-        model = _model(helper.make_node(op, ["x", "s", "z"], ["y"], axis=axis), {"x": (S8, shape)}, (F32, shape), {"s": scale, "z": zp})
+        model = _model(helper.make_node(op, ["x", "s", "z"], ["y"], axis=axis), {"x": (S8, shape)}, (F32, shape),
+                       {"s": scale, "z": zp})
         feeds = {"x": rng.integers(-128, 128, shape).astype(np.int8)}
         expected = reference.dequantize_linear(feeds["x"], scale, zp, axis=axis)
     lowered, _ = _lowered(model)
@@ -144,10 +149,12 @@ def test_dequantize_linear_lowered_for_openvino_is_exact_there(q_type, per_axis)
     else:
         scale, zp = np.array(0.0123, np.float32), np.array(info.max // 3 or 7, NP[q_type])
     shape = [8, 512]
-    model = _model(helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=0), {"x": (q_type, shape)}, (F32, shape),
+    model = _model(helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], axis=0), {"x": (q_type, shape)},
+                   (F32, shape),
                    {"s": scale, "z": zp})
     lowered, report = _lowered(model, target="openvino")
-    x = np.resize(np.arange(info.min, int(info.max) + 1), shape) if info.bits == 8 else rng.integers(info.min, int(info.max) + 1, shape)
+    x = (np.resize(np.arange(info.min, int(info.max) + 1), shape) if info.bits == 8
+         else rng.integers(info.min, int(info.max) + 1, shape))
     feeds = {"x": x.astype(NP[q_type])}
     want = _native(model).run(feeds)
     assert_outputs_bits_equal(openvino.load(lowered).run(feeds), want)
@@ -161,7 +168,8 @@ def test_dequantize_linear_lowered_for_openvino_is_exact_there(q_type, per_axis)
 
 def test_quantize_linear_dividing_in_float16_is_left_alone():
     node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], precision=TensorProto.FLOAT16)
-    model = _model(node, {"x": (F32, [64])}, (U8, [64]), {"s": np.array(0.037, np.float32), "z": np.array(3, np.uint8)}, opset=25)
+    model = _model(node, {"x": (F32, [64])}, (U8, [64]), {"s": np.array(0.037, np.float32), "z": np.array(3, np.uint8)},
+                   opset=25)
     _, report = _lowered(model, gone=False)
     assert [n.reason for n in report.left_alone] == ["it divides in float16 (precision), which the lowering does not"]
 
@@ -169,7 +177,8 @@ def test_quantize_linear_dividing_in_float16_is_left_alone():
 def test_quantize_linear_with_the_default_precision_and_saturate_is_lowered_exactly():
     x = (np.arange(-2048, 2048, dtype=np.float32) * np.float32(0.0185)).astype(np.float32)
     node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], precision=F32, saturate=1)
-    model = _model(node, {"x": (F32, [4096])}, (S8, [4096]), {"s": np.array(0.037, np.float32), "z": np.array(3, np.int8)}, opset=25)
+    model = _model(node, {"x": (F32, [4096])}, (S8, [4096]),
+                   {"s": np.array(0.037, np.float32), "z": np.array(3, np.int8)}, opset=25)
     lowered, _ = _lowered(model)
     _bits_equal_ort(model, lowered, {"x": x})
 
@@ -200,7 +209,8 @@ def test_matmul_integer_of_1d_and_empty_operands_is_lowered_exactly(a_shape, b_s
     b = rng.integers(-128, 128, b_shape).astype(np.int8)
     out = list(np.matmul(np.zeros(a_shape), np.zeros(b_shape)).shape)
     inputs = {"a": (U8, a_shape)} if constant_b else {"a": (U8, a_shape), "b": (S8, b_shape)}
-    model = _model(helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"]), inputs, (TensorProto.INT32, out),
+    model = _model(helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"]), inputs,
+                   (TensorProto.INT32, out),
                    {"a_zp": np.array(7, np.uint8), "b_zp": np.array(-3, np.int8), **({"b": b} if constant_b else {})})
     lowered, _ = _lowered(model)
     feeds = {"a": rng.integers(0, 256, a_shape).astype(np.uint8), "b": b}
@@ -208,7 +218,8 @@ def test_matmul_integer_of_1d_and_empty_operands_is_lowered_exactly(a_shape, b_s
         got = _bits_equal_ort(model, lowered, feeds)
     else:  # K = 0: ORT's kernel with zero points returns memory it never wrote (-1s, garbage); the sums are 0
         got = ORT.load(lowered, threads=1, optimize="basic").run(feeds)
-    assert_outputs_bits_equal(got, [reference.matmul_integer(feeds["a"], b, np.array(7, np.uint8), np.array(-3, np.int8))])
+    assert_outputs_bits_equal(got, [reference.matmul_integer(feeds["a"], b, np.array(7, np.uint8),
+                                                             np.array(-3, np.int8))])
 
 
 def test_matmul_integer_with_a_1d_b_past_the_bound_is_cut_exactly():
@@ -229,21 +240,29 @@ def test_matmul_integer_with_a_1d_b_past_the_bound_is_cut_exactly():
 
 # After onnxruntime/test/providers/cpu/tensor/quantize_linear_test.cc: Scalar, Without_Zero_Point, per axis, blocked.
 _ORT_CASES = {
-    "DequantizeLinear_Scalar": ("DequantizeLinear", {}, (S8, []), np.array(-30, np.int8), np.array(2, np.float32), np.array(-10, np.int8)),
-    "DequantizeLinear_Without_Zero_Point": ("DequantizeLinear", {}, (S8, []), np.array(-30, np.int8), np.array(2, np.float32), None),
+    "DequantizeLinear_Scalar": ("DequantizeLinear", {}, (S8, []), np.array(-30, np.int8), np.array(2, np.float32),
+                                np.array(-10, np.int8)),
+    "DequantizeLinear_Without_Zero_Point": ("DequantizeLinear", {}, (S8, []), np.array(-30, np.int8),
+                                            np.array(2, np.float32), None),
     "DequantizeLinear_1D_Without_Zero_Point": ("DequantizeLinear", {}, (U8, [4]), np.array([0, 3, 128, 255], np.uint8),
                                                np.array([2], np.float32), None),
     "DequantizeLinear_Per_Axis": ("DequantizeLinear", {"axis": 1}, (U8, [2, 3, 2]), np.arange(12, dtype=np.uint8) * 20,
                                   np.array([1, 2, 4], np.float32), np.array([0, 64, 255], np.uint8)),
-    "DequantizeLinear_Per_Axis_Negative": ("DequantizeLinear", {"axis": -2}, (S8, [2, 3, 2]), np.arange(-6, 6, dtype=np.int8) * 10,
+    "DequantizeLinear_Per_Axis_Negative": ("DequantizeLinear", {"axis": -2}, (S8, [2, 3, 2]),
+                                           np.arange(-6, 6, dtype=np.int8) * 10,
                                            np.array([1, 2, 4], np.float32), np.array([0, -10, 10], np.int8)),
-    "QuantizeLinear_Scalar": ("QuantizeLinear", {}, (F32, []), np.array(3, np.float32), np.array(2, np.float32), np.array(128, np.uint8)),
-    "QuantizeLinear_Without_Zero_Point": ("QuantizeLinear", {}, (F32, []), np.array(3, np.float32), np.array(2, np.float32), None),
-    "QuantizeLinear_1D_Scalar_Scale": ("QuantizeLinear", {}, (F32, [6]), np.array([0, 2, 3, 1000, -254, -1000], np.float32),
+    "QuantizeLinear_Scalar": ("QuantizeLinear", {}, (F32, []), np.array(3, np.float32), np.array(2, np.float32),
+                              np.array(128, np.uint8)),
+    "QuantizeLinear_Without_Zero_Point": ("QuantizeLinear", {}, (F32, []), np.array(3, np.float32),
+                                          np.array(2, np.float32), None),
+    "QuantizeLinear_1D_Scalar_Scale": ("QuantizeLinear", {}, (F32, [6]),
+                                       np.array([0, 2, 3, 1000, -254, -1000], np.float32),
                                        np.array(2, np.float32), np.array(128, np.uint8)),
-    "QuantizeLinear_Per_Axis": ("QuantizeLinear", {"axis": 0}, (F32, [3, 4]), np.arange(-6, 6, dtype=np.float32).reshape(3, 4) * 7.5,
+    "QuantizeLinear_Per_Axis": ("QuantizeLinear", {"axis": 0}, (F32, [3, 4]),
+                                np.arange(-6, 6, dtype=np.float32).reshape(3, 4) * 7.5,
                                 np.array([1, 2.5, 4], np.float32), np.array([0, -10, 10], np.int8)),
-    "QuantizeLinear_Per_Axis_Last": ("QuantizeLinear", {"axis": -1}, (F32, [2, 3]), np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5,
+    "QuantizeLinear_Per_Axis_Last": ("QuantizeLinear", {"axis": -1}, (F32, [2, 3]),
+                                     np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5,
                                      np.array([0.5, 1, 2], np.float32), np.array([1, 2, 3], np.int16)),
 }
 
@@ -273,7 +292,8 @@ def test_ort_blocked_case_is_left_alone():
 # --- NaN and infinities as ORT quantizes them ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("q_type, zero_point", [(S8, 0), (S8, 5), (S8, 127), (U8, 0), (U8, 200), (S16, 0), (S16, -7), (U16, 9)])
+@pytest.mark.parametrize("q_type, zero_point", [(S8, 0), (S8, 5), (S8, 127), (U8, 0), (U8, 200), (S16, 0), (S16, -7),
+                                                (U16, 9)])
 @pytest.mark.parametrize("size", [1, 17, 64])
 def test_quantize_linear_gives_nan_and_infinities_what_ort_gives(q_type, zero_point, size):
     specials = np.array([np.nan, np.inf, -np.inf, -np.nan, 1.5, 0], np.float32)
@@ -284,4 +304,5 @@ def test_quantize_linear_gives_nan_and_infinities_what_ort_gives(q_type, zero_po
     got = _bits_equal_ort(model, lowered, {"x": x})
     # Measured on ORT 1.32, x86: NaN quantizes to the type's minimum, whatever the zero point.
     assert (got[0][np.isnan(x)] == np.iinfo(NP[q_type]).min).all()
-    assert_outputs_bits_equal(got, [reference.quantize_linear(x, np.array(0.5, np.float32), np.array(zero_point, NP[q_type]))])
+    assert_outputs_bits_equal(got, [reference.quantize_linear(x, np.array(0.5, np.float32),
+                                                              np.array(zero_point, NP[q_type]))])

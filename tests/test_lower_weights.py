@@ -24,7 +24,8 @@ from tools import models
 ORT = runtimes.get("onnxruntime")
 WEIGHTED = ("conv_dynamic", "mlp_dynamic")  # the sample models whose integer ops have constant weights
 INTEGER_OPS = ("MatMulInteger", "ConvInteger")
-needs_browser = pytest.mark.skipif(web.missing() is not None, reason=f"the web runtimes are not set up: {web.missing()}")
+needs_browser = pytest.mark.skipif(web.missing() is not None,
+                                   reason=f"the web runtimes are not set up: {web.missing()}")
 
 
 def _weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -74,7 +75,8 @@ def test_integer_weights_give_the_float_weights_outputs_bit_for_bit(name, target
 @pytest.mark.parametrize("name", WEIGHTED)
 def test_integer_weights_are_verified(name, tmp_path):
     lowered = tmp_path / "lowered.onnx"
-    assert main(["-q", "lower", str(MODELS / f"{name}.onnx"), "-o", str(lowered), "--weights", "integer", "--verify"]) == 0
+    assert main(["-q", "lower", str(MODELS / f"{name}.onnx"), "-o", str(lowered), "--weights", "integer",
+                 "--verify"]) == 0
 
 
 @pytest.mark.parametrize("name", WEIGHTED)
@@ -90,7 +92,8 @@ def test_integer_weights_stay_in_the_file_as_they_are(name, tmp_path):
     kept = {t.name: numpy_helper.to_array(t) for t in lowered.graph.initializer}
     weights = _weights(original)
     for weight, array in weights.items():
-        assert weight in kept and kept[weight].dtype == array.dtype and kept[weight].tobytes() == array.tobytes(), weight
+        assert (weight in kept and kept[weight].dtype == array.dtype
+                and kept[weight].tobytes() == array.tobytes()), weight
 
     def tensor_bytes(path: Path) -> int:  # the file but for nodes, value_info, names and the expansion's constants
         model = onnx.load(path)
@@ -157,7 +160,8 @@ def test_the_default_weights_are_the_targets_and_one_attribute_of_its_adapter(mo
     monkeypatch.setattr(type(runtimes.get("tract")), "weights", "integer")
     kept = lambda target, weights=None: "W_quantized" in {  # noqa: E731
         t.name for t in dql_pass.lower(sample("relu_dql"), target=target, weights=weights)[0].graph.initializer}
-    assert kept("tract") and kept("webgpu") and kept("wasm") and kept(None, "integer") and kept("onnxruntime", "integer")
+    assert (kept("tract") and kept("webgpu") and kept("wasm") and kept(None, "integer")
+            and kept("onnxruntime", "integer"))
     assert not kept(None) and not kept("onnxruntime") and not kept("webgpu", "float")
 
 
@@ -200,7 +204,8 @@ def test_a_lowered_transformer_leaves_no_quantization_op_on_the_wasm_cpu(tmp_pat
     original = models.quantize(models.minilm_model(tiny), tmp_path, "t.onnx")
     lowered = tmp_path / "lowered.onnx"
     dql_pass.lower_file(original, lowered, target="webgpu")
-    banned = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QuantizeLinear", "DequantizeLinear", "Round", "Sign"}
+    banned = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QuantizeLinear", "DequantizeLinear", "Round",
+              "Sign"}
 
     def on_cpu(path: Path) -> set[str]:
         placement = runtimes.get("webgpu").placement(path)

@@ -205,5 +205,6 @@ def test_a_converter_or_worker_past_the_runtime_timeout_is_a_timeout_naming_the_
                        r"--runtime-timeout SECONDS gives it longer$"):
         runtimes.get("mnn").load(model)
     monkeypatch.setattr(mnn, "convert", lambda source, target, seconds: shutil.copy(tmp_path / "m.mnn", target))
-    with pytest.raises(runtimes.RuntimeTimeout, match=r"^a timeout: MNN did not answer within 0\.001 s loading the model; "):
+    with pytest.raises(runtimes.RuntimeTimeout,
+                       match=r"^a timeout: MNN did not answer within 0\.001 s loading the model; "):
         runtimes.get("mnn").load(model)

@@ -103,7 +103,8 @@ def test_the_divider_moves_each_quotient_by_at_most_three_ulp_deterministically(
     finite = np.isfinite(exact)
     assert np.isfinite(moved[finite]).all()
     # The distance in ulp, counted on floats in order as integers.
-    ordered = lambda v: np.where(v.view(np.int32) < 0, -(v.view(np.int32) & 0x7FFFFFFF), v.view(np.int32)).astype(np.int64)  # noqa: E731
+    ordered = lambda v: np.where(v.view(np.int32) < 0, -(v.view(np.int32) & 0x7FFFFFFF),  # noqa: E731
+                                 v.view(np.int32)).astype(np.int64)
     distance = ordered(moved[finite]) - ordered(exact[finite])
     assert set(np.unique(distance)) == set(range(-3, 4))
 

@@ -29,7 +29,8 @@ PAGES = [ROOT / "README.md", *(ROOT / "docs" / name for name in (
     "performance.md", "architecture.md", "GLOSSARY.md", "SEMANTICS.md", "RUNTIMES.md", "BENCHMARKS.md"))]
 MANUAL = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
 # The two commands a new user types first: they stay exactly as they are.
-FIRST_COMMANDS = ("pip install . && dql-pass expand models/mlp_dynamic.onnx -o expanded.onnx", "pip install '.[test]' && pytest")
+FIRST_COMMANDS = ("pip install . && dql-pass expand models/mlp_dynamic.onnx -o expanded.onnx",
+                  "pip install '.[test]' && pytest")
 
 
 def _blocks(language: str) -> list[str]:
@@ -79,7 +80,8 @@ def test_the_python_blocks_run(folder: Path, capsys: pytest.CaptureFixture[str])
     assert len(blocks) == 2, "the manual's Python blocks changed: update this test's setup for them"
     # The suite loader's block reads conformance/dql: a small suite, one opset, no large input.
     (folder / "conformance").mkdir()
-    assert cli.main(["-q", "gen-tests", "--opsets", "21", "--no-large", "--variants", "native,portable", "conformance/dql"]) == 0
+    assert cli.main(["-q", "gen-tests", "--opsets", "21", "--no-large", "--variants", "native,portable",
+                     "conformance/dql"]) == 0
     for number, block in enumerate(blocks):
         # A block that raises fails the test, with the block's own line numbers in the traceback.
         exec(compile(block, f"the manual's python block {number + 1}", "exec"), {"__name__": f"readme_{number}"})
@@ -168,4 +170,5 @@ def test_a_stale_name_or_link_is_found():
         "api.md: no such name dql_pass.catalogue.cases", "api.md: no such name dql_pass.inputs.no_such",
         "api.md: no such file no/such.md", "api.md: no heading #no-such in cli.md",
     ]
-    assert _broken(ROOT / "docs" / "api.md", "`dql_pass.inputs.cases()` [v](verify.md) [s](SEMANTICS.md#the-formula-to-the-bit)") == []
+    assert _broken(ROOT / "docs" / "api.md",
+                   "`dql_pass.inputs.cases()` [v](verify.md) [s](SEMANTICS.md#the-formula-to-the-bit)") == []

@@ -107,7 +107,8 @@ def test_the_models_table_gets_the_gpu_calls_of_an_inference_where_a_runtime_cou
     """From a runtime's cost: one column of dispatches, submits and readbacks per inference; none
     where nothing was submitted (wasm counts 0 of each: it makes no WebGPU call)."""
     cost = web.Cost(web.GpuCalls(0, 6, 0), web.GpuCalls(297, 26, 7),
-                    {"CPUExecutionProvider": ["MatMulInteger (m)"], "WebGpuExecutionProvider": ["Mul (a)", "MemcpyToHost (c)"]})
+                    {"CPUExecutionProvider": ["MatMulInteger (m)"],
+                     "WebGpuExecutionProvider": ["Mul (a)", "MemcpyToHost (c)"]})
     assert cost.nodes == {"CPUExecutionProvider": 1, "WebGpuExecutionProvider": 1} and cost.copies == 1
     assert cost.as_dict()["inference"] == {"dispatches": 297, "submits": 26, "readbacks": 7}
 

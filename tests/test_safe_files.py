@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 import onnx
-import onnx_ir as ir
 import pytest
 from helpers import files_of, quantized_model
 
@@ -25,7 +24,8 @@ ONE_FOLDER = {"opsets": (13,), "forms": ("native",), "names": ("rank_0",)}
 
 def test_the_package_exports_what_its_modules_do():
     assert files.__all__ == sorted(safe.__all__ + models.__all__)
-    assert all(getattr(files, name) is getattr(safe if name in safe.__all__ else models, name) for name in files.__all__)
+    assert all(getattr(files, name) is getattr(safe if name in safe.__all__ else models, name)
+               for name in files.__all__)
 
 
 @pytest.mark.parametrize("one_step", [True, False])

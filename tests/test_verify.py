@@ -26,7 +26,8 @@ from dql_pass.verification import SiteResult
 from dql_pass.verification.synthesis import input_sets
 
 from helpers import (
-    MODELS, constant_node, dangling_dql_rewrite, dql_model, embedding_model, onnx_body, quotients, reciprocal_rewrite, round_half_up, site_pairs,
+    MODELS, constant_node, dangling_dql_rewrite, dql_model, embedding_model, onnx_body, quotients, reciprocal_rewrite,
+    round_half_up, site_pairs,
     value_map,
 )
 
@@ -235,19 +236,25 @@ def _two_unnamed_ifs(then_dql: bool, else_dql: bool, names: str) -> onnx.ModelPr
             helper.make_node("ReduceMax", ["x"], [s], keepdims=0),
             helper.make_node("Cast", [s], [z], to=TensorProto.UINT8),
         ]
-        outputs = [helper.make_tensor_value_info(n, t, d) for n, t, d in ((y, TensorProto.UINT8, [4]), (s, TensorProto.FLOAT, []), (z, TensorProto.UINT8, []))]
+        outputs = [helper.make_tensor_value_info(n, t, d) for n, t, d in ((y, TensorProto.UINT8, [4]),
+                                                                          (s, TensorProto.FLOAT, []),
+                                                                          (z, TensorProto.UINT8, []))]
         return helper.make_graph(nodes, tag, [], outputs)
 
     nodes = [
-        helper.make_node("If", ["c"], [f"a{i}", f"b{i}", f"d{i}"], then_branch=branch(f"t{i}", then_dql), else_branch=branch(f"e{i}", else_dql))
+        helper.make_node("If", ["c"], [f"a{i}", f"b{i}", f"d{i}"], then_branch=branch(f"t{i}", then_dql),
+                         else_branch=branch(f"e{i}", else_dql))
         for i in range(2)
     ]
     outputs = [
         helper.make_tensor_value_info(f"{k}{i}", t, d)
-        for i in range(2) for k, t, d in (("a", TensorProto.UINT8, [4]), ("b", TensorProto.FLOAT, []), ("d", TensorProto.UINT8, []))
+        for i in range(2) for k, t, d in (("a", TensorProto.UINT8, [4]), ("b", TensorProto.FLOAT, []),
+                                          ("d", TensorProto.UINT8, []))
     ]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
-    model = helper.make_model(helper.make_graph(nodes, "two_ifs", inputs, outputs), opset_imports=[helper.make_opsetid("", 13)])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    model = helper.make_model(helper.make_graph(nodes, "two_ifs", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model, full_check=True)
     return model
 
@@ -260,7 +267,8 @@ def _branch_path(model: onnx.ModelProto, index: int, branch: str) -> str:
 
 
 def _with_onnx_body_in(model: onnx.ModelProto, expanded: onnx.ModelProto, index: int, branch: str) -> onnx.ModelProto:
-    """``expanded`` with the ``branch`` of its ``index``-th node replaced by ONNX's unguarded body of the original branch."""
+    """``expanded`` with the ``branch`` of its ``index``-th node replaced by ONNX's unguarded body of the
+    original branch."""
     broken = onnx.ModelProto()
     broken.CopyFrom(expanded)
     body = onnx_body(model).graph.node[index]
@@ -312,7 +320,8 @@ def test_boolean_inputs_take_both_values_and_masks_stay_ones():
     model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask))
     sets = input_sets(model, 3, 0, {}, {"d0": 2})
     assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
-    assert [s["flag"].tolist() for s in sets.values()] == [[v, v] for v in (True, False, True, False, True, False, True)]
+    assert [s["flag"].tolist() for s in sets.values()] == [
+        [v, v] for v in (True, False, True, False, True, False, True)]
     assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"].all() for s in sets.values())
 
 
@@ -337,9 +346,11 @@ def test_a_site_that_depends_on_another_value_is_not_reachable_and_not_a_pass():
 def _scale_function() -> onnx.FunctionProto:
     """local::Scale(x) = x * factor, with ``factor`` an attribute of the call."""
     factor = helper.make_node("Constant", [], ["factor"])
-    factor.attribute.append(onnx.AttributeProto(name="value_float", ref_attr_name="factor", type=onnx.AttributeProto.FLOAT))
+    factor.attribute.append(onnx.AttributeProto(name="value_float", ref_attr_name="factor",
+                                                type=onnx.AttributeProto.FLOAT))
     mul = helper.make_node("Mul", ["x", "factor"], ["scaled"])
-    return helper.make_function("local", "Scale", ["x"], ["scaled"], [factor, mul], [helper.make_opsetid("", 13)], attributes=["factor"])
+    return helper.make_function("local", "Scale", ["x"], ["scaled"], [factor, mul], [helper.make_opsetid("", 13)],
+                                attributes=["factor"])
 
 
 def test_a_site_may_call_a_function_that_takes_attributes():
@@ -361,7 +372,8 @@ def test_a_site_inside_a_function_that_reads_its_attributes_is_not_reachable():
     function = helper.make_function("local", "Quantize", ["x"], ["y", "y_scale", "y_zero_point"], [dql],
                                     [helper.make_opsetid("", 13)], attributes=["factor"])
     original = dql_model(13)
-    original.graph.node[0].CopyFrom(helper.make_node("Quantize", ["x"], ["y", "y_scale", "y_zero_point"], domain="local", factor=1.0))
+    original.graph.node[0].CopyFrom(helper.make_node("Quantize", ["x"], ["y", "y_scale", "y_zero_point"],
+                                                     domain="local", factor=1.0))
     original.functions.append(function)
     original.opset_import.append(helper.make_opsetid("local", 1))
     rewritten = onnx.ModelProto()
@@ -379,10 +391,12 @@ def test_a_site_inside_a_function_that_reads_its_attributes_is_not_reachable():
 def test_bit_comparison_tells_signed_zeros_and_nan_payloads_apart():
     zeros, quiet, payload = np.float32([0.0, -0.0]), np.float32(np.nan), np.uint32(0x7FC00001).view(np.float32)
     assert same_bits(zeros, np.float32([0.0, 0.0])).tolist() == [True, False]
-    assert not same_bits(np.asarray(quiet), np.asarray(payload)) and same_bits(np.asarray(quiet), np.asarray(payload), any_nan=True)
+    assert (not same_bits(np.asarray(quiet), np.asarray(payload))
+            and same_bits(np.asarray(quiet), np.asarray(payload), any_nan=True))
     assert bit_difference("y", np.uint8([1, 2, 3]), np.uint8([1, 2, 3])) is None
     difference = bit_difference("y", np.uint8([1, 5, 3, 7]), np.uint8([1, 2, 3, 4]))
-    assert difference.elements == 2 and difference.text == "y differs in 2 of 4 elements, first at [1]: got 5, expected 2"
+    assert difference.elements == 2 and difference.text == ("y differs in 2 of 4 elements, first at [1]: "
+                                                            "got 5, expected 2")
     assert bit_difference("s", np.float32(-0.0), np.float32(0.0)).text == "s differs: got -0.0, expected 0.0"
     assert bit_difference("y", np.uint8([1]), np.float32([1])).elements is None
     assert bit_difference("y", np.uint8([1]), np.uint8([[1]])).text == "y has shape [1], expected [1, 1]"
@@ -403,7 +417,8 @@ def test_final_output_difference_is_reported_with_its_size(mlp):
 
 
 def test_model_level_checks_each_site_on_its_actual_input():
-    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model and by the large site cases."""
+    """A rewrite that is right on the catalogue but wrong on big tensors is caught in the model and by the
+    large site cases."""
     model = dql_model(13, rank=2)
     rewritten = ir.from_proto(dql_pass.expand(model)[0])
     x = rewritten.graph.inputs[0]
@@ -411,7 +426,8 @@ def test_model_level_checks_each_site_on_its_actual_input():
     # Scale x by 1.01 when it has over 1000 elements: no catalogue case is that large.
     assert max(c.x.size for c in cases()) < 1000
     size = ir.node("Size", [x])
-    big = ir.node("Greater", [size.outputs[0], ir.node("Constant", [], attributes={"value": ir.tensor(np.array(1000, np.int64))}).outputs[0]])
+    big = ir.node("Greater", [
+        size.outputs[0], ir.node("Constant", [], attributes={"value": ir.tensor(np.array(1000, np.int64))}).outputs[0]])
     nudged = ir.node("Mul", [x, ir.node("Constant", [], attributes={"value": ir.tensor(np.float32(1.01))}).outputs[0]])
     chosen = ir.node("Where", [big.outputs[0], nudged.outputs[0], x])
     extra = [size.outputs[0].producer(), big.inputs[1].producer(), big, nudged.inputs[1].producer(), nudged, chosen]
@@ -419,7 +435,8 @@ def test_model_level_checks_each_site_on_its_actual_input():
     quantize.replace_input_with(0, chosen.outputs[0])
     report = verify(model, ir.to_proto(rewritten), dims={"d0": 64, "d1": 64}, samples=3)
     (row,) = report.sites
-    assert row.classes == {"model input": len(report.input_sets) - 1, "near tie": 2}, row.classes  # all-zero x is unchanged
+    # all-zero x is unchanged
+    assert row.classes == {"model input": len(report.input_sets) - 1, "near tie": 2}, row.classes
 
 
 def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path):
@@ -438,7 +455,8 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
     ]
     graph = helper.make_graph(
         nodes, "tiny_encoder",
-        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"]) for n in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+         for n in ("input_ids", "attention_mask")],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "sequence", 8])],
         [
             numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "embedding"),
@@ -447,7 +465,8 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
             numpy_helper.from_array(np.array([-1], np.int64), "last_axis"),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     original = tmp_path / "tiny.onnx"
     onnx.save(model, original, save_as_external_data=True, location="tiny.data", size_threshold=0)
     rewritten = tmp_path / "tiny_expanded.onnx"
@@ -522,7 +541,8 @@ def test_graph_outputs_are_compared_by_name_and_position():
     report = verify(model, ir.to_proto(rewritten), samples=0)
     assert report.verdict == "FAIL"
     assert [(o.name, o.detail) for o in report.outputs if not o.identical] == [
-        ("y", "REWRITTEN has 'relu_out_quantized' as output 0"), ("relu_out_quantized", "REWRITTEN has 'y' as output 1"),
+        ("y", "REWRITTEN has 'relu_out_quantized' as output 0"),
+        ("relu_out_quantized", "REWRITTEN has 'y' as output 1"),
     ]
     outputs[0], outputs[1] = outputs[1], outputs[0]
     outputs.append(value_map(rewritten)["relu_out"])
@@ -555,13 +575,17 @@ def test_an_original_that_runs_only_at_batch_one_is_run_at_batch_one_and_the_rep
         helper.make_node("Reshape", ["x", "shape"], ["flat"]),
         helper.make_node("DynamicQuantizeLinear", ["flat"], ["y", "y_scale", "y_zero_point"], name="dql"),
     ]
-    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("y", TensorProto.UINT8, [4]), ("y_scale", TensorProto.FLOAT, []), ("y_zero_point", TensorProto.UINT8, []))]
-    graph = helper.make_graph(nodes, "batch_one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])], outputs, [shape])
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("y", TensorProto.UINT8, [4]),
+                                                                      ("y_scale", TensorProto.FLOAT, []),
+                                                                      ("y_zero_point", TensorProto.UINT8, []))]
+    graph = helper.make_graph(nodes, "batch_one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              outputs, [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     report = verify(model, dql_pass.expand(model)[0])
     assert report.passed, report.format()
     (note,) = report.notes
-    assert note.startswith("ORIGINAL does not run at batch 2 (ORT cannot run ORIGINAL: ") and note.endswith("both models ran at batch 1")
+    assert (note.startswith("ORIGINAL does not run at batch 2 (ORT cannot run ORIGINAL: ")
+            and note.endswith("both models ran at batch 1"))
     assert f"note: {note}" in report.format() and report.to_dict()["notes"] == [note]
     assert report.sites[0].model_level == f"checked on {len(report.input_sets)} input sets"
 
@@ -570,7 +594,8 @@ def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
     """A given input of batch 3 sets the batch of the synthesized ones; the default batch (a name that
     says batch, or a first axis) is 2, other sizes 16."""
     model = ir.from_proto(dql_model(13, rank=2))
-    model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "d1"])) for n in ("a", "b"))
+    model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "d1"]))
+                              for n in ("a", "b"))
     given = input_sets(model, 1, 0, {"a": np.zeros((3, 5), np.float32)}, {})
     assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(2, 5), (3, 5), (3, 5)]
     assert input_sets(model, 1, 0, {}, {})["sample 0"]["b"].shape == (2, 16)
@@ -598,7 +623,8 @@ def _site_size_rewrite(model: onnx.ModelProto, defect: str) -> onnx.ModelProto:
     x = graph.inputs[0]
     if defect == "prefix":
         flat = ir.node("Reshape", [x, constant_node(np.array([-1], np.int64)).outputs[0]])
-        head = ir.node("Slice", [flat.outputs[0], constant_node(np.array([0], np.int64)).outputs[0], constant_node(np.array([256], np.int64)).outputs[0]])
+        head = ir.node("Slice", [flat.outputs[0], constant_node(np.array([0], np.int64)).outputs[0],
+                                 constant_node(np.array([256], np.int64)).outputs[0]])
         extra = [flat.inputs[1].producer(), flat, head.inputs[1].producer(), head.inputs[2].producer(), head]
         first = next(n for n in graph if n.op_type in ("ReduceMin", "ReduceMax"))
         graph.insert_before(first, extra)
@@ -648,9 +674,13 @@ def test_a_size_dependent_defect_fails_at_small_model_shapes():
 
 def _one_op_model(op: str, **attributes) -> onnx.ModelProto:
     """x [batch, 16] -> ``op`` -> DQL."""
-    nodes = [helper.make_node(op, ["x"], ["act"], **attributes), helper.make_node("DynamicQuantizeLinear", ["act"], ["q", "q_scale", "q_zero_point"], name="dql")]
-    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("q", TensorProto.UINT8, ["batch", 16]), ("q_scale", TensorProto.FLOAT, []), ("q_zero_point", TensorProto.UINT8, []))]
-    graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])], outputs)
+    nodes = [helper.make_node(op, ["x"], ["act"], **attributes),
+             helper.make_node("DynamicQuantizeLinear", ["act"], ["q", "q_scale", "q_zero_point"], name="dql")]
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in (("q", TensorProto.UINT8, ["batch", 16]),
+                                                                      ("q_scale", TensorProto.FLOAT, []),
+                                                                      ("q_zero_point", TensorProto.UINT8, []))]
+    graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -714,7 +744,8 @@ def test_a_proto_whose_external_data_is_not_loaded_is_refused(tmp_path, monkeypa
 
 
 def test_an_ir_model_keeps_its_external_constant_attributes(tmp_path):
-    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(16, dtype=np.float32), "c_value"))
+    const = helper.make_node("Constant", [], ["c"],
+                             value=numpy_helper.from_array(np.arange(16, dtype=np.float32), "c_value"))
     model = _one_op_model("Identity")
     model.graph.node.insert(0, const)
     model.graph.node[1].CopyFrom(helper.make_node("Add", ["x", "c"], ["act"]))
@@ -809,17 +840,22 @@ def test_an_unused_copy_of_an_if_does_not_stand_in_for_the_used_one():
     makes the graph outputs. The live branch holds the site's names: it is checked, and fails."""
     branch = helper.make_graph(
         [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dql")], "then", [],
-        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("y", TensorProto.UINT8, ["n"]), ("s", TensorProto.FLOAT, []),
+        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("y", TensorProto.UINT8, ["n"]),
+                                                                ("s", TensorProto.FLOAT, []),
                                                                  ("z", TensorProto.UINT8, []))])
     other = helper.make_graph(
-        [helper.make_node("Cast", ["x"], ["y2"], to=TensorProto.UINT8), helper.make_node("Constant", [], ["s2"], value_float=1.0),
+        [helper.make_node("Cast", ["x"], ["y2"], to=TensorProto.UINT8),
+         helper.make_node("Constant", [], ["s2"], value_float=1.0),
          helper.make_node("Constant", [], ["z2"], value=numpy_helper.from_array(np.uint8(0)))], "else", [],
-        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("y2", TensorProto.UINT8, ["n"]), ("s2", TensorProto.FLOAT, []),
+        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("y2", TensorProto.UINT8, ["n"]),
+                                                                ("s2", TensorProto.FLOAT, []),
                                                                  ("z2", TensorProto.UINT8, []))])
     node = helper.make_node("If", ["c"], ["a", "b", "d"], name="if", then_branch=branch, else_branch=other)
     model = helper.make_model(helper.make_graph(
-        [node], "if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("a", TensorProto.UINT8, ["n"]), ("b", TensorProto.FLOAT, []),
+        [node], "if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                       helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("a", TensorProto.UINT8, ["n"]),
+                                                                ("b", TensorProto.FLOAT, []),
                                                                  ("d", TensorProto.UINT8, []))]),
         opset_imports=[helper.make_opsetid("", 13)])
     rewritten = ir.from_proto(dql_pass.expand(model, variant="arithmetic")[0])
@@ -888,7 +924,8 @@ def _sequence_input_model() -> onnx.ModelProto:
     ]
     graph = helper.make_graph(
         nodes, "sequence_in", [helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, ["n"])],
-        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("y", TensorProto.UINT8, ["n"]), ("y_scale", TensorProto.FLOAT, []),
+        [helper.make_tensor_value_info(n, t, d) for n, t, d in (("y", TensorProto.UINT8, ["n"]),
+                                                                ("y_scale", TensorProto.FLOAT, []),
                                                                  ("y_zero_point", TensorProto.UINT8, []))],
         [numpy_helper.from_array(np.int64(0), "zero")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -898,7 +935,8 @@ def test_an_input_that_cannot_be_synthesized_leaves_the_model_level_not_checked(
     model = _sequence_input_model()
     report = verify(model, dql_pass.expand(model)[0])
     assert report.verdict == "INCOMPLETE" and report.exit_code == 1, report.format()
-    assert "cannot synthesize model input 'xs'" in report.model_not_checked and "give it in inputs" in report.model_not_checked
+    assert ("cannot synthesize model input 'xs'" in report.model_not_checked
+            and "give it in inputs" in report.model_not_checked)
     assert _row(report, "dql").cases > 0 and _row(report, "dql").model_level.startswith("not checked in the models")
 
 

@@ -35,7 +35,8 @@ def test_a_rewrite_with_orts_bits_passes_where_original_on_the_runtime_differs()
     assert report.verdict == "PASS", report.format()
     assert report.from_ort[0].identical
     assert any(note.startswith("final output 'y': ORIGINAL on openvino differs from ORT: ")
-               and note.endswith("REWRITTEN on openvino is bit-identical to ORT") for note in report.notes), report.notes
+               and note.endswith("REWRITTEN on openvino is bit-identical to ORT")
+               for note in report.notes), report.notes
 
 
 def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():
@@ -46,7 +47,7 @@ def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():
     assert not any("bit-identical to ORT" in note for note in report.notes)
 
 
-# --- a known difference excuses the outputs it names, and only those ----------------------------------------------------
+# --- a known difference excuses the outputs it names, and only those --------------------------------------------------
 
 _INFINITE = next(d for d in runtimes.get("mnn").known_differences if d.inputs == "infinite")
 
@@ -87,7 +88,8 @@ class _Corrupting(runtimes.Runtime):
 def _verify_on(monkeypatch, output: str):
     monkeypatch.setitem(runtimes.RUNTIMES, "corrupting", _Corrupting(output))
     original = helpers.dql_model(21)
-    return dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0], runtime="corrupting")
+    return dql_pass.verify(original, dql_pass.expand(original, variant="arithmetic", runtime=None)[0],
+                           runtime="corrupting")
 
 
 def test_mnns_infinite_difference_does_not_name_y_scale():
@@ -131,7 +133,8 @@ class _Slow(runtimes.Runtime):
     variant = "arithmetic"
 
     def _load(self, model, *, threads: int, optimize: str) -> runtimes.Session:
-        raise runtimes.RuntimeTimeout("a timeout: slow gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+        raise runtimes.RuntimeTimeout("a timeout: slow gave no answer within 60 s; "
+                                      "--runtime-timeout SECONDS gives it longer")
 
 
 def test_a_runtime_that_times_out_leaves_verify_incomplete_not_failed(monkeypatch):

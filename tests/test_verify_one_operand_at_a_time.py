@@ -42,7 +42,8 @@ def test_integer_inputs_are_drawn_in_their_own_type():
 def test_input_sets_are_made_when_asked_for_with_the_same_values_each_time(monkeypatch):
     made = []
     synthesize = synthesis._synthesize
-    monkeypatch.setattr(synthesis, "_synthesize", lambda value, *args: made.append(value.name) or synthesize(value, *args))
+    monkeypatch.setattr(synthesis, "_synthesize",
+                        lambda value, *args: made.append(value.name) or synthesize(value, *args))
     sets = input_sets(_product(), 3, 0, {}, {})
     assert made == [] and list(sets) == ["sample 0", "sample 1", "sample 2"]
     last = sets["sample 2"]  # the sets before it are drawn to reach its generator state, then dropped

@@ -40,7 +40,8 @@ def _model(nodes, inputs, outputs, constants, opset=OPSET) -> onnx.ModelProto:
 
 def _rows(original: onnx.ModelProto, rewritten: onnx.ModelProto) -> dict[str, object]:
     """The lowered sites' rows, checked on ORT."""
-    return {row.name.split()[0]: row for row in check_lowered(ir.from_proto(original), ir.from_proto(rewritten), 0, ORT)}
+    return {row.name.split()[0]: row
+            for row in check_lowered(ir.from_proto(original), ir.from_proto(rewritten), 0, ORT)}
 
 
 # --- past 2^24 -------------------------------------------------------------------------------------------------
@@ -78,7 +79,8 @@ def _unchunked(model: onnx.ModelProto) -> onnx.ModelProto:
     else:
         nodes.append(helper.make_node("Cast", [w], ["wf"], to=F))
     op = "MatMul" if node.op_type == "MatMulInteger" else "Conv"
-    nodes += [helper.make_node(op, ["as", "wf"], ["yf"], **{a.name: helper.get_attribute_value(a) for a in node.attribute}),
+    nodes += [helper.make_node(op, ["as", "wf"], ["yf"],
+                               **{a.name: helper.get_attribute_value(a) for a in node.attribute}),
               helper.make_node("Cast", ["yf"], [node.output[0]], to=I32)]
     inputs = [(i.name, i.type.tensor_type.elem_type, None) for i in model.graph.input]
     return _model(nodes, inputs, [(node.output[0], I32, None)], constants)
@@ -182,7 +184,8 @@ ROUNDING = {  # (op, shape, scale, zero point, axis, wrong lowerings)
     "DQ 1": ("DequantizeLinear", [1], 0.37, S8_ZP, 0, ["folded"]),
     "DQ scalar": ("DequantizeLinear", [], 0.37, S8_ZP, 0, ["folded"]),
     "DQ 2 per axis": ("DequantizeLinear", [2], [0.1, 0.3], np.array([3, 200], np.uint8), 0, DEQUANTIZE),
-    "DQ 48 per axis": ("DequantizeLinear", [4, 3, 4], [0.5, 0.1, 0.3], np.array([128, 7, 250], np.uint8), 1, DEQUANTIZE),
+    "DQ 48 per axis": ("DequantizeLinear", [4, 3, 4], [0.5, 0.1, 0.3], np.array([128, 7, 250], np.uint8), 1,
+                       DEQUANTIZE),
 }
 
 
@@ -305,7 +308,8 @@ def test_a_lowering_of_a_type_no_operands_are_made_for_is_not_checked_and_says_s
     original.graph.initializer.append(helper.make_tensor("zp", TensorProto.INT4, [], [1]))
     nodes = [helper.make_node("Cast", ["x"], ["xf"], to=F), helper.make_node("Sub", ["xf", "one"], ["d"]),
              helper.make_node("Mul", ["d", "s"], ["y"])]
-    lowered = _model(nodes, [("x", TensorProto.INT4, [8])], [("y", F, None)], {"s": np.float32(0.5), "one": np.float32(1)})
+    lowered = _model(nodes, [("x", TensorProto.INT4, [8])], [("y", F, None)],
+                     {"s": np.float32(0.5), "one": np.float32(1)})
     (row,) = _rows(original, lowered).values()
     assert not row.passed and "int4" in row.not_reachable, row
 
@@ -319,7 +323,8 @@ def test_the_reference_sums_exactly_in_float64_as_in_int64():
     assert np.array_equal(reference.matmul_integer(a, b, np.uint8(1), np.int8(-3)), exact.astype(np.int32))
     x, w = a.reshape(3, 275, 2, 2), b.T.reshape(4, 275, 2, 2)
     windows = (x.astype(np.int64) - 1).reshape(3, -1) @ (w.astype(np.int64) + 3).reshape(4, -1).T
-    assert np.array_equal(reference.conv_integer(x, w, np.uint8(1), np.int8(-3)).reshape(3, 4), windows.astype(np.int32))
+    assert np.array_equal(reference.conv_integer(x, w, np.uint8(1), np.int8(-3)).reshape(3, 4),
+                          windows.astype(np.int32))
 
 
 def _per_row(chunks) -> onnx.ModelProto:
@@ -330,7 +335,8 @@ def _per_row(chunks) -> onnx.ModelProto:
     constants = {"zf": np.array([[0], [255], [7]], np.float32)}
     parts = []
     for k, (start, stop) in enumerate(chunks):
-        constants.update({f"s{k}": np.array([start]), f"e{k}": np.array([stop]), f"x{k}": np.array([-1]), f"b{k}": b[start:stop]})
+        constants.update({f"s{k}": np.array([start]), f"e{k}": np.array([stop]), f"x{k}": np.array([-1]),
+                          f"b{k}": b[start:stop]})
         nodes += [helper.make_node("Slice", ["as", f"s{k}", f"e{k}", f"x{k}"], [f"a{k}"]),
                   helper.make_node("MatMul", [f"a{k}", f"b{k}"], [f"p{k}"]),
                   helper.make_node("Cast", [f"p{k}"], [f"i{k}"], to=I32)]
@@ -383,7 +389,7 @@ def test_a_dequantized_weight_folded_into_a_float_constant_is_checked_and_the_mo
     assert row.cases == 1 and row.mismatches == off and row.not_reachable is None, report.format()
 
 
-# --- empty operands ------------------------------------------------------------------------------------------------------
+# --- empty operands ---------------------------------------------------------------------------------------------------
 
 def _empty_product(op: str, a_shape: list[int], b_shape: list[int]) -> onnx.ModelProto:
     return _model([helper.make_node(op, ["a", "b"], ["y"], name="product")], [("a", U8, a_shape)],
@@ -441,6 +447,7 @@ def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_
     for b, b_zp in ((rng.integers(-128, 128, (37, 5)).astype(np.int8), rng.integers(-128, 128, 5).astype(np.int8)),
                     (rng.integers(-128, 128, 37).astype(np.int8), np.int8(-128)),
                     (rng.integers(-128, 128, (2, 37, 5)).astype(np.int8), None)):
-        plain = (a.astype(np.int64) - int(a_zp)) @ (b.astype(np.int64) - np.asarray(0 if b_zp is None else b_zp, np.int64))
+        plain = (a.astype(np.int64) - int(a_zp)) @ (
+            b.astype(np.int64) - np.asarray(0 if b_zp is None else b_zp, np.int64))
         actual = reference.matmul_integer(a, b, np.asarray(a_zp), None if b_zp is None else np.asarray(b_zp))
         assert actual.dtype == np.int32 and np.array_equal(actual, plain)

@@ -37,7 +37,8 @@ def _evil(folder) -> None:
     ("tract", "onnxruntime", 13),  # tract lacks QuantizeLinear with a computed scale: a known difference
     ("onnxruntime", "onnx-reference", 28),  # ORT lacks QuantizeLinear-28: held to onnx.reference instead
 ])
-def test_a_known_difference_does_not_excuse_a_model_that_cannot_run_as_onnx_defines_it(tmp_path, runtime, policy, opset):
+def test_a_known_difference_does_not_excuse_a_model_that_cannot_run_as_onnx_defines_it(tmp_path, runtime, policy,
+                                                                                       opset):
     path = tmp_path / "dql"
     suites.generate_suite(path, opsets=(opset,), forms=("quantizelinear",), names=("spec_example",), zero_range=policy)
     [entry] = json.loads((path / suites.MANIFEST).read_text())["cases"]
@@ -73,7 +74,8 @@ _LONG = "the plugin's reason, " * 40 + "and its cause last"
 
 
 def _refusing(runtime_class, monkeypatch, inputs: set[str]) -> None:
-    """``runtime_class`` refuses, with a reason longer than 300 characters, the models whose first input is in ``inputs``."""
+    """``runtime_class`` refuses, with a reason longer than 300 characters, the models whose first input is
+    in ``inputs``."""
     load = runtime_class._load
 
     def refusing(self, model, **options):
@@ -166,7 +168,8 @@ def test_a_kept_node_whose_constant_or_attribute_changed_fails_whatever_the_inpu
     assert any(named in d for d in report.kept_differences)
     where = "function local::Product" if function else "main"
     if "weight_change" in change:
-        assert any(d.startswith(f"MatMulInteger 'matmul' in {where}: input 1 ('W') differs in 1 of 24") for d in report.kept_differences)
+        assert any(d.startswith(f"MatMulInteger 'matmul' in {where}: input 1 ('W') differs in 1 of 24")
+                   for d in report.kept_differences)
         assert any(d.startswith(f"Constant 'weights' in {where}: attribute 'value'") for d in report.kept_differences)
     assert "kept node changed: " in report.format()
 
@@ -239,7 +242,8 @@ def _failing_runs(runtime_class, monkeypatch, first_input: str) -> None:
 
 
 @pytest.mark.parametrize("first_input", ["input0", "x"])
-def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(conv_for_openvino, monkeypatch, first_input):
+def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(conv_for_openvino, monkeypatch,
+                                                                             first_input):
     original, lowered = conv_for_openvino
     _failing_runs(OpenVino, monkeypatch, first_input)
     report = dql_pass.verify(original, lowered, runtime="openvino")
@@ -268,5 +272,5 @@ def test_a_kept_node_changed_in_a_subgraph_fails():
     assert dql_pass.verify(original, original).verdict == "PASS"
     report = dql_pass.verify(original, _with_branch_constant(3.0))
     assert all(o.identical for o in report.outputs) and report.verdict == "FAIL"
-    assert report.kept_differences == ["Constant 'else_c' in main/if.else_branch: attribute 'value_float' is 2.0 in ORIGINAL "
-                                       "and 3.0 in REWRITTEN"]
+    assert report.kept_differences == ["Constant 'else_c' in main/if.else_branch: attribute 'value_float' is 2.0 "
+                                       "in ORIGINAL and 3.0 in REWRITTEN"]

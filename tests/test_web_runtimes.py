@@ -28,7 +28,8 @@ from dql_pass.runtimes import web
 
 _F = np.float32
 WEB = ["webgpu", "wasm"]
-needs_browser = pytest.mark.skipif(web.missing() is not None, reason=f"the web runtimes are not set up: {web.missing()}")
+needs_browser = pytest.mark.skipif(web.missing() is not None,
+                                   reason=f"the web runtimes are not set up: {web.missing()}")
 # A few of each kind the catalogue has, of rank 1 (a browser and a model load per rank): ties,
 # reciprocal traps, zeros, an empty tensor, a subnormal scale, infinities, random values.
 SUBSET = ("spec_example", "tie_zero_point_odd", "tie_reciprocal_trap", "zeros", "empty", "subnormal_scale",
@@ -119,15 +120,18 @@ def _loop_model() -> onnx.ModelProto:
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond"], ["cond_out"]), helper.make_node("Add", ["v", "one"], ["v_out"])],
         "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
          helper.make_tensor_value_info("v", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1])],
         [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
     )
     return _model(
         helper.make_node("Constant", [], ["true"], value=helper.make_tensor("true", TensorProto.BOOL, [], [True])),
         helper.make_node("Loop", ["n", "true", "x"], ["y"], body=body),
-        inputs=[helper.make_tensor_value_info("n", TensorProto.INT64, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        inputs=[helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
 
@@ -175,7 +179,8 @@ def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser(monkeypat
             started.append(self)
 
     monkeypatch.setattr(web, "Browser", Recorded)
-    model = _model(helper.make_node("NoSuchOp", ["x"], ["y"]), inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+    model = _model(helper.make_node("NoSuchOp", ["x"], ["y"]),
+                   inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                    outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     with pytest.raises(runtimes.RuntimeFailure, match="NoSuchOp"):
         runtimes.get("wasm").load(model)
@@ -275,18 +280,20 @@ def test_the_cost_of_an_inference_is_a_dispatch_per_gpu_kernel_and_a_readback_pe
     model = onnx.load("models/mlp_dynamic.onnx")
     feeds = {"input": np.random.default_rng(0).standard_normal((2, 64), _F)}
     costs = {}
-    for form, form_model in [("original", model), ("portable", dql_pass.expand(model, variant="portable", runtime=None)[0])]:
+    for form, form_model in [("original", model),
+                             ("portable", dql_pass.expand(model, variant="portable", runtime=None)[0])]:
         cost = costs[form] = runtimes.get("webgpu").cost(form_model, feeds)
         gpu = [node.split(" ")[0] for node in cost.placement["WebGpuExecutionProvider"]]
         launching = [op_type for op_type in gpu if op_type not in (*web.COPIES, *web.WebGpu.no_dispatch)]
         assert cost.inference.dispatches == len(launching), form
         assert cost.inference.readbacks == gpu.count("MemcpyToHost") + len(model.graph.output), form
-        assert cost.inference.readbacks <= cost.inference.submits <= cost.inference.dispatches + cost.inference.readbacks
+        assert (cost.inference.readbacks <= cost.inference.submits
+                <= cost.inference.dispatches + cost.inference.readbacks)
         assert cost.creation.dispatches == 0  # loading uploads the weights, it runs no kernel
     assert costs["original"].nodes == {"WebGpuExecutionProvider": 15, "CPUExecutionProvider": 6}
     assert costs["portable"].nodes["CPUExecutionProvider"] == 3  # the MatMulInteger
     assert costs["portable"].inference.dispatches > costs["original"].inference.dispatches + 3 * 90
-# --- a timeout is a timeout ---------------------------------------------------------------------------------------------
+# --- a timeout is a timeout -------------------------------------------------------------------------------------------
 
 class _Silent:
     """A browser that starts and never answers a page: every evaluation times out."""
@@ -297,7 +304,8 @@ class _Silent:
         self.console = []
 
     def evaluate(self, expression, *, timeout=60):
-        raise web.browser.BrowserTimeout(f"no answer from the browser within {timeout:g} s to Runtime.evaluate; it was stopped")
+        raise web.browser.BrowserTimeout(f"no answer from the browser within {timeout:g} s to Runtime.evaluate; "
+                                         "it was stopped")
 
     def alive(self):
         return True
@@ -312,13 +320,16 @@ def test_a_browser_that_does_not_answer_in_time_is_a_timeout_naming_the_option_t
     monkeypatch.setattr(runtimes.get("webgpu"), "timeout", 0.5)
     with pytest.raises(runtimes.RuntimeTimeout) as raised:
         runtimes.get("webgpu").load(one_node_model(["n"], 21))
-    assert str(raised.value) == "a timeout: webgpu gave no answer within 0.5 s; --runtime-timeout SECONDS gives it longer"
+    assert str(raised.value) == ("a timeout: webgpu gave no answer within 0.5 s; "
+                                 "--runtime-timeout SECONDS gives it longer")
 
 
-def test_lower_for_a_runtime_that_times_out_notes_it_unchecked_and_does_not_say_it_blocks(tmp_path, monkeypatch, capsys):
+def test_lower_for_a_runtime_that_times_out_notes_it_unchecked_and_does_not_say_it_blocks(tmp_path, monkeypatch,
+                                                                                          capsys):
     from dql_pass import cli
 
-    timeout = runtimes.RuntimeTimeout("a timeout: webgpu gave no answer within 60 s; --runtime-timeout SECONDS gives it longer")
+    timeout = runtimes.RuntimeTimeout("a timeout: webgpu gave no answer within 60 s; "
+                                      "--runtime-timeout SECONDS gives it longer")
 
     def load(model, *, threads, optimize):
         raise timeout
@@ -346,6 +357,7 @@ def test_the_runtime_timeout_option_sets_the_runtimes_limit(tmp_path, monkeypatc
 
     monkeypatch.setattr(runtimes.get("wasm"), "_load", load)
     model = os.path.join(os.path.dirname(__file__), "..", "models", "relu_dql.onnx")
-    assert cli.main(["lower", model, "-o", str(tmp_path / "l.onnx"), "--target", "wasm", "--runtime-timeout", "2.5"]) == 0
+    assert cli.main(["lower", model, "-o", str(tmp_path / "l.onnx"), "--target", "wasm", "--runtime-timeout",
+                     "2.5"]) == 0
     assert seen == [2.5]
     assert cli.main(["lower", model, "-o", str(tmp_path / "l.onnx"), "--target", "wasm", "--runtime-timeout", "0"]) == 2
