@@ -493,8 +493,14 @@ def test_without_a_one_step_swap_the_two_renames_still_leave_a_whole_suite(small
         rename(source, target)
 
     monkeypatch.setattr(os, "rename", failing)
-    with pytest.raises(KeyboardInterrupt if failure == "interrupt" else InputError):
-        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    # Python's own SIGINT handler, as in a terminal: a background job or a pytest-xdist worker starts
+    # with SIGINT ignored, and an ignored signal stays ignored (dql_pass.interrupts).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt if failure == "interrupt" else InputError):
+            suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     new = ["test_dynamicquantizelinear_rank_0_opset13"]
     assert _suite_folders(small_suite) == (new if failure == "interrupt" else old)
     assert sorted(p.name for p in small_suite.parent.iterdir()) == ["dql"]
