@@ -445,8 +445,9 @@ def test_list_targets_is_one_line_per_target_on_every_command_that_takes_one(cap
     assert len(lines) < len(runtimes.RUNTIMES) + len(runtimes.ELSEWHERE) + 4 and max(map(len, lines)) < 250
 
 
-def test_list_targets_with_v_gives_every_reason(capsys):
-    assert main(["expand", "-v", "--list-targets"]) == 0
+@pytest.mark.parametrize("argv", [["expand", "-v", "--list-targets"], ["lower", "--list-targets", "-v"]])
+def test_list_targets_with_v_gives_every_reason(capsys, argv):
+    assert main(argv) == 0
     out = capsys.readouterr().out
     for name, runtime in runtimes.RUNTIMES.items():
         assert f"\n{name}:\n" in out
