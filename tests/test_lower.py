@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 
 import collections
+import warnings
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+
 import pytest
 from helpers import MODELS, assert_outputs_bits_equal, digest, installed, sample
 from onnx import TensorProto, helper, numpy_helper
@@ -567,6 +569,16 @@ def test_a_model_written_in_a_text_form_is_read_back_by_every_command(tmp_path, 
     dql_pass.fuse_file(written, tmp_path / "fused.onnx")
     assert dql_pass.verify(source, written, samples=1).passed
     assert main(["-q", "verify", str(source), str(written), "--samples", "1"]) == 0
+
+
+def test_reading_an_onnxtxt_model_warns_nothing(tmp_path, capsys):
+    """onnx warns that onnxtxt is experimental on every read; dql_pass checks the file and says nothing of it."""
+    written = tmp_path / "w.onnxtxt"
+    dql_pass.lower_file(MODELS / "mlp_dynamic.onnx", written)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dql_pass.fuse_file(written, tmp_path / "fused.onnx")
+    assert [str(w.message) for w in caught if "onnxtxt" in str(w.message)] == []
 
 
 def test_a_broken_text_form_is_one_clear_line(tmp_path, capsys):
