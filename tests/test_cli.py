@@ -135,6 +135,16 @@ def test_unwritable_output_leaves_nothing(tmp_path, capsys, target):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["existing_dir", "m.onnx"]
 
 
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_closed_standard_stream_leaves_the_other_reporting_and_the_exit_code_true(closed):
+    """A parent may start the command with stdout or stderr closed (`2>&-`): Python then has no stream for it."""
+    run = subprocess.run([sys.executable, "-m", "dql_pass", "verify", str(MODELS / "mlp_dynamic.onnx"),
+                          str(MODELS / "mlp_dynamic.onnx"), "--samples", "1"],
+                         capture_output=True, text=True, check=False, preexec_fn=lambda: os.close(closed))
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    assert ("PASS" in run.stdout) == (closed == 2), run.stdout
+
+
 def test_no_traceback_from_a_real_process(tmp_path):
     run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "nope.onnx"), "-o",
                           str(tmp_path / "o.onnx")], capture_output=True, text=True, check=False)
