@@ -414,8 +414,9 @@ def test_report_names_each_proof_and_what_the_target_lacks(monkeypatch):
     proofs = {n.node: n.proof for n in report.lowered}
     assert proofs["MatMul1_quant"] == "single float32 (bound 555,645 <= 2^24, constant weights)"
     assert proofs["input_QuantizeLinear"] == f"expanded, variant {runtimes.get('reference').variant}"
-    assert report.lacking == ["Relu-6 does not run on reference (test): no Relu here"]
-    assert "still blocks reference: Relu-6" in report.format()
+    assert [(lack.op_type, lack.since_version) for lack in report.lacking] == [("Relu", 6)]
+    assert "still blocks reference: Relu-6 does not run on reference (test): no Relu here" in report.format()
+    assert report.to_dict()["lacking"] == ["Relu-6 does not run on reference (test): no Relu here"]
 
 
 def test_weights_only_the_lowered_nodes_read_are_dropped():
