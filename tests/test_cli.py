@@ -135,6 +135,16 @@ def test_unwritable_output_leaves_nothing(tmp_path, capsys, target):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["existing_dir", "m.onnx"]
 
 
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_closed_standard_stream_leaves_the_other_reporting_and_the_exit_code_true(closed):
+    """A parent may start the command with stdout or stderr closed (`2>&-`): Python then has no stream for it."""
+    run = subprocess.run([sys.executable, "-m", "dql_pass", "verify", str(MODELS / "mlp_dynamic.onnx"),
+                          str(MODELS / "mlp_dynamic.onnx"), "--samples", "1"],
+                         capture_output=True, text=True, check=False, preexec_fn=lambda: os.close(closed))
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    assert ("PASS" in run.stdout) == (closed == 2), run.stdout
+
+
 def test_no_traceback_from_a_real_process(tmp_path):
     run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "nope.onnx"), "-o",
                           str(tmp_path / "o.onnx")], capture_output=True, text=True, check=False)
@@ -445,8 +455,9 @@ def test_list_targets_is_one_line_per_target_on_every_command_that_takes_one(cap
     assert len(lines) < len(runtimes.RUNTIMES) + len(runtimes.ELSEWHERE) + 4 and max(map(len, lines)) < 250
 
 
-def test_list_targets_with_v_gives_every_reason(capsys):
-    assert main(["expand", "-v", "--list-targets"]) == 0
+@pytest.mark.parametrize("argv", [["expand", "-v", "--list-targets"], ["lower", "--list-targets", "-v"]])
+def test_list_targets_with_v_gives_every_reason(capsys, argv):
+    assert main(argv) == 0
     out = capsys.readouterr().out
     for name, runtime in runtimes.RUNTIMES.items():
         assert f"\n{name}:\n" in out

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 
 import collections
+import warnings
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+
 import pytest
 from helpers import MODELS, assert_outputs_bits_equal, digest, installed, sample
 from onnx import TensorProto, helper, numpy_helper
@@ -412,8 +414,9 @@ def test_report_names_each_proof_and_what_the_target_lacks(monkeypatch):
     proofs = {n.node: n.proof for n in report.lowered}
     assert proofs["MatMul1_quant"] == "single float32 (bound 555,645 <= 2^24, constant weights)"
     assert proofs["input_QuantizeLinear"] == f"expanded, variant {runtimes.get('reference').variant}"
-    assert report.lacking == ["Relu-6 does not run on reference (test): no Relu here"]
-    assert "still blocks reference: Relu-6" in report.format()
+    assert [(lack.op_type, lack.since_version) for lack in report.lacking] == [("Relu", 6)]
+    assert "still blocks reference: Relu-6 does not run on reference (test): no Relu here" in report.format()
+    assert report.to_dict()["lacking"] == ["Relu-6 does not run on reference (test): no Relu here"]
 
 
 def test_weights_only_the_lowered_nodes_read_are_dropped():
@@ -567,6 +570,16 @@ def test_a_model_written_in_a_text_form_is_read_back_by_every_command(tmp_path, 
     dql_pass.fuse_file(written, tmp_path / "fused.onnx")
     assert dql_pass.verify(source, written, samples=1).passed
     assert main(["-q", "verify", str(source), str(written), "--samples", "1"]) == 0
+
+
+def test_reading_an_onnxtxt_model_warns_nothing(tmp_path, capsys):
+    """onnx warns that onnxtxt is experimental on every read; dql_pass checks the file and says nothing of it."""
+    written = tmp_path / "w.onnxtxt"
+    dql_pass.lower_file(MODELS / "mlp_dynamic.onnx", written)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dql_pass.fuse_file(written, tmp_path / "fused.onnx")
+    assert [str(w.message) for w in caught if "onnxtxt" in str(w.message)] == []
 
 
 def test_a_broken_text_form_is_one_clear_line(tmp_path, capsys):

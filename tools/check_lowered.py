@@ -66,7 +66,7 @@ def check(runtime: str, model: onnx.ModelProto) -> str:
     except dql_pass.InputError as error:  # the target cannot load its variant at the model's opset
         return f"refused: {error}"
     if report.lacking:
-        return "refused: lacks " + "; ".join(report.lacking)
+        return "refused: lacks " + "; ".join(lack.describe() for lack in report.lacking)
     expected = runtimes.get("onnxruntime").load_exact(model, threads=1, optimize="basic")
     try:
         session = runtimes.get(runtime).load(lowered, threads=1, optimize="basic")

@@ -13,8 +13,8 @@ from dql_pass.cli.values import opsets, runtime_name, seconds, whole_number
 
 _TARGET = "; see `dql-pass expand --list-targets` for the runtimes"
 _LIST_TARGETS = ("print one line per target (its variant, lower's weights, whether it is installed, what it "
-                 "lacks, where it still differs) and the runtimes without an adapter, and exit; with -v before it, "
-                 "each reason too")
+                 "lacks, where it still differs) and the runtimes without an adapter, and exit; with -v, each reason "
+                 "too (what else follows it is not read)")
 _ZERO_RANGE = "the scale of an all-zero or empty input: 1.0 (onnxruntime, default) or 1/255 (onnx-reference)"
 _SHARE = ("an output in the input's folder refers to the input's external data files instead of copying "
           "what it keeps into its own (fast for large models; the output then needs those files). "
@@ -25,13 +25,17 @@ _VERIFY = "run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds 
 
 
 class _ListTargets(argparse.Action):
+    """Lists the targets and exits before the input and -o are asked for; it takes the rest of the line, so that
+    a -v after it counts as one before it does."""
+
     def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+        super().__init__(option_strings, dest, nargs=argparse.REMAINDER, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
         from dql_pass.runtimes.listing import format_targets
 
-        print(format_targets(getattr(namespace, "verbose", False)))
+        verbose = getattr(namespace, "verbose", False) or any(value in ("-v", "--verbose") for value in values)
+        print(format_targets(verbose))
         parser.exit(0)
 
 

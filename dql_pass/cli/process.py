@@ -140,6 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupts.report(interrupt)
 
 
+def _open_closed_streams() -> None:
+    """A standard stream the parent closed is None in Python, and the first write to it would end the command
+    with exit 1 and nothing said: it writes to the null device instead, and the other stream still reports."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
+
+
 def run() -> None:
     """Run the command of ``sys.argv`` and end the process (:mod:`dql_pass.__main__` loads it)."""
     # A short-lived process that builds large graphs: the cyclic GC would only rescan them, and
@@ -150,6 +158,7 @@ def run() -> None:
             # Die quietly when the reader goes away (`| head`), as command-line tools do.
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         interrupts.install()
+        _open_closed_streams()
         code = main()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -8,7 +8,7 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "save_model",
+__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "read_model", "save_model",
            "shared_data_files"]
 
 import contextlib
@@ -16,6 +16,8 @@ import errno
 import math
 import os
 import stat
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -83,7 +85,7 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     except onnx.checker.ValidationError as error:
         raise InputError(f"{path}: not a valid ONNX model: {one_line(error)}") from None
     try:
-        model = _read(path)
+        model = read_model(path)
     except Exception as error:  # a file the checker accepted but onnx_ir cannot read
         raise InputError(f"{path}: cannot load the model: {one_line(error)}") from None
     _check_external_files(model, path)
@@ -104,17 +106,28 @@ def _check(path: Path) -> None:
         onnx.checker.check_model(os.fspath(path), full_check=True)  # from the path: a model past 2 GiB too
         return
     try:
-        proto = onnx.load_model(path, format=form, load_external_data=False)
+        with _quiet_onnxtxt():
+            proto = onnx.load_model(path, format=form, load_external_data=False)
     except Exception as error:  # protobuf's or onnx's parser: each its own error type
         raise InputError(f"{path}: not a valid ONNX model in the {form} form: {one_line(error)}") from None
     onnx.checker.check_model(proto, full_check=True)
 
 
-def _read(path: Path) -> ir.Model:
-    model = ir.load(path)
+@contextlib.contextmanager
+def _quiet_onnxtxt() -> Iterator[None]:
+    """onnx warns that the onnxtxt form is experimental on every read of one; the file is checked all the same."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The onnxtxt format is experimental", UserWarning)
+        yield
+
+
+def read_model(path: str | os.PathLike) -> ir.Model:
+    """The model at ``path`` as onnx_ir reads it, unchecked, its external data unread (see :func:`load_model`)."""
+    with _quiet_onnxtxt():
+        model = ir.load(path)
     # ir.load sets the folder of the main graph's external tensors only.
     for function in model.functions.values():
-        ir.external_data.set_base_dir(function.graph, path.parent)
+        ir.external_data.set_base_dir(function.graph, Path(path).parent)
     return model
 
 
@@ -128,7 +141,7 @@ def _input_files(model: ir.Model, source: str | os.PathLike) -> set[Path]:
     resolved = Path(source).resolve()
     loaded_from, files = model.meta.get(_LOADED_FROM, (None, None))
     if loaded_from != resolved:
-        files = _data_files(_read(Path(source)))
+        files = _data_files(read_model(source))
     return {resolved, directory_entry(Path(source)), *files}  # a link named as the input is the input too
 
 
@@ -169,8 +182,8 @@ def _may_refer_to(tensor: ir.ExternalTensor, folder: Path, share_data: bool) -> 
 def shared_data_files(path: str | os.PathLike, source: str | os.PathLike) -> list[str]:
     """The data files of the model at ``source`` that the model at ``path`` refers to (written
     with ``share_data``), by their names; the tensors are not read."""
-    written = _data_files(_read(Path(path)))
-    return sorted(Path(file).name for file in written & _data_files(_read(Path(source))))
+    written = _data_files(read_model(path))
+    return sorted(Path(file).name for file in written & _data_files(read_model(source)))
 
 
 # Protobuf parses no message past 2 GiB: a one-file model up to this size stays one file.

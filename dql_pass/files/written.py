@@ -47,9 +47,9 @@ def footprint(path: str | os.PathLike) -> tuple[int, int]:
     """The nodes of the model at ``path`` (every graph and function) and its size on disk with its data files."""
     import onnx_ir as ir
 
-    from dql_pass.files import external_tensors
+    from dql_pass.files import external_tensors, read_model
 
-    model = ir.load(path)  # external data stays unread
+    model = read_model(path)
     roots = (model.graph, *model.functions.values())
     nodes = sum(1 for root in roots for _ in ir.traversal.RecursiveGraphIterator(root))
     files = {os.path.realpath(path)} | {os.path.realpath(tensor.path) for tensor in external_tensors(model)}

@@ -86,7 +86,7 @@ class LowerReport:
     no_blocks: str | None = None  # why blocks were asked for and none kept
     lowered: list[LoweredNode] = dataclasses.field(default_factory=list)
     left_alone: list[UnloweredNode] = dataclasses.field(default_factory=list)
-    lacking: list[str] = dataclasses.field(default_factory=list)
+    lacking: list[runtimes.Lack] = dataclasses.field(default_factory=list)  # of the target, after lowering
 
     def format(self) -> str:
         lines = [f"  {n.op_type} {n.node!r} in {n.graph}: {n.proof}" for n in self.lowered]
@@ -94,12 +94,12 @@ class LowerReport:
         if self.blocks:
             lines.append(f"{self.blocks} DynamicQuantizeLinear sites keep y - y_zero_point in float32 (blocks)")
         lines += [f"no blocks: {self.no_blocks}"] if self.no_blocks else []
-        lines += [f"still blocks {self.target}: {lack}" for lack in self.lacking]
+        lines += [f"still blocks {self.target}: {lack.describe()}" for lack in self.lacking]
         return "\n".join(lines)
 
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "lacking": [lack.describe() for lack in self.lacking]}
 
 
 @dataclasses.dataclass
@@ -232,7 +232,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:
             lacks = runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)
-            report.lacking = [lack.describe() for lack in lacks]
+            report.lacking = lacks
         for item in report.left_alone:
             logger.info("left alone %s %r in %s: %s", item.op_type, item.node, item.graph, item.reason)
         logger.info("lowered %d nodes", len(report.lowered))
