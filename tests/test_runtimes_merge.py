@@ -49,7 +49,7 @@ def test_a_merge_replaces_the_runtimes_measured_and_keeps_the_others_as_they_wer
     assert ort.count(" in the run of ") == 1
     assert "target variant `lean`; measured in 0 s in the run of " in text.split("### webgpu\n", 1)[1]
     assert "target variant `portable`" not in text
-    assert text.endswith("\n" + _FAMILY)
+    assert text.endswith("|\n\n" + _FAMILY)
     assert "`python -m tools.runtimes --quick --runtime webgpu --merge`" in text
     assert "the rows and sections of onnxruntime were kept" in text
     # The UNKNOWN inputs of a kept section still count, and fail the run.

@@ -705,7 +705,7 @@ def render(
     for name in _in_order(measured, kept):
         lines += _details(measured[name], config.opsets, run) if name in measured else kept.sections[name]
     if kept and kept.tail:
-        lines += ["", *kept.tail]
+        lines += [""] * (lines[-1] != "") + kept.tail
     return "\n".join(lines).rstrip() + "\n"
 
 
