@@ -51,7 +51,6 @@ __all__ = ["CONFIGS", "Config", "FormResult", "ModelResult", "Placement", "Runti
 
 import argparse
 import collections
-import contextlib
 import copy
 import dataclasses
 import datetime
@@ -389,7 +388,7 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
     if result.import_error or not runtime.installed():
         return result
     # A browser runtime starts Chromium, onnxruntime-web and the WebGPU device once, not per model.
-    with runtime.recycling() if hasattr(runtime, "recycling") else contextlib.nullcontext():
+    with runtime.recycling():
         _measure_installed(runtime, config, transformer, result)
     result.seconds = time.perf_counter() - began
     return result
