@@ -610,6 +610,7 @@ def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
         report = verify(model, dql_pass.expand(model)[0], samples=samples,
                         inputs={"input_ids": np.zeros((2, 3), np.int64)})
         assert report.passed and report.input_sets == ["given inputs"], report.format()
+        assert " over 1 input set" in report.summary and "1 input sets" not in report.summary
 
 
 def test_inputs_too_large_to_synthesize_are_bad_input(mlp):
