@@ -605,9 +605,12 @@ def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
     model = embedding_model(rows=16)
     with pytest.raises(dql_pass.InputError, match="samples=0 leaves no input set"):
         verify(model, dql_pass.expand(model)[0], samples=0)
-    # Every input given: one set, the given one.
-    report = verify(model, dql_pass.expand(model)[0], samples=0, inputs={"input_ids": np.zeros((2, 3), np.int64)})
-    assert report.passed and report.input_sets == ["given inputs"], report.format()
+    # Every input given: one set, the given one, whatever the samples (the sets would all be the same).
+    for samples in (0, 2):
+        report = verify(model, dql_pass.expand(model)[0], samples=samples,
+                        inputs={"input_ids": np.zeros((2, 3), np.int64)})
+        assert report.passed and report.input_sets == ["given inputs"], report.format()
+        assert " over 1 input set" in report.summary and "1 input sets" not in report.summary
 
 
 def test_inputs_too_large_to_synthesize_are_bad_input(mlp):

@@ -190,7 +190,7 @@ def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser(monkeypat
 @needs_browser
 def test_the_page_reaches_no_host_but_its_server():
     session = _session("wasm", "native", 1)
-    browser = session._held[0]
+    browser = session._page.browser
     assert browser.evaluate("fetch('/page.mjs').then(r => r.status)") == 200
     assert browser.evaluate("fetch('http://example.com/').then(() => 'reached', () => 'refused')") == "refused"
 
@@ -361,3 +361,47 @@ def test_the_runtime_timeout_option_sets_the_runtimes_limit(tmp_path, monkeypatc
                      "2.5"]) == 0
     assert seen == [2.5]
     assert cli.main(["lower", model, "-o", str(tmp_path / "l.onnx"), "--target", "wasm", "--runtime-timeout", "0"]) == 2
+
+
+@needs_browser
+def test_recycling_hands_a_closed_sessions_browser_to_the_next_and_stops_every_one_on_leaving():
+    runtime = runtimes.get("wasm")
+    x = np.array([-1.0, 0.5, 2.0], _F)
+    with runtime.recycling():
+        first = runtime.load(one_node_model(["n"], 21))
+        expected, pid = first.run({"x": x}), first.browser_pid
+        first.close()
+        with pytest.raises(runtimes.RuntimeFailure, match="closed"):
+            first.run({"x": x})  # the page is the next session's now
+        second = runtime.load(dql_pass.expand(one_node_model(["n"], 21), variant="lean", runtime=None)[0])
+        assert second.browser_pid == pid
+        assert [a.tobytes() for a in second.run({"x": x})] == [e.tobytes() for e in expected]
+        # A page started with the verbose log (placement's) serves placement only: the log is there.
+        placed = runtime.placement(one_node_model(["n"], 21))
+        assert [node.split(" ")[0] for node in placed["CPUExecutionProvider"]] == ["DynamicQuantizeLinear"]
+        assert runtime._idle[True].browser.pid != pid
+        browser = second._page.browser
+        second.close()
+        assert browser.alive()
+    assert not browser.alive() and runtime._idle is None
+
+
+@needs_browser
+def test_recycling_hands_on_no_browser_that_failed():
+    model = _model(
+        helper.make_node("Add", ["x", "w"], ["y"]),
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.arange(3, dtype=_F), "w"))
+    runtime = runtimes.get("wasm")
+    with runtime.recycling():
+        session = runtime.load(model)
+        failed = session._page.browser
+        with pytest.raises(runtimes.RuntimeFailure):
+            session.run({"x": np.ones(4, _F)})  # 4 and 3 do not broadcast
+        session.close()
+        assert not failed.alive()
+        again = runtime.load(model)
+        assert again._page.browser is not failed and again.run({"x": np.ones(3, _F)})[0].tolist() == [1.0, 2.0, 3.0]
+        again.close()

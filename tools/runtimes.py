@@ -2,10 +2,12 @@
 
 Run from the repository root::
 
-    python -m tools.runtimes [--quick] [--out docs/RUNTIMES.md] [--runtime NAME ...]
+    python -m tools.runtimes [--quick] [--out docs/RUNTIMES.md] [--runtime NAME ... [--merge]]
 
-``--runtime`` measures only the runtimes named, and the report has only their rows: RUNTIMES.md is
-one run at one commit, so it is rewritten whole, never merged from runs at different commits.
+``--runtime`` measures only the runtimes named, and the report has only their rows; with ``--merge``
+it keeps the other runtimes' rows and sections of the report ``--out`` holds, as they were written
+(:mod:`tools.runtimes_kept`), and each section names the run (date, commit) it came from: a
+runtime that is not installed here, or slow, is re-measured alone.
 
 What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 
@@ -79,7 +81,7 @@ from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
 from dql_pass.runtimes.web import COPIES, GpuCalls
 from dql_pass.runtimes.web.browser import chromium
-from tools import family_runtimes, harness, models
+from tools import family_runtimes, harness, models, runtimes_kept
 
 logger = logging.getLogger("runtimes")
 T = TypeVar("T")
@@ -89,10 +91,9 @@ NATIVE = "native"
 TARGET = "--target"
 PARTS = ("finite", "±inf", "empty", "independent")
 COMPILERS = ("tinygrad", "tvm", "iree", "litert", "litert-xnnpack")  # build per input shape: fewer independent inputs
-# Runtimes given more than the config's timeout, whose processes start first: the browsers start
-# Chromium and load a model per rank of every form (the catalogue has six ranks) and run on
-# SwiftShader, some ten minutes a runtime; LiteRT converts each input shape in an onnx2tf process
-# of its own (1 to 4 s each, some 200 shapes).
+# Runtimes given more than the config's timeout, whose processes start first: the browsers load a
+# model per rank of every form (the catalogue has six ranks) and run every input on SwiftShader;
+# LiteRT converts each input shape in an onnx2tf process of its own (1 to 4 s each, some 200 shapes).
 SLOWER = {"webgpu": 2, "wasm": 2, "litert": 4, "litert-xnnpack": 4}
 SAMPLE_MODELS = ("mlp_dynamic.onnx", "conv_dynamic.onnx", "opset21_dynamic.onnx", "relu_dql.onnx", "control_flow.onnx")
 # Runtimes without an adapter, and why: measured once by hand, not re-run here (runtime, version, reason).
@@ -210,69 +211,72 @@ def _form_model(form: str, rank: int, opset: int) -> onnx.ModelProto:
     return model if form == NATIVE else dql_pass.expand(model, variant=form, runtime=None)[0]
 
 
-class _Sessions:
-    """One session per rank of a form, loaded on first use; a refusal is kept and given for every input."""
-
-    def __init__(self, runtime: Runtime, form: str, opset: int) -> None:
-        self._runtime, self._form, self._opset = runtime, form, opset
-        self._sessions: dict[int, runtimes.Session | str] = {}
-        self._refusals: dict[tuple[int, ...], tuple[str, int]] = {}  # shape -> last refusal, times in a row
-        self.adapter: str | None = None
-
-    def run(self, x: np.ndarray) -> list[np.ndarray] | str:
-        rank = x.ndim
-        if rank not in self._sessions:
-            try:
-                self._sessions[rank] = self._runtime.load(_form_model(self._form, rank, self._opset))
-                self.adapter = self.adapter or getattr(self._sessions[rank], "adapter", None)
-            except Exception as error:  # noqa: BLE001 - any refusal, an adapter's bug included, is a row
-                self._sessions[rank] = f"does not load: {_line(error)}"
-        session = self._sessions[rank]
-        if isinstance(session, str):
-            return session
-        refusal, times = self._refusals.get(x.shape, ("", 0))
-        if times >= 3:
-            return refusal
+def _run_by_rank(
+    runtime: Runtime, form: str, opset: int, arrays: Sequence[np.ndarray]
+) -> tuple[list[list[np.ndarray] | str], str | None]:
+    """The outputs of each array, or the refusal in one line, and the GPU adapter where the runtime
+    names one. One session per rank, loaded when its first array comes and closed after its last,
+    so that one is open at a time (a web runtime that recycles hands its page to the next); a
+    refusal to load is given for every array of the rank. A shape refused three times running is
+    not run again: the refusal is given for it (a refused compile costs as much as a good one)."""
+    outcomes: list[list[np.ndarray] | str] = [""] * len(arrays)
+    adapter = None
+    for rank in sorted({x.ndim for x in arrays}):
         try:
-            with np.errstate(all="ignore"):
-                outputs = session.run({op.INPUT: x})
-        except Exception as error:  # noqa: BLE001
-            line = f"does not run: {_line(error)}"
-            self._refusals[x.shape] = (line, times + 1 if line == refusal else 1)
-            return line
-        self._refusals.pop(x.shape, None)
-        return outputs
+            session = runtime.load(_form_model(form, rank, opset))
+            adapter = adapter or getattr(session, "adapter", None)
+        except Exception as error:  # noqa: BLE001 - any refusal, an adapter's bug included, is a row
+            session, loading = None, f"does not load: {_line(error)}"
+        refusals: dict[tuple[int, ...], tuple[str, int]] = {}  # shape -> last refusal, times in a row
+        for i, x in enumerate(arrays):
+            if x.ndim != rank:
+                continue
+            if session is None:
+                outcomes[i] = loading
+                continue
+            refusal, times = refusals.get(x.shape, ("", 0))
+            if times >= 3:
+                outcomes[i] = refusal
+                continue
+            try:
+                with np.errstate(all="ignore"):
+                    outcomes[i] = session.run({op.INPUT: x})
+                refusals.pop(x.shape, None)
+            except Exception as error:  # noqa: BLE001
+                outcomes[i] = line = f"does not run: {_line(error)}"
+                refusals[x.shape] = (line, times + 1 if line == refusal else 1)
+        if session is not None and hasattr(session, "close"):
+            session.close()
+    return outcomes, adapter
 
 
 def _measure_form(
     runtime: Runtime, form: str, opset: int, parts: dict[str, list[tuple[str, np.ndarray]]]
 ) -> FormResult:
     result = FormResult()
-    sessions = _Sessions(runtime, form, opset)
+    cases = [(part, name, x) for part, arrays in parts.items() for name, x in arrays]
+    outcomes, result.adapter = _run_by_rank(runtime, form, opset, [x for _, _, x in cases])
     # A refusal of an op the runtime declares it lacks is a known difference, not a surprise.
     lacks = _lacks(runtime, _form_model(form, 1, opset))
-    for part, arrays in parts.items():
-        for name, x in arrays:
-            expected = dynamic_quantize_linear(x, POLICY)
-            actual = sessions.run(x)
-            result.counts[part][1] += 1
-            if isinstance(actual, str):
-                result.failure = result.failure or actual
-                detail = actual
-            else:
-                difference = compare_site(actual, expected)
-                if difference is None:
-                    result.counts[part][0] += 1
-                    continue
-                detail = difference.detail
-            reasons = [lacks] if isinstance(actual, str) and lacks else runtime.differences(x, form, POLICY)
-            for reason in reasons:
-                result.known[reason] += 1
-            if not reasons:
-                # A refusal is one difference whatever the input; wrong bits are told apart by input class.
-                key = actual if isinstance(actual, str) else inputs.describe(inputs.input_classes(x, POLICY))
-                result.unknown.setdefault(key, []).append(f"{name}: {_line(detail)}")
-    result.adapter = sessions.adapter
+    for (part, name, x), actual in zip(cases, outcomes):
+        expected = dynamic_quantize_linear(x, POLICY)
+        result.counts[part][1] += 1
+        if isinstance(actual, str):
+            result.failure = result.failure or actual
+            detail = actual
+        else:
+            difference = compare_site(actual, expected)
+            if difference is None:
+                result.counts[part][0] += 1
+                continue
+            detail = difference.detail
+        reasons = [lacks] if isinstance(actual, str) and lacks else runtime.differences(x, form, POLICY)
+        for reason in reasons:
+            result.known[reason] += 1
+        if not reasons:
+            # A refusal is one difference whatever the input; wrong bits are told apart by input class.
+            key = actual if isinstance(actual, str) else inputs.describe(inputs.input_classes(x, POLICY))
+            result.unknown.setdefault(key, []).append(f"{name}: {_line(detail)}")
     return result
 
 
@@ -383,6 +387,15 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
         result.import_error = _line(error)
     if result.import_error or not runtime.installed():
         return result
+    # A browser runtime starts Chromium, onnxruntime-web and the WebGPU device once, not per model.
+    with runtime.recycling():
+        _measure_installed(runtime, config, transformer, result)
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def _measure_installed(runtime: Runtime, config: Config, transformer: Path, result: RuntimeResult) -> None:
+    name = runtime.name
     parts = _parts(config.independent)
     # Older opsets only where a form compiles fast: on compilers each shape of the catalogue costs a build.
     for opset in config.opsets if name not in COMPILERS else config.opsets[:1]:
@@ -399,8 +412,6 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
     for model_name, model in _sample_models(transformer).items():
         logger.info("%s: %s", name, model_name)
         result.models.append(_check_model(runtime, model_name, model))
-    result.seconds = time.perf_counter() - began
-    return result
 
 
 def _child(name: str, config: Config, transformer: Path, send) -> None:
@@ -481,11 +492,19 @@ def _version(result: RuntimeResult) -> str:
     return result.version
 
 
-def _summary(results: Sequence[RuntimeResult], opset: int) -> list[str]:
+def _summary(results: Sequence[RuntimeResult], opset: int, kept: runtimes_kept.Kept | None = None) -> list[str]:
     headers = ["runtime", "version", NATIVE, *op.VARIANTS, f"{TARGET} (its variant)"]
+    measured = {result.name: result for result in results}
     rows = []
-    # A runtime not measured at this opset (a compiler at an older one) has no row; one not measured at all has.
-    for result in (r for r in results if not r.forms or (NATIVE, opset) in r.forms):
+    for name in _in_order(measured, kept):
+        if name not in measured:
+            if (row := kept.row(opset, name, headers)) is not None:
+                rows.append(row)
+            continue
+        result = measured[name]
+        # A runtime not measured at this opset (a compiler at an older one) has no row; one not measured at all has.
+        if result.forms and (NATIVE, opset) not in result.forms:
+            continue
         cells = []
         for label, form in _forms(result):
             form_result = result.forms.get((form, opset))
@@ -496,13 +515,20 @@ def _summary(results: Sequence[RuntimeResult], opset: int) -> list[str]:
     return harness.table(headers, rows)
 
 
-def _details(result: RuntimeResult, opsets: Sequence[int]) -> list[str]:
+def _in_order(measured: Mapping[str, RuntimeResult], kept: runtimes_kept.Kept | None) -> list[str]:
+    """The runtimes of the report: those measured and, merging, those kept; in the registry's order."""
+    names = [*measured, *(kept.sections if kept else ())]
+    order = list(runtimes.RUNTIMES)
+    return sorted(dict.fromkeys(names), key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+def _details(result: RuntimeResult, opsets: Sequence[int], run: str = "") -> list[str]:
     lines = [f"### {result.name}", ""]
     if result.error or not result.forms:
         lines += [f"Not measured: {result.error or _version(result)}.", ""]
         return lines
     adapters = sorted({f.adapter for f in result.forms.values() if f.adapter})
-    lines += [f"Version {result.version}; target variant `{result.variant}`; measured in {result.seconds:.0f} s"
+    lines += [f"Version {result.version}; target variant `{result.variant}`; measured in {result.seconds:.0f} s{run}"
               + (f"; WebGPU adapter {', '.join(adapters)} (vendor, architecture)" if adapters else "") + ".", ""]
     rows = [[str(opset), label, *[_cell(*form_result.counts[p]) for p in PARTS],
              _cell(form_result.passed, form_result.total), form_result.failure or ""]
@@ -595,16 +621,29 @@ def unknown_count(results: Sequence[RuntimeResult]) -> int:
     return sum(len(examples) for r in results for f in r.forms.values() for examples in f.unknown.values())
 
 
-def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds: float) -> str:
+def render(
+    results: Sequence[RuntimeResult], mode: str, config: Config, seconds: float, kept: runtimes_kept.Kept | None = None
+) -> str:
+    """The report of ``results``; merging, with the rows and sections of ``kept`` of the runtimes not measured."""
+    measured = {result.name: result for result in results}
+    others = [name for name in _in_order(measured, kept) if name not in measured]
     missing = [r.name for r in results if r.version is None or r.import_error]
+    missing += [name for name in (kept.not_installable if kept else ()) if name in others]
     failed = [r.name for r in results if r.error]
-    unknown = unknown_count(results)
+    unknown = unknown_count(results) + sum(kept.unknown(name) for name in others if kept)
+    now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
+    run = f" in the run of {now} at commit {harness.git_commit()}"
+    command = " ".join(["python -m tools.runtimes", *(["--quick"] if mode == "quick" else []),
+                        *([f"--runtime {name}" for name in measured] + ["--merge"] if kept else [])])
     lines = [
         "# Runtimes",
         "",
-        f"Written by `python -m tools.runtimes{' --quick' if mode == 'quick' else ''}` on "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} in {seconds:.0f} s; regenerate it with "
-        "the same command, do not edit it by hand."
+        f"Written by `{command}` on {now} in {seconds:.0f} s"
+        + (f", which measured {', '.join(measured)}; the rows and sections of {', '.join(others)} were kept from "
+           "the file as it was, each section naming the run it came from (a column that run did not have reads -). "
+           "Regenerate it whole with `python -m tools.runtimes`" if kept and others
+           else "; regenerate it with the same command")
+        + ", do not edit it by hand."
         + (" **This is a `--quick` smoke run: few inputs, one opset, a small transformer.**"
            if mode == "quick" else ""),
         "",
@@ -629,7 +668,8 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "LayerNormalization, Erf, which runtimes round differently).",
         "",
         "The web runtimes `webgpu` and `wasm` are onnxruntime-web in headless Chromium (set up by `python -m "
-        "dql_pass.runtimes.web setup`), one page per model; their tables of where the nodes run come from "
+        "dql_pass.runtimes.web setup`), each model loaded in turn in a page that the one before handed on "
+        "(`WebRuntime.recycling`; a failure starts a fresh browser); their tables of where the nodes run come from "
         "onnxruntime's verbose placement log. Without a GPU, Chromium's WebGPU adapter is SwiftShader, which runs "
         "on the CPU: `webgpu`'s rows are what the WebGPU provider computes there. SwiftShader divides exactly, "
         "where a GPU may be 2.5 ulp off; `tools/gpu_divider.py` checks the variants against such a divider on ORT.",
@@ -655,27 +695,32 @@ def render(results: Sequence[RuntimeResult], mode: str, config: Config, seconds:
         "",
     ]
     for opset in config.opsets:
-        lines += [f"All inputs, opset {opset}:", "", *_summary(results, opset), ""]
+        lines += [f"All inputs, opset {opset}:", "", *_summary(results, opset, kept), ""]
     lines += ["## Left out", "",
               "Runtimes with no adapter, for the reason given; measured by a previous session, "
               "not re-run by this tool.",
               "", *harness.table(["runtime", "version", "reason"], [[f"`{n}`", v, r] for n, v, r in LEFT_OUT]), "",
               "## Per runtime", ""]
-    for result in results:
-        lines += _details(result, config.opsets)
+    for name in _in_order(measured, kept):
+        lines += _details(measured[name], config.opsets, run) if name in measured else kept.sections[name]
+    if kept and kept.tail:
+        lines += [""] * (lines[-1] != "") + kept.tail
     return "\n".join(lines).rstrip() + "\n"
 
 
 def run(
-    mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2, family: bool = False
+    mode: str, out: Path, names: Sequence[str] | None = None, parallel: int = 2, family: bool = False,
+    kept: runtimes_kept.Kept | None = None,
 ) -> list[RuntimeResult]:
+    """Measure ``names`` (default: every runtime) and write the report to ``out``, with the rows
+    and sections of ``kept`` of the runtimes not measured."""
     config = CONFIGS[mode]
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="runtimes.") as scratch:
         logger.info("quantizing the transformer")
         transformer = models.quantize(models.minilm_model(config.transformer), Path(scratch), "transformer.onnx")
         results = list(_in_processes(list(names or runtimes.RUNTIMES), config, transformer, parallel).values())
-    text = render(results, mode, config, time.perf_counter() - began)
+    text = render(results, mode, config, time.perf_counter() - began, kept)
     if family:  # the family's sections, one per op, from the conformance suites
         text += "\n" + family_runtimes.sections(list(names or runtimes.RUNTIMES))
     out.write_text(text)
@@ -693,11 +738,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="measure only this runtime (repeatable; default: all)")
     parser.add_argument("--family", action="store_true",
                         help="append a section per op of the quantization family (tools.family_runtimes)")
+    parser.add_argument("--merge", action="store_true",
+                        help="with --runtime: keep the other runtimes' rows and sections of --out as they are")
     args = parser.parse_args(argv)
+    if args.merge and not args.runtime:
+        parser.error("--merge needs --runtime: a run of every runtime rewrites the report whole")
     logging.basicConfig(format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)
+    if args.merge and args.family:
+        parser.error("--merge keeps the family's sections as they are: run --family without --merge")
+    kept = None
+    if args.merge and args.out.exists():
+        try:
+            kept = runtimes_kept.read(args.out.read_text(), args.quick)
+        except ValueError as error:
+            parser.exit(2, f"tools.runtimes: cannot merge into {args.out}: {error}\n")
     results = run("quick" if args.quick else "full", args.out, args.runtime, parallel=min(2, os.cpu_count() or 1),
-                  family=args.family)
+                  family=args.family, kept=kept)
     return 1 if unknown_count(results) else 0
 
 

@@ -194,6 +194,11 @@ class Runtime:
         if not self.installed():
             raise InputError(f"the runtime {self.name} is not installed; {self.install_hint()}")
 
+    def recycling(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which a session that closes hands what it started to the next one loaded,
+        where that saves time (the web runtimes: their browser); by default nothing changes."""
+        return contextlib.nullcontext()
+
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         raise NotImplementedError
 

@@ -142,13 +142,14 @@ def _verify(
     except Unsynthesizable as reason:
         sets, unsynthesizable = None, str(reason)
     scopes = Scopes(rewritten_model)  # its graphs and what is live, walked once for every check below
-    tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner, scopes)
-    if sets is None:
-        check = not_checked(tallies, unsynthesizable)
-    else:
-        fallback = _fallback(original_model, samples, seed, inputs, dims)
-        check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
-    lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
+    with runner.recycling():  # a browser runtime starts its browser once, not once per model
+        tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner, scopes)
+        if sets is None:
+            check = not_checked(tallies, unsynthesizable)
+        else:
+            fallback = _fallback(original_model, samples, seed, inputs, dims)
+            check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
+        lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
     kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)
     report = VerifyReport(
         original=original_label, rewritten=rewritten_label, zero_range=zero_range,

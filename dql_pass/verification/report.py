@@ -150,10 +150,11 @@ class VerifyReport:
         checked = [s for s in self.sites if s.not_reachable is None]
         unreachable = len(self.sites) - len(checked)
         identical = sum(o.identical for o in self.outputs)
+        sets = f"{len(self.input_sets)} input set{'s' * (len(self.input_sets) != 1)}"
         text = (
             f"{self.verdict}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
             f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
-            f"{len(self.outputs)} bit-identical over {len(self.input_sets)} input sets{self._shapes()}; "
+            f"{len(self.outputs)} bit-identical over {sets}{self._shapes()}; "
             f"zero range {self.zero_range}; {self.seconds:.2f} s"
         )
         if self.runtime != "onnxruntime":

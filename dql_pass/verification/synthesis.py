@@ -218,7 +218,8 @@ def input_sets(
     if not labels and synthesized:
         raise InputError("samples=0 leaves no input set: ORIGINAL has no float input for the constructed sets; "
                          "give samples 1 or more")
-    labels = labels or ["given inputs"]  # every input is given: one run of them
+    if not synthesized:  # every input is given: every set would be the same, so one run of them
+        labels = ["given inputs"]
     per_set = sum(math.prod(shapes[v.name]) * int(v.dtype.itemsize) for v in synthesized)
     given = sum(np.asarray(array).nbytes for array in inputs.values())
     if per_set * len(labels) + given > MAX_INPUT_BYTES:

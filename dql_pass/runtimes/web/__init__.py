@@ -7,7 +7,8 @@ Chromium (and Node's npm, if missing) and unpacks onnxruntime-web at the pinned 
 cache folder (``$DQL_PASS_WEB_CACHE``, default ``~/.cache/dql_pass/web``). A session is one page
 of its own browser process, which loads a private copy of the model once; a run that fails or
 hangs (a failed run on the WebGPU provider can hang the next one) restarts the browser, and the
-next run loads the model again in a fresh page. Tensors travel as base64 of their raw bytes, so
+next run loads the model again in a fresh page. Within :meth:`WebRuntime.recycling` a session
+that closes with nothing failed hands its page to the next one loaded. Tensors travel as base64 of their raw bytes, so
 no value is converted on the way (NaN payloads, -0 and subnormals arrive as they left).
 
 ``threads`` is ignored: the page runs one wasm thread (threads need a cross-origin isolated page).
@@ -20,17 +21,17 @@ at the page's WebGPU API: what a GPU pays per run, whatever SwiftShader's times 
 from __future__ import annotations
 
 __all__ = ["CACHE_VARIABLE", "COPIES", "ORT_WEB", "SETUP", "Cost", "GpuCalls", "Wasm", "WebGpu", "WebRuntime", "cache",
-           "dist",
-           "missing", "unpacked"]
+           "dist", "missing", "unpacked"]
 
 import base64
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import re
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,44 @@ def missing() -> str | None:
     return None
 
 
+class _Page:
+    """A browser and the server its page loads from: what a session runs in, one session at a time.
+    Within :meth:`WebRuntime.recycling`, the page of a session that closed with nothing failed
+    serves the next session, onnxruntime-web and the WebGPU device already started in it."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose  # the log level onnxruntime-web was started with
+        self.server = Server()
+        self.server.serve("/", _PAGE.with_name("blank.html"))
+        self.server.serve("/page.mjs", _PAGE)
+        for file in dist().iterdir():
+            self.server.serve(f"/ort/{file.name}", file)
+        self.browser: Browser | None = None
+
+    def alive(self) -> bool:
+        return self.browser is not None and self.browser.alive()
+
+    def start(self) -> None:
+        """A fresh browser on the page."""
+        self.stop()
+        try:
+            self.browser = Browser(_executable(), self.server.origin + "/")
+        except BrowserFailure as error:
+            raise RuntimeFailure(f"Chromium did not start: {error}") from None
+
+    def stop(self) -> None:
+        if self.browser is not None:
+            self.browser.close()
+            self.browser = None
+
+    def close(self) -> None:
+        self.stop()
+        self.server.close()
+
+
+_SERVED = itertools.count()  # a folder of its own on the page's server for each session's model
+
+
 class _WebSession(Session):
     """A model in a page of its own browser; after a failed or hung run, the next run starts a new
     browser and loads the model again."""
@@ -135,27 +174,24 @@ class _WebSession(Session):
         # nodes left out (onnxruntime makes them initializers). Only placement (verbose) reads it.
         inlined = onnx.inliner.inline_local_functions(proto).graph.node if verbose else []
         self.graph_nodes = [f"{n.op_type} ({n.name})" for n in inlined if n.op_type != "Constant"]
-        self._server = Server()
+        self._page = runtime._page(verbose)
+        folder = f"/m{next(_SERVED)}/"
         data = path.with_name(path.name + ".data")
+        self._served = [folder + "model.onnx", *([folder + data.name] if data.exists() else [])]
         self._options = {
             "bundle": f"/ort/{runtime.bundle}", "provider": runtime.provider,
-            "model": self._server.serve("/model.onnx", path),
-            "externalData": ([{"path": data.name, "data": self._server.serve("/" + data.name, data)}]
+            "model": self._page.server.serve(self._served[0], path),
+            "externalData": ([{"path": data.name, "data": self._page.server.serve(self._served[1], data)}]
                              if data.exists() else None),
             "optimize": _OPTIMIZE[optimize], "verbose": verbose,
         }
-        self._server.serve("/", _PAGE.with_name("blank.html"))
-        self._server.serve("/page.mjs", _PAGE)
-        for file in dist().iterdir():
-            self._server.serve(f"/ort/{file.name}", file)
-        self._held: list[Browser] = []  # the running browser, if any: the finalizer stops it
         self.adapter: str | None = None  # the WebGPU adapter, "vendor architecture"
         self.log: list[str] = []  # what the page logged while the model loaded
         self.creation: GpuCalls | None = None  # the WebGPU calls made while the session was created
         self.creation_seconds: float | None = None  # how long the page took to create it
         self.last_run: GpuCalls | None = None  # the WebGPU calls of the last run that succeeded
         self.last_run_seconds: float | None = None  # how long the page took to run it
-        self._finalizer = weakref.finalize(self, _WebSession._shut, self._held, self._server, copy)
+        self._finalizer = weakref.finalize(self, _WebSession._shut, runtime, self._page, self._served, copy)
         try:
             self._start()
         except BaseException:
@@ -163,25 +199,24 @@ class _WebSession(Session):
             raise
 
     @staticmethod
-    def _shut(held: list[Browser], server: Server, copy: contextlib.ExitStack) -> None:
-        while held:
-            held.pop().close()
-        server.close()
+    def _shut(runtime: WebRuntime, page: _Page, served: list[str], copy: contextlib.ExitStack) -> None:
+        for url_path in served:
+            page.server.forget(url_path)
+        runtime._recycle(page)
         copy.close()
 
     @property
     def browser_pid(self) -> int | None:
         """The process id of the browser the model is loaded in; None between a failure and the next run."""
-        return self._held[0].pid if self._held else None
+        return self._page.browser.pid if self._page.alive() else None
 
     def _start(self) -> None:
-        """A fresh browser with the model loaded in its page; RuntimeFailure when it does not load."""
-        self._stop()
-        try:
-            self._held.append(Browser(_executable(), self._server.origin + "/"))
-        except BrowserFailure as error:
-            raise RuntimeFailure(f"Chromium did not start: {error}") from None
-        browser = self._held[0]
+        """The model loaded in the page, in a fresh browser unless the page's is running;
+        RuntimeFailure when it does not load."""
+        if not self._page.alive():
+            self._page.start()
+        browser = self._page.browser
+        browser.console[:] = []
         try:
             loaded = self._call(f"(await import('/page.mjs')).load({json.dumps(self._options)})",
                                 self._runtime.load_timeout)
@@ -190,23 +225,21 @@ class _WebSession(Session):
         self.adapter = loaded["adapter"]
         self.creation, self.creation_seconds = GpuCalls(**loaded["gpu"]), loaded["seconds"]
 
-    def _stop(self) -> None:
-        while self._held:
-            self._held.pop().close()
-
     def _call(self, expression: str, timeout: float):
         timeout = self._runtime.timeout or timeout
         try:
-            return self._held[0].evaluate(f"(async () => {expression})()", timeout=timeout)
+            return self._page.browser.evaluate(f"(async () => {expression})()", timeout=timeout)
         except BrowserTimeout:
-            self._stop()
+            self._page.stop()
             raise RuntimeTimeout(f"a timeout: {self._runtime.name} gave no answer within {timeout:g} s; "
                                  f"{TIMEOUT_OPTION} gives it longer") from None
         except BrowserFailure as error:
-            self._stop()  # the next run starts afresh: a failed run can hang the one after it
+            self._page.stop()  # the next run starts afresh: a failed run can hang the one after it
             raise RuntimeFailure(str(error)) from None
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
+        if not self._finalizer.alive:
+            raise RuntimeFailure("the session is closed")
         sent = {}
         for name in self.input_names:
             if name not in feeds:
@@ -217,7 +250,7 @@ class _WebSession(Session):
             sent[name] = {"type": _TYPES[array.dtype], "dims": list(array.shape),
                           "data": base64.b64encode(array.tobytes()).decode()}
         wanted = list(self.output_names if outputs is None else outputs)
-        if not self._held or not self._held[0].alive():
+        if not self._page.alive():
             self._start()
         answer = self._call(f"(await import('/page.mjs')).run({json.dumps(sent)}, {json.dumps(wanted)})",
                             self._runtime.run_timeout)
@@ -232,7 +265,8 @@ class _WebSession(Session):
         return results
 
     def close(self) -> None:
-        """Stop the browser and the server now, not when the session is collected."""
+        """Stop the browser and the server now (or hand them on, when recycling), not when the
+        session is collected."""
         self._finalizer()
 
 
@@ -255,6 +289,7 @@ class WebRuntime(Runtime):
     weights = "integer"  # a browser downloads the model: int8 weights, a quarter of float32's size
     blocks = True  # every node is a kernel launch (WebGPU) or a kernel call (wasm)
     where = "headless Chromium"  # what a check on it runs, for the command line to say
+    _idle: dict[bool, _Page] | None = None  # within recycling(): a page ready for the next session, per log level
 
     def installed(self) -> bool:
         return missing() is None
@@ -264,6 +299,34 @@ class WebRuntime(Runtime):
 
     def install_hint(self) -> str:
         return missing() or f"run `{SETUP}`"
+
+    @contextlib.contextmanager
+    def recycling(self) -> Iterator[None]:
+        """Within it, a session that closes with nothing failed hands its browser to the next
+        session loaded (Chromium, onnxruntime-web and the WebGPU device started once, not once per
+        model: seconds a load); a page still holds one session at a time, and a failure still stops
+        its browser. Every browser is stopped on leaving."""
+        if self._idle is not None:  # already on: the outer one stops them
+            yield
+            return
+        self._idle = {}
+        try:
+            yield
+        finally:
+            idle, self._idle = self._idle, None
+            for page in idle.values():
+                page.close()
+
+    def _page(self, verbose: bool) -> _Page:
+        """A page for a new session: the idle one of its log level when recycling, else a new one."""
+        return (self._idle.pop(verbose, None) if self._idle is not None else None) or _Page(verbose)
+
+    def _recycle(self, page: _Page) -> None:
+        """A closed session's page: kept for the next session when recycling and its browser runs, else closed."""
+        if self._idle is not None and page.alive() and page.verbose not in self._idle:
+            self._idle[page.verbose] = page
+        else:
+            page.close()
 
     def _load(self, model, *, threads: int, optimize: str, placement: bool = False) -> _WebSession:
         copy = contextlib.ExitStack()  # the session's to close: the copy lives as long as it

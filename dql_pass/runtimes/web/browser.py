@@ -85,6 +85,10 @@ class Server:
         self._files[url_path] = Path(path)
         return self.origin + url_path
 
+    def forget(self, url_path: str) -> None:
+        """Serve nothing at ``url_path`` any more."""
+        self._files.pop(url_path, None)
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()

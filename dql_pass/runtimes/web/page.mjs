@@ -60,6 +60,9 @@ export async function load({bundle, provider, model, externalData, optimize, ver
   if (externalData) options.externalData = externalData;
   // As the onnxruntime adapter does: below "all", no QDQ transformer moves or duplicates DequantizeLinear.
   if (optimize !== 'all') options.extra = {session: {disable_quant_qdq: '1'}};
+  // A recycled page: the session before this one goes first (its GPU buffers with it).
+  if (session) await session.release();
+  session = null;
   const created = await counting(() => ort.InferenceSession.create(model, options));
   session = created.value;
   let adapter = null;
