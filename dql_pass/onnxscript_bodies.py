@@ -360,8 +360,8 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # b_high + b_low (12 bits each) makes b * h two exact products; F, one of the two floats
         # around b * c_s, is the threshold unless its exact residual F - b * h passes b * (c_s - h):
         # then its predecessor is.
-        t = op.Add(b, op.Mul(b, op.Constant(value=splitter_power)))
-        b_high = op.Sub(t, op.Sub(t, b))
+        m = op.Mul(b, op.Constant(value=splitter_power))
+        b_high = op.Sub(op.Add(b, m), m)
         b_low = op.Sub(b, b_high)
         p_high = op.Mul(b_high, op.Constant(value=lean_h))
         p_low = op.Mul(b_low, op.Constant(value=lean_h))
