@@ -41,12 +41,14 @@ def _lean_tables() -> tuple:
     d = np.where(m <= -256, -np.inf, d)
     h[-1], d[-1] = 2.0**20, 0.0
     phi = np.float32(2.0**-24 + 2.0**-47)
-    # Entry j of the answers is clamp(j - count, 0, 255) (u = j - centre - 1 and zp = centre - count),
-    # but entry 0 (x = -inf, NaN, x <= 0 under the scale 0) and entry `slots - 1` (x = +inf) are 0.
-    base = np.arange(slots + 1, dtype=np.float64)
-    base[0] = base[slots - 1] = -1024.0
-    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(base), slots,
-            _tensor(float(centre)), _tensor(centre, np.int32))
+    # Entry j of the answers is clamp(j - count, 0, 255) (u = j - centre and zp = centre - count),
+    # but entry 0 (x = -inf, NaN, x <= 0 under the scale 0) and entry `slots - 1` (x = +inf) are 0:
+    # entry j is clamps[j + slots - count] (count <= slots), and those two read below `slots`.
+    rows = np.arange(slots + 1) + slots
+    rows[0] = rows[slots - 1] = slots
+    clamps = np.clip(np.arange(2 * slots + 1) - slots, 0, 255)
+    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(rows, np.int32), _tensor(clamps, np.uint8),
+            slots, _tensor(float(centre)), _tensor(centre, np.int32))
 
 
 def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
@@ -321,7 +323,7 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     # products, an exact residual and a predecessor), the scale a correctly rounded quotient
     # under a GPU Div (6), and float32 without exponent access needs Where over powers of two
     # (two regimes' conditions, four factors) to stay normal.
-    (lean_h, lean_d, lean_sphi, lean_base, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
+    (lean_h, lean_d, lean_sphi, lean_rows, lean_clamps, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
     policy_range = _tensor(255.0 if reference.zero_range_scale(zero_range) == 1 else 1.0)
     tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
     up64, down64, down16, up16 = _tensor(2.0**64), _tensor(2.0**-64), _tensor(2.0**-16), _tensor(2.0**16)
@@ -370,10 +372,10 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         over = op.Less(offset, op.Sub(op.Sub(f, p_high), p_low))
         thresholds = op.Where(over, op.Sub(f, op.Mul(f, op.Constant(value=lean_sphi))), f)  # f - |f| * PHI
         # zp = min(255, -u(x_min)) = centre - count, the count of thresholds below x_min * k (129
-        # of them -inf); a count of 0 (x_min = -inf, the scale 0) gives 255 through the Clip.
-        count = op.ReduceSum(op.Cast(op.Less(thresholds, op.Mul(x_min, k)), to=onnx.TensorProto.FLOAT), keepdims=0)
-        answers = op.Cast(op.Clip(op.Sub(op.Constant(value=lean_base), count), q_min, q_max),
-                          to=onnx.TensorProto.UINT8)
+        # of them -inf); a count of 0 (x_min = -inf, the scale 0) gives 255. The answers are a
+        # slice of a constant clamp table: one int32 Sub and a Gather, no Clip nor Cast.
+        count = op.ReduceSum(op.Cast(op.Less(thresholds, op.Mul(x_min, k)), to=onnx.TensorProto.INT32), keepdims=0)
+        answers = op.Gather(op.Constant(value=lean_clamps), op.Sub(op.Constant(value=lean_rows), count))
         y_zero_point = op.Gather(answers, op.Constant(value=lean_zero_slot))  # u(0) = 0
         # Per element: the slot of x / scale (within a few ulp; Floor by the Cast of a value >= 0),
         # then one step up where x is past the slot's threshold. Below 0, -inf and NaN (0 / 0 under
