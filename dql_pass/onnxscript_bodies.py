@@ -308,21 +308,25 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
     # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since some
-    # Less compare values of either sign) in 16 whole-tensor nodes and 43 on scalars and on vectors
-    # of 769 slots, built once per site. Per element: a rough slot from Div, one Less against the
-    # exact threshold of that slot, one Gather of the answer. Where the nodes go: 4 reductions; 12
-    # per element (Mul by k, Div, Add, 3 to clamp the slot and send NaN to slot 0, Cast, Gather,
-    # Less, Cast, Add, Gather); 19 for the scale (1 the range, 2 the zero range, 6 its exact
-    # rounding under a GPU Div, 9 the powers of two that keep every residual normal and round a
-    # subnormal scale once, 1 the cap of an infinite range); 16 for the thresholds (a Veltkamp
-    # split 5, the products and their sum 5, the exact residual test 3, the predecessor 3); 8 for
-    # the zero point and the answer table (a count of the thresholds below x_min: 4, the table 2,
-    # its Cast and the zero point's Gather 2). The scale 0 costs no node: its thresholds are 0 and
-    # NaN and its Div gives +-inf or NaN, which the slot clamp and the table's ends answer.
-    # The floor: the thresholds need s * c for 25-bit c to 48 bits (a split and two exact
-    # products, an exact residual and a predecessor), the scale a correctly rounded quotient
-    # under a GPU Div (6), and float32 without exponent access needs Where over powers of two
-    # (two regimes' conditions, four factors) to stay normal.
+    # Less compare values of either sign) in 57 nodes: 16 whole-tensor, 41 on scalars and on vectors
+    # of 769 slots built once per site. Per element: a rough slot from Div, one Less against the
+    # exact threshold of that slot, one Gather of the answer. Where the nodes go: 4 reductions
+    # (Reshape, Concat of a 0: WebGPU refuses an empty reduction); 12 per element (Mul by k, Div,
+    # Add, 3 to clamp the slot: NaN, -inf and +inf all occur, Cast, Gather, Less, Cast, Add,
+    # Gather); 19 for the scale (1 the range, 2 the zero range, 6 its exact rounding under a GPU
+    # Div, 9 the powers of two that keep every residual normal and round a subnormal scale once, 1
+    # the cap of an infinite range); 15 for the thresholds (a Veltkamp split 4, the products and
+    # their sum 5, the exact residual test 3, the predecessor 3); 7 for the zero point and the
+    # answer table (the count of thresholds below x_min: 4, the table as a Gather of a constant
+    # clamp table at rows - count: 2, the zero point's Gather 1). The scale 0 costs no node: its
+    # thresholds are 0 and NaN and its Div gives +-inf or NaN, which the slot clamp and the
+    # table's ends answer. The floor: the thresholds need b * c for 25-bit c to 48 bits (a split,
+    # two exact products, an exact residual and a predecessor: one Mul by 1 - 2^-24 is the
+    # predecessor of f > 0 only, negative f would need a factor between two floats), the scale a
+    # correctly rounded quotient under a GPU Div (6), float32 without exponent access needs Where
+    # over powers of two (two regimes' conditions, four factors, one node each whatever picks
+    # them) to stay normal, and x = 0 under the scale 0 must reach a slot whose answer is not the
+    # zero point, which only its NaN quotient does (so the clamp must catch NaN).
     (lean_h, lean_d, lean_sphi, lean_rows, lean_clamps, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
     policy_range = _tensor(255.0 if reference.zero_range_scale(zero_range) == 1 else 1.0)
     tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
@@ -359,9 +363,10 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # The thresholds T[s] = RD(b * c_s) in x * k's units, c_s the real that x / scale must pass
         # for round half to even of RN(x / scale) to reach s - centre + 1: h +- ulp(h) / 2 for
         # h = s - centre + 0.5, 25 bits, so b * c_s is never a float and x > T[s] says it. b =
-        # b_high + b_low (12 bits each) makes b * h two exact products; F, one of the two floats
-        # around b * c_s, is the threshold unless its exact residual F - b * h passes b * (c_s - h):
-        # then its predecessor is.
+        # b_high + b_low (13 bits at most each, h 10) makes b * h two exact products; F, one of the
+        # two floats around b * c_s, is the threshold unless its exact residual F - b * h passes
+        # b * (c_s - h): then its predecessor is. The split: RN(4097 b) and m = 4096 b are both
+        # multiples of 2^12 ulp(b), so b_high = RN(4097 b) - m is exact, and m is exact when fused.
         m = op.Mul(b, op.Constant(value=splitter_power))
         b_high = op.Sub(op.Add(b, m), m)
         b_low = op.Sub(b, b_high)
