@@ -41,12 +41,14 @@ def _lean_tables() -> tuple:
     d = np.where(m <= -256, -np.inf, d)
     h[-1], d[-1] = 2.0**20, 0.0
     phi = np.float32(2.0**-24 + 2.0**-47)
-    # Entry j of the answers is clamp(j - count, 0, 255) (u = j - centre - 1 and zp = centre - count),
-    # but entry 0 (x = -inf, NaN, x <= 0 under the scale 0) and entry `slots - 1` (x = +inf) are 0.
-    base = np.arange(slots + 1, dtype=np.float64)
-    base[0] = base[slots - 1] = -1024.0
-    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(base), slots,
-            _tensor(float(centre)), _tensor(centre, np.int32))
+    # Entry j of the answers is clamp(j - count, 0, 255) (u = j - centre and zp = centre - count),
+    # but entry 0 (x = -inf, NaN, x <= 0 under the scale 0) and entry `slots - 1` (x = +inf) are 0:
+    # entry j is clamps[j + slots - count] (count <= slots), and those two read below `slots`.
+    rows = np.arange(slots + 1) + slots
+    rows[0] = rows[slots - 1] = slots
+    clamps = np.clip(np.arange(2 * slots + 1) - slots, 0, 255)
+    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(rows, np.int32), _tensor(clamps, np.uint8),
+            slots, _tensor(float(centre)), _tensor(centre, np.int32))
 
 
 def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
@@ -306,22 +308,26 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
     # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since some
-    # Less compare values of either sign) in 16 whole-tensor nodes and 43 on scalars and on vectors
-    # of 769 slots, built once per site. Per element: a rough slot from Div, one Less against the
-    # exact threshold of that slot, one Gather of the answer. Where the nodes go: 4 reductions; 12
-    # per element (Mul by k, Div, Add, 3 to clamp the slot and send NaN to slot 0, Cast, Gather,
-    # Less, Cast, Add, Gather); 19 for the scale (1 the range, 2 the zero range, 6 its exact
-    # rounding under a GPU Div, 9 the powers of two that keep every residual normal and round a
-    # subnormal scale once, 1 the cap of an infinite range); 16 for the thresholds (a Veltkamp
-    # split 5, the products and their sum 5, the exact residual test 3, the predecessor 3); 8 for
-    # the zero point and the answer table (a count of the thresholds below x_min: 4, the table 2,
-    # its Cast and the zero point's Gather 2). The scale 0 costs no node: its thresholds are 0 and
-    # NaN and its Div gives +-inf or NaN, which the slot clamp and the table's ends answer.
-    # The floor: the thresholds need s * c for 25-bit c to 48 bits (a split and two exact
-    # products, an exact residual and a predecessor), the scale a correctly rounded quotient
-    # under a GPU Div (6), and float32 without exponent access needs Where over powers of two
-    # (two regimes' conditions, four factors) to stay normal.
-    (lean_h, lean_d, lean_sphi, lean_base, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
+    # Less compare values of either sign) in 57 nodes: 16 whole-tensor, 41 on scalars and on vectors
+    # of 769 slots built once per site. Per element: a rough slot from Div, one Less against the
+    # exact threshold of that slot, one Gather of the answer. Where the nodes go: 4 reductions
+    # (Reshape, Concat of a 0: WebGPU refuses an empty reduction); 12 per element (Mul by k, Div,
+    # Add, 3 to clamp the slot: NaN, -inf and +inf all occur, Cast, Gather, Less, Cast, Add,
+    # Gather); 19 for the scale (1 the range, 2 the zero range, 6 its exact rounding under a GPU
+    # Div, 9 the powers of two that keep every residual normal and round a subnormal scale once, 1
+    # the cap of an infinite range); 15 for the thresholds (a Veltkamp split 4, the products and
+    # their sum 5, the exact residual test 3, the predecessor 3); 7 for the zero point and the
+    # answer table (the count of thresholds below x_min: 4, the table as a Gather of a constant
+    # clamp table at rows - count: 2, the zero point's Gather 1). The scale 0 costs no node: its
+    # thresholds are 0 and NaN and its Div gives +-inf or NaN, which the slot clamp and the
+    # table's ends answer. The floor: the thresholds need b * c for 25-bit c to 48 bits (a split,
+    # two exact products, an exact residual and a predecessor: one Mul by 1 - 2^-24 is the
+    # predecessor of f > 0 only, negative f would need a factor between two floats), the scale a
+    # correctly rounded quotient under a GPU Div (6), float32 without exponent access needs Where
+    # over powers of two (two regimes' conditions, four factors, one node each whatever picks
+    # them) to stay normal, and x = 0 under the scale 0 must reach a slot whose answer is not the
+    # zero point, which only its NaN quotient does (so the clamp must catch NaN).
+    (lean_h, lean_d, lean_sphi, lean_rows, lean_clamps, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
     policy_range = _tensor(255.0 if reference.zero_range_scale(zero_range) == 1 else 1.0)
     tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
     up64, down64, down16, up16 = _tensor(2.0**64), _tensor(2.0**-64), _tensor(2.0**-16), _tensor(2.0**16)
@@ -357,11 +363,12 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # The thresholds T[s] = RD(b * c_s) in x * k's units, c_s the real that x / scale must pass
         # for round half to even of RN(x / scale) to reach s - centre + 1: h +- ulp(h) / 2 for
         # h = s - centre + 0.5, 25 bits, so b * c_s is never a float and x > T[s] says it. b =
-        # b_high + b_low (12 bits each) makes b * h two exact products; F, one of the two floats
-        # around b * c_s, is the threshold unless its exact residual F - b * h passes b * (c_s - h):
-        # then its predecessor is.
-        t = op.Add(b, op.Mul(b, op.Constant(value=splitter_power)))
-        b_high = op.Sub(t, op.Sub(t, b))
+        # b_high + b_low (13 bits at most each, h 10) makes b * h two exact products; F, one of the
+        # two floats around b * c_s, is the threshold unless its exact residual F - b * h passes
+        # b * (c_s - h): then its predecessor is. The split: RN(4097 b) and m = 4096 b are both
+        # multiples of 2^12 ulp(b), so b_high = RN(4097 b) - m is exact, and m is exact when fused.
+        m = op.Mul(b, op.Constant(value=splitter_power))
+        b_high = op.Sub(op.Add(b, m), m)
         b_low = op.Sub(b, b_high)
         p_high = op.Mul(b_high, op.Constant(value=lean_h))
         p_low = op.Mul(b_low, op.Constant(value=lean_h))
@@ -370,10 +377,10 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         over = op.Less(offset, op.Sub(op.Sub(f, p_high), p_low))
         thresholds = op.Where(over, op.Sub(f, op.Mul(f, op.Constant(value=lean_sphi))), f)  # f - |f| * PHI
         # zp = min(255, -u(x_min)) = centre - count, the count of thresholds below x_min * k (129
-        # of them -inf); a count of 0 (x_min = -inf, the scale 0) gives 255 through the Clip.
-        count = op.ReduceSum(op.Cast(op.Less(thresholds, op.Mul(x_min, k)), to=onnx.TensorProto.FLOAT), keepdims=0)
-        answers = op.Cast(op.Clip(op.Sub(op.Constant(value=lean_base), count), q_min, q_max),
-                          to=onnx.TensorProto.UINT8)
+        # of them -inf); a count of 0 (x_min = -inf, the scale 0) gives 255. The answers are a
+        # slice of a constant clamp table: one int32 Sub and a Gather, no Clip nor Cast.
+        count = op.ReduceSum(op.Cast(op.Less(thresholds, op.Mul(x_min, k)), to=onnx.TensorProto.INT32), keepdims=0)
+        answers = op.Gather(op.Constant(value=lean_clamps), op.Sub(op.Constant(value=lean_rows), count))
         y_zero_point = op.Gather(answers, op.Constant(value=lean_zero_slot))  # u(0) = 0
         # Per element: the slot of x / scale (within a few ulp; Floor by the Cast of a value >= 0),
         # then one step up where x is past the slot's threshold. Below 0, -inf and NaN (0 / 0 under

@@ -15,8 +15,10 @@ Rules (``lower`` applies them where its ``blocks`` option, the target's by defau
   product of the site reads. No uint8 tensor is left, no Cast out and back, and no Sub per product.
   The rewrite reads only the two Casts that end the body, so any variant that ends so plugs in; one
   that ends otherwise (QuantizeLinear) keeps the uint8 path. A body whose y and zero point are
-  Gathers from one ``Cast(F, uint8)`` table (lean) gets ``Gather(F - F[zero slot], slot)`` instead:
-  the table is shifted once per site and each element still takes one Gather.
+  Gathers from one ``Cast(F, uint8)`` table, or from one Gather of a constant uint8 table (lean),
+  gets ``Gather(F - F[zero slot], slot)`` instead, F the float32 table (for a Gather, the same Gather
+  of the constant in float32): the table is shifted once per site and each element still takes one
+  Gather.
 - A lowered product in one float32 piece holds an integer of magnitude at most 2^24 (its proof), which
   int32 and float32 both hold exactly: when only Cast(to=float) nodes read its int32 output (the
   dequantizing Cast of ``quantize_dynamic``), Cast(int32) and that Cast are an identity. Both go, and
@@ -29,6 +31,7 @@ __all__ = ["Block", "cast_reader", "centred_name", "fold_cast_pair", "keep_in_fl
 
 import dataclasses
 
+import numpy as np
 import onnx_ir as ir
 
 from dql_pass.graph.names import UniqueNames
@@ -86,45 +89,66 @@ def reading_products(dql: ir.Node, lowered: set[ir.Node]) -> Block | None:
     return Block(tuple(shifts))
 
 
-def _table_gathers(ends: tuple[ir.Node | None, ...]) -> ir.Value | None:
-    """The float32 table F when ``y`` and ``y_zero_point`` are Gathers from one ``Cast(F, uint8)``
-    (the lean variant's answers), else None."""
+def _table_gathers(ends: tuple[ir.Node | None, ...]) -> ir.Node | None:
+    """The node that makes the uint8 table when ``y`` and ``y_zero_point`` are Gathers from one table
+    that ``Cast(F, uint8)`` or a Gather of a constant uint8 table makes (the lean variant's answers),
+    else None."""
     if not all(end is not None and end.domain in DOMAINS and end.op_type == "Gather" for end in ends):
         return None
     tables = {end.inputs[0] for end in ends}
     table = tables.pop() if len(tables) == 1 else None
-    cast = None if table is None else table.producer()
-    return cast.inputs[0] if _cast_to(cast, UINT8) else None
+    made = None if table is None else table.producer()
+    if _cast_to(made, UINT8):
+        return made
+    constant = made.inputs[0].const_value if made is not None and made.op_type == "Gather" else None
+    return made if constant is not None and made.domain in DOMAINS and constant.dtype == UINT8 else None
+
+
+def _float_table(answers: ir.Node, names: UniqueNames) -> tuple[ir.Value, list[ir.Node]]:
+    """The float32 table F whose Cast to uint8 ``answers`` is, and the nodes that make it."""
+    if answers.op_type == "Cast":
+        return answers.inputs[0], []
+    data = answers.inputs[0]
+    values = data.const_value.numpy().astype(np.float32)
+    table = ir.Value(name=names.unique(f"{data.name}_float"), type=ir.TensorType(FLOAT),
+                     shape=ir.Shape(values.shape), const_value=ir.tensor(values))
+    made = []
+    if data.is_initializer() and data.graph is not None:  # a graph's: beside it
+        data.graph.register_initializer(table)
+    else:  # a function's Constant
+        made.append(ir.node("Constant", [], attributes={"value": table.const_value}, outputs=[table], name=table.name))
+    gather = ir.node("Gather", [table, answers.inputs[1]], name=names.unique(f"{answers.outputs[0].name}_float"))
+    return gather.outputs[0], [*made, gather]
 
 
 def keep_in_float(block: Block, names: UniqueNames) -> bool:
     """Rewrite an expanded block (see the module docstring); False, and nothing changed, when its
-    body ends neither in Casts to uint8 from float32 nor in Gathers from one such Cast, or the name
+    body ends neither in Casts to uint8 from float32 nor in Gathers from one such table, or the name
     of ``y - zp`` is taken."""
     y, zero_point = (block.shifts[0].inputs[k].producer().inputs[0] for k in (0, 1))
     ends = y.producer(), zero_point.producer()
     if any(end is None or end.graph is not block.shifts[0].graph for end in ends):
         return False
-    table = _table_gathers(ends)
-    if table is None and not all(_cast_to(end, UINT8) for end in ends):
+    answers = _table_gathers(ends)  # the uint8 table's Cast or Gather
+    if answers is None and not all(_cast_to(end, UINT8) for end in ends):
         return False
     name = centred_name(y.name)
     if names.unique(name) != name:
         return False
     graph = ends[0].graph
     later = max(ends, key=graph.index)
-    if table is None:
+    if answers is None:
         added = [ir.node("Sub", [ends[0].inputs[0], ends[1].inputs[0]], name=name, outputs=[ir.Value(name=name)])]
-    else:  # table - table[zero slot], 769 values, then one Gather per element as before
+    else:  # table - table[zero slot], 770 values, then one Gather per element as before
+        table, added = _float_table(answers, names)
         point = ir.node("Gather", [table, ends[1].inputs[1]], name=names.unique(f"{name}_point"))
         shifted = ir.node("Sub", [table, point.outputs[0]], name=names.unique(f"{name}_table"))
-        added = [point, shifted, ir.node("Gather", [shifted.outputs[0], ends[0].inputs[1]], name=name,
-                                         outputs=[ir.Value(name=name)])]
+        added += [point, shifted, ir.node("Gather", [shifted.outputs[0], ends[0].inputs[1]], name=name,
+                                          outputs=[ir.Value(name=name)])]
     centred = added[-1]
     centred.outputs[0].type = ir.TensorType(FLOAT)
     graph.insert_after(later, added)
     casts = [sub.inputs[k].producer() for sub in block.shifts for k in (0, 1)]
-    answers = ends[0].inputs[0].producer() if table is not None else None  # the uint8 table's Cast
     for sub in block.shifts:
         sub.outputs[0].replace_all_uses_with(centred.outputs[0])
     graph.remove([*block.shifts, *dict.fromkeys(casts), *ends], safe=True)
