@@ -32,6 +32,8 @@ __all__ = [
     "per_axis", "quantize_linear", "zero_range_scale",
 ]
 
+import math
+
 import numpy as np
 
 from dql_pass.op import ZERO_RANGE_POLICIES, check_choice
@@ -61,9 +63,13 @@ def dynamic_quantize_linear(
         zp_float = np.float32(zero - lo / scale)
         # `not zp < qmax` is True for NaN as well: ORT saturates a NaN zero point to 255.
         zp = np.float32(np.round(zp_float)) if zp_float < qmax else qmax
-        quotient = np.round(x / scale)
-        y = np.clip(np.nan_to_num(quotient + zp, nan=0.0), 0, qmax)
-    return np.asarray(y).astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)
+        # In place, in float32: round(x / scale) + zp, then NaN to 0 (fmax takes the number) and
+        # clipped to [0, 255] (an infinity to its end), as np.clip(np.nan_to_num(...)) does.
+        y = np.divide(x, scale, out=np.empty_like(x))
+        np.round(y, out=y)
+        y += zp
+        np.fmin(np.fmax(y, zero, out=y), qmax, out=y)
+    return y.astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)
 
 
 def centred(outputs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -100,13 +106,15 @@ def matmul_integer(
     return total.astype(np.int64).astype(np.int32)
 
 
-_BLOCK = 1 << 20  # elements of B widened at a time
+_BLOCK = 1 << 20  # elements of B widened, or of a convolution's windows copied, at a time
 
 
 def _sum_type(a: np.ndarray, b: np.ndarray, terms: int) -> type:
     """float64 where no partial sum of ``terms`` products of the shifted ``a`` and ``b`` can pass
     2^53, whatever the order (BLAS sums them exactly, a hundred times faster), else int64."""
-    bits = 8 * (a.dtype.itemsize + b.dtype.itemsize) + 2  # |v - zero_point| < 2^(8 * itemsize + 1)
+    # |v - zero_point| < 2^(8 * itemsize + 1) for each operand, so every product is below 2^bits and
+    # any partial sum of ``terms`` of them below terms * 2^bits: an integer a float64 holds exactly.
+    bits = 8 * (a.dtype.itemsize + b.dtype.itemsize) + 2
     return np.float64 if terms << bits <= 1 << 53 else np.int64
 
 
@@ -136,15 +144,34 @@ def conv_integer(
     windows = windows[(..., *(slice(None, None, d) for d in dilations))]
     windows = windows[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
     per_group = w.shape[0] // group
-    outputs = []
-    for g in range(group):
-        part = windows[:, g * w.shape[1]:(g + 1) * w.shape[1]]
-        weights = kernel[g * per_group:(g + 1) * per_group]
-        # Sum over channels and the kernel window: x[n, c, o..., k...] * w[m, c, k...].
-        outputs.append(np.einsum(part, [0, 1, *range(3, 3 + 2 * spatial)],
-                                 weights, [2, 1, *range(3 + spatial, 3 + 2 * spatial)],
-                                 [0, 2, *range(3, 3 + spatial)], optimize=wide is np.float64))
+    outputs = [_correlate(windows[:, g * w.shape[1]:(g + 1) * w.shape[1]], kernel[g * per_group:(g + 1) * per_group])
+               for g in range(group)]
     return np.concatenate(outputs, axis=1).astype(np.int64).astype(np.int32)
+
+
+def _correlate(windows: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """``sum(windows[n, c, o..., k...] * kernel[m, c, k...])`` over c and k: [N, M, *out], in the
+    type of both. The windows become the rows of a matrix multiplied by the kernel's (whole images
+    at a time, or a slab of one image's first output axis, so that about a block of them is copied):
+    in float64, where :func:`_sum_type` chose it because no partial sum can pass 2^53, one BLAS
+    product exact in any order of its sums."""
+    spatial = kernel.ndim - 2
+    if not spatial:
+        return windows @ kernel.T
+    terms = kernel.reshape(kernel.shape[0], math.prod(kernel.shape[1:])).T  # [C * prod(k), M]; not -1: M may be 0
+    out = windows.shape[2:2 + spatial]
+    result = np.empty((windows.shape[0], kernel.shape[0], *out), kernel.dtype)
+    per_row = terms.shape[0] * math.prod(out[1:])  # elements copied per position of the first output axis
+    images = max(1, _BLOCK // max(per_row * out[0], 1))
+    step = out[0] if per_row * out[0] <= _BLOCK else max(1, _BLOCK // max(per_row, 1))
+    order = (0, *range(2, spatial + 2), 1, *range(spatial + 2, 2 * spatial + 2))  # [n, o..., c, k...]
+    for n in range(0, windows.shape[0], images):
+        for start in range(0, out[0], step):
+            slab = windows[n:n + images, :, start:start + step].transpose(order)
+            rows = slab.reshape(math.prod(slab.shape[:spatial + 1]), terms.shape[0]) @ terms
+            result[n:n + images, :, start:start + step] = np.moveaxis(
+                rows.reshape(*slab.shape[:spatial + 1], -1), -1, 1)
+    return result
 
 
 def _expanded(values: np.ndarray | None, x: np.ndarray, axis: int, block_size: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import pytest
 from helpers import assert_bits_equal, assert_outputs_bits_equal, onnx_node_tests, run_cached
 
 from dql_pass.inputs import cases
-from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.reference import conv_integer, dynamic_quantize_linear
 
 F = np.float32
 INF = np.inf
@@ -79,3 +79,35 @@ def test_matches_ort_kernel_on_the_whole_catalogue():
         got = dynamic_quantize_linear(case.x)
         want = run_cached(case.x)
         assert_outputs_bits_equal(got, want)
+
+
+def _conv_by_offsets(x, w, x_zero_point, w_zero_point, pads, strides, dilations, group):
+    """ConvInteger summed one kernel offset at a time in int64: another way to the same sums."""
+    shifted = np.pad(x.astype(np.int64) - int(x_zero_point), [(0, 0), (0, 0), *zip(pads[:2], pads[2:])])
+    kernel = w.astype(np.int64) - w_zero_point.astype(np.int64).reshape(-1, 1, 1, 1)
+    out = [(shifted.shape[2 + a] - (w.shape[2 + a] - 1) * dilations[a] - 1) // strides[a] + 1 for a in range(2)]
+    y = np.zeros((x.shape[0], w.shape[0], *out), np.int64)
+    channels, per_group = w.shape[1], w.shape[0] // group
+    for g in range(group):
+        for i in range(w.shape[2]):
+            for j in range(w.shape[3]):
+                rows = slice(i * dilations[0], i * dilations[0] + (out[0] - 1) * strides[0] + 1, strides[0])
+                columns = slice(j * dilations[1], j * dilations[1] + (out[1] - 1) * strides[1] + 1, strides[1])
+                patch = shifted[:, g * channels:(g + 1) * channels, rows, columns]
+                y[:, g * per_group:(g + 1) * per_group] += np.einsum(
+                    "ncij,mc->nmij", patch, kernel[g * per_group:(g + 1) * per_group, :, i, j])
+    return y.astype(np.int32)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, pads, strides, dilations, group", [
+    ((1, 16, 100, 100), (8, 16, 3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),  # windows past a block: several slabs
+    ((5, 4, 9, 7), (6, 2, 3, 2), (2, 0, 1, 1), (2, 1), (2, 3), 2),  # several images a slab, groups, dilations
+])
+def test_conv_integer_is_exact_slab_by_slab(x_shape, w_shape, pads, strides, dilations, group):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, x_shape).astype(np.uint8)
+    w = rng.integers(-128, 128, w_shape).astype(np.int8)
+    x_zero_point, w_zero_point = np.uint8(131), rng.integers(-128, 128, w_shape[0]).astype(np.int8)
+    expected = _conv_by_offsets(x, w, x_zero_point, w_zero_point, pads, strides, dilations, group)
+    got = conv_integer(x, w, x_zero_point, w_zero_point, pads=pads, strides=strides, dilations=dilations, group=group)
+    assert_bits_equal(got, expected)

@@ -92,8 +92,9 @@ def conv_model(folder: Path, side: int, sites: int) -> Path:
     return models.quantize(model, folder, "conv.onnx", ("Conv",))
 
 
-def _cli(tree: Path, *args: str) -> tuple[float, float, str]:
-    """Wall seconds and peak RSS (MiB) of one ``python -m dql_pass ARGS`` from ``tree``, and its last line."""
+def _cli(tree: Path, *args: str) -> tuple[float, float, str, float]:
+    """Wall seconds, peak RSS (MiB), last line and CPU seconds (user and system, every thread) of one
+    ``python -m dql_pass ARGS`` from ``tree``: on a loaded machine the CPU seconds vary less than the wall."""
     environment = {**os.environ, "PYTHONPATH": os.fspath(tree)}
     with tempfile.TemporaryFile("w+") as out:
         began = time.perf_counter()
@@ -106,7 +107,7 @@ def _cli(tree: Path, *args: str) -> tuple[float, float, str]:
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):
         raise SystemExit(f"{args[0]} exited {code}:\n{text[-4000:]}")
-    return seconds, usage.ru_maxrss / 1024, (text.strip().splitlines() or [""])[-1]
+    return seconds, usage.ru_maxrss / 1024, (text.strip().splitlines() or [""])[-1], usage.ru_utime + usage.ru_stime
 
 
 def _one_run(path: Path) -> float:
@@ -127,15 +128,17 @@ def _side(path: Path) -> tuple[int, int]:
 
 def compare(original: Path, rewritten: Path, runs: int, before: Path | None) -> None:
     trees = {"after": REPO} | ({"before": before} if before else {})
-    results: dict[str, list[tuple[float, float, str]]] = {name: [] for name in trees}
+    results: dict[str, list[tuple[float, float, str, float]]] = {name: [] for name in trees}
     for run in range(runs):
         order = list(trees)[run % len(trees):] + list(trees)[:run % len(trees)]
         for name in order:
             results[name].append(_cli(trees[name], "verify", os.fspath(original), os.fspath(rewritten), "-q"))
-            print(f"  run {run + 1}, {name}: {results[name][-1][0]:.1f} s, peak RSS {results[name][-1][1]:.0f} MiB",
-                  flush=True)
+            wall, peak, _, cpu = results[name][-1]
+            print(f"  run {run + 1}, {name}: {wall:.1f} s, CPU {cpu:.1f} s, peak RSS {peak:.0f} MiB, load average "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
     for name, done in results.items():
-        print(f"{name}: wall median {statistics.median(r[0] for r in done):.1f} s, peak RSS max "
+        print(f"{name}: wall median {statistics.median(r[0] for r in done):.1f} s, CPU median "
+              f"{statistics.median(r[3] for r in done):.1f} s, peak RSS max "
               f"{max(r[1] for r in done):.0f} MiB; {done[-1][2][:140]}")
 
 

@@ -11,6 +11,8 @@ Rules:
 - every main-graph DQL input of ORIGINAL and every value its readers read in REWRITTEN are exposed
   as graph outputs in one session per model; those values must equal the reference applied to the
   site's input in ORIGINAL; the graph outputs are compared by :mod:`dql_pass.verification.outputs`;
+  the models run set by set, and once a set's exposed values are checked only its graph outputs
+  are kept (a large model's activations are held for one set, not for all);
 - ORIGINAL's integer products without terms (a reduction axis of size 0) run multiplied by 0:
   ORT leaves their outputs unwritten, ONNX defines them 0;
 - a model level that compared no element (every output and site value empty) is reported as not
@@ -29,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import runtimes
-from dql_pass.compare import compare_site
+from dql_pass.compare import SiteDifference, compare_site
 from dql_pass.errors import InputError, one_line
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.lowering.rules import RULES
@@ -82,26 +84,63 @@ def _exposed(model: ir.Model, names: Mapping[str, ir.DataType]) -> Iterator[None
             value.type = None
 
 
-def _run_all(
-    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, runtime: runtimes.Runtime = _ORT,
-    optimize: str = "basic",
-) -> dict[str, dict[str, object]]:
-    """Run ``model`` on every input set; the values of ``names`` that are inputs or initializers come from there."""
-    with _exposed(model, names):
-        # On ORT, the integer products as ONNX defines them, not a kernel that saturates on this CPU.
-        load = _ORT.load_exact if runtime is _ORT else runtime.load
-        session = load(model, optimize=optimize)
-    fetched = session.output_names
-    values = values_by_name(model.graph)
-    constants = {n: values[n].const_value.numpy() for n in names if n in values and values[n].const_value is not None}
-    results = {}
+class _Loaded:
+    """A model's session on ``runtime`` with the main-graph values ``names`` exposed as graph outputs;
+    ``run`` gives every output and exposed value of one input set (those that are inputs or
+    initializers from there)."""
+
+    def __init__(self, model: ir.Model, names: Mapping[str, ir.DataType], runtime: runtimes.Runtime = _ORT):
+        with _exposed(model, names):
+            # On ORT, the integer products as ONNX defines them, not a kernel that saturates on this CPU.
+            load = _ORT.load_exact if runtime is _ORT else runtime.load
+            self.session = load(model, optimize="basic")
+        values = values_by_name(model.graph)
+        self.names = names
+        self.constants = {n: values[n].const_value.numpy() for n in names
+                          if n in values and values[n].const_value is not None}
+        self.outputs = {v.name for v in model.graph.outputs}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, object]:
+        out = {**self.constants, **{name: feeds[name] for name in self.names if name in feeds}}
+        out.update(zip(self.session.output_names, self.session.run(feeds)))
+        return out
+
+    def kept(self, values: Mapping[str, object]) -> dict[str, object]:
+        """The graph outputs of ``values``: what is kept of a set once its exposed values are checked."""
+        return {name: value for name, value in values.items() if name in self.outputs}
+
+
+def _run_all(model: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> dict[str, dict[str, object]]:
+    """Run ``model`` on every input set."""
+    loaded = _Loaded(model, {}, runtime)
+    return {label: loaded.run(feeds) for label, feeds in sets.items()}
+
+
+def _run_both(
+    original: ir.Model, rewritten: ir.Model, names: tuple[Mapping[str, ir.DataType], Mapping[str, ir.DataType]],
+    sets: Sets, runtime: runtimes.Runtime, reads: _Reads,
+) -> tuple[Sets, Sets | runtimes.RuntimeFailure]:
+    """ORIGINAL on ORT and REWRITTEN on ``runtime``, one input set at a time: ``reads`` sees each
+    set's exposed values, then only the graph outputs are kept, so one set's values are held at a
+    time. ORIGINAL's failure is raised; REWRITTEN's is returned in place of its runs, ORIGINAL going
+    on (a failed rewrite is still compared with ORIGINAL's outputs). REWRITTEN is loaded once
+    ORIGINAL has run a set (ORIGINAL may not run at this batch)."""
+    first, second, failure = _Loaded(original, names[0]), None, None
+    expected_runs: dict[str, dict[str, object]] = {}
+    actual_runs: dict[str, dict[str, object]] = {}
     for done, (label, feeds) in enumerate(sets.items()):
         advance("input sets", done, len(sets))
-        # Not the other inputs: one set at a time is held.
-        out = {**constants, **{name: feeds[name] for name in names if name in feeds}}
-        out.update(zip(fetched, session.run(feeds)))
-        results[label] = out
-    return results
+        expected = first.run(feeds)
+        try:
+            if failure is None:
+                second = second or _Loaded(rewritten, names[1], runtime)
+                actual = second.run(feeds)
+                reads.add(label, expected, actual)
+                actual_runs[label] = second.kept(actual)
+        except runtimes.RuntimeFailure as error:
+            failure = error
+        expected_runs[label] = first.kept(expected)
+    return expected_runs, actual_runs if failure is None else failure
 
 
 def _empty_sums(model: ir.Model) -> list[ir.Value]:
@@ -128,32 +167,35 @@ def _zeroed(model: ir.Model) -> ir.Model:
     return model
 
 
-def _run_original(
-    model: ir.Model, names: Mapping[str, ir.DataType], sets: Sets, fallback: Callable[[], Sets] | None
-) -> tuple[Sets, dict[str, dict[str, object]], list[str]]:
-    """Run ORIGINAL on ``sets``, or on the ``fallback`` sets at batch 1 if it cannot run those; the sets
-    it ran, its values, and notes for the report."""
-    model = _zeroed(model)
+def _run_models(
+    original: ir.Model, rewritten: ir.Model, names: tuple[Mapping[str, ir.DataType], Mapping[str, ir.DataType]],
+    sets: Sets, fallback: Callable[[], Sets] | None, runtime: runtimes.Runtime, reads: _Reads,
+) -> tuple[Sets, Sets, Sets | runtimes.RuntimeFailure, list[str]]:
+    """Run both models on ``sets`` (see :func:`_run_both`), or on the ``fallback`` sets at batch 1 if
+    ORIGINAL cannot run those; the sets they ran, their graph outputs (REWRITTEN's failure in place
+    of its), and notes for the report."""
+    original = _zeroed(original)
     try:
-        return sets, _run_all(model, names, sets), []
+        return sets, *_run_both(original, rewritten, names, sets, runtime, reads), []
     except runtimes.RuntimeFailure as error:  # ORT's message is the clearest one-liner available
         failure = f"ORT cannot run ORIGINAL: {one_line(error)}"
     if fallback is None:
         raise InputError(failure)
+    reads.clear()
     sets = fallback()
     try:
-        runs = _run_all(model, names, sets)
+        expected_runs, actual_runs = _run_both(original, rewritten, names, sets, runtime, reads)
     except runtimes.RuntimeFailure as error:
         raise InputError(f"ORT cannot run ORIGINAL: {one_line(error)}") from None
     note = f"ORIGINAL does not run at batch {BATCH_SIZE} ({failure}); both models ran at batch {FALLBACK_BATCH}"
-    return sets, runs, [note]
+    return sets, expected_runs, actual_runs, [note]
 
 
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
     """ORIGINAL with its DQL expanded by the runtime's target variant, run there; RuntimeFailure if it cannot."""
     model = original.clone()
     ExpandDynamicQuantizeLinearPass(variant=runtime.variant, runtime=None)(model)
-    return _run_all(model, {}, sets, runtime)
+    return _run_all(model, sets, runtime)
 
 
 def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_ort: Sets) -> tuple[Sets, str]:
@@ -225,26 +267,37 @@ def _refused(
     return ModelCheck(compare_outputs(original, rewritten, expected_runs, None), sets, failure, notes)
 
 
-def _check_reads(
-    exposed: Sequence[SiteTally], sets: Sets, expected_runs: Sets, actual_runs: Sets, zero_range: str,
-    runtime: runtimes.Runtime,
-) -> None:
+class _Reads:
     """What each exposed site's readers read, against the reference on the site's input (on another
-    runtime, that input as REWRITTEN computes it there, where it still has it)."""
-    elsewhere = runtime is not _ORT
-    for tally in exposed:
-        tally.result.model_level = f"checked on {len(sets)} input sets"
-        for label in sets:
-            runs = actual_runs if elsewhere and tally.site.input in actual_runs[label] else expected_runs
-            x = runs[label][tally.site.input]
-            expected = dynamic_quantize_linear(x, zero_range)
+    runtime, that input as REWRITTEN computes it there, where it still has it), set by set as the
+    models run; told to the tallies once every set has run (ORIGINAL may yet fail and run at batch 1)."""
+
+    def __init__(self, exposed: Sequence[SiteTally], zero_range: str, runtime: runtimes.Runtime):
+        self.exposed, self.zero_range, self.runtime = exposed, zero_range, runtime
+        self.clear()
+
+    def clear(self) -> None:
+        self.found: list[list[tuple[str, SiteDifference | None, str | None]]] = [[] for _ in self.exposed]
+        self.elements = 0  # of the sites' inputs in ORIGINAL, over the sets
+
+    def add(self, label: str, expected: Mapping[str, object], actual: Mapping[str, object]) -> None:
+        elsewhere = self.runtime is not _ORT
+        self.elements += sum(size(expected[name]) for name in {t.site.input for t in self.exposed})
+        for tally, found in zip(self.exposed, self.found):
+            x = (actual if elsewhere and tally.site.input in actual else expected)[tally.site.input]
+            reference = tally.expected(dynamic_quantize_linear(x, self.zero_range))
             for values in tally.read:
-                diff = compare_site([actual_runs[label][v.name] for v in values], tally.expected(expected),
-                                    tally.outputs[0])
+                diff = compare_site([actual[v.name] for v in values], reference, tally.outputs[0])
                 # On another runtime, excused where its differences for x's classes name each output that differs.
-                known = (runtime.differences(np.asarray(x), runtime.variant, zero_range, diff.outputs)
+                known = (self.runtime.differences(np.asarray(x), self.runtime.variant, self.zero_range, diff.outputs)
                          if elsewhere and diff else [])
-                tally.add(label, ["model input"], diff, known=known[0] if known else None)
+                found.append((label, diff, known[0] if known else None))
+
+    def tell(self, sets: Sets) -> None:
+        for tally, found in zip(self.exposed, self.found):
+            tally.result.model_level = f"checked on {len(sets)} input sets"
+            for label, diff, known in found:
+                tally.add(label, ["model input"], diff, known=known)
 
 
 def _final_outputs(
@@ -278,19 +331,18 @@ def check_model(
     """Run both models; check what main-graph sites' readers read on the sites' actual inputs, and
     compare the graph outputs (ORIGINAL on ORT, REWRITTEN on ``runtime``; see :func:`_final_outputs`)."""
     exposed = _exposed_tallies(tallies, rewritten)
-    original_names, rewritten_names = _exposed_names(exposed, rewritten, runtime is not _ORT)
-    sets, expected_runs, notes = _run_original(original, original_names, sets, fallback)
-    try:
-        actual_runs = _run_all(rewritten, rewritten_names, sets, runtime)
-    except runtimes.RuntimeTimeout as error:  # slow, not refused: nothing compared, no fault found
-        return not_checked(tallies, f"REWRITTEN did not finish on {runtime.name}: {one_line(error)}")
-    except runtimes.RuntimeFailure as error:
-        return _refused(original, rewritten, exposed, sets, expected_runs, notes, runtime, error)
-    _check_reads(exposed, sets, expected_runs, actual_runs, zero_range, runtime)
+    names = _exposed_names(exposed, rewritten, runtime is not _ORT)
+    reads = _Reads(exposed, zero_range, runtime)
+    sets, expected_runs, actual_runs, notes = _run_models(original, rewritten, names, sets, fallback, runtime, reads)
+    if isinstance(actual_runs, runtimes.RuntimeTimeout):  # slow, not refused: nothing compared, no fault found
+        return not_checked(tallies, f"REWRITTEN did not finish on {runtime.name}: {one_line(actual_runs)}")
+    if isinstance(actual_runs, runtimes.RuntimeFailure):
+        return _refused(original, rewritten, exposed, sets, expected_runs, notes, runtime, actual_runs)
+    reads.tell(sets)
     notes += qdq_note(original, sets, expected_runs) + saturation_note(original)
     outputs, from_ort = _final_outputs(original, rewritten, sets, expected_runs, actual_runs, runtime, notes)
-    names = [*original_names, *(v.name for v in original.graph.outputs)]
-    if not sum(size(run[name]) for run in expected_runs.values() for name in names):
+    final = sum(size(run[v.name]) for run in expected_runs.values() for v in original.graph.outputs)
+    if not reads.elements + final:
         reason = "every input set gives empty graph outputs and DQL inputs: nothing was compared"
         for tally in exposed:
             tally.result.model_level = f"not checked in the models: {reason}"
