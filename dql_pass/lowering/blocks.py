@@ -34,6 +34,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from dql_pass.graph.constants import drop_unused
 from dql_pass.graph.names import UniqueNames
 from dql_pass.op import DOMAINS
 
@@ -105,17 +106,21 @@ def _table_gathers(ends: tuple[ir.Node | None, ...]) -> ir.Node | None:
 
 
 def _float_table(answers: ir.Node, names: UniqueNames) -> tuple[ir.Value, list[ir.Node]]:
-    """The float32 table F whose Cast to uint8 ``answers`` is, and the nodes that make it."""
+    """The float32 table F whose Cast to uint8 ``answers`` is, and the nodes that make it. A graph's
+    float32 copy of a uint8 initializer is one initializer, which every site of the graph shares."""
     if answers.op_type == "Cast":
         return answers.inputs[0], []
     data = answers.inputs[0]
     values = data.const_value.numpy().astype(np.float32)
-    table = ir.Value(name=names.unique(f"{data.name}_float"), type=ir.TensorType(FLOAT),
-                     shape=ir.Shape(values.shape), const_value=ir.tensor(values))
+    graph = data.graph if data.is_initializer() else None
+    table = None if graph is None else graph.initializers.get(f"{data.name}_float")
+    if table is None or table.dtype != FLOAT or not np.array_equal(table.const_value.numpy(), values):
+        table = ir.Value(name=names.unique(f"{data.name}_float"), type=ir.TensorType(FLOAT),
+                         shape=ir.Shape(values.shape), const_value=ir.tensor(values))
+        if graph is not None:  # beside the uint8 one
+            graph.register_initializer(table)
     made = []
-    if data.is_initializer() and data.graph is not None:  # a graph's: beside it
-        data.graph.register_initializer(table)
-    else:  # a function's Constant
+    if graph is None:  # a function's Constant
         made.append(ir.node("Constant", [], attributes={"value": table.const_value}, outputs=[table], name=table.name))
     gather = ir.node("Gather", [table, answers.inputs[1]], name=names.unique(f"{answers.outputs[0].name}_float"))
     return gather.outputs[0], [*made, gather]
@@ -153,7 +158,9 @@ def keep_in_float(block: Block, names: UniqueNames) -> bool:
         sub.outputs[0].replace_all_uses_with(centred.outputs[0])
     graph.remove([*block.shifts, *dict.fromkeys(casts), *ends], safe=True)
     if answers is not None and not answers.outputs[0].uses() and not answers.outputs[0].is_graph_output():
+        data = answers.inputs[0]
         graph.remove(answers, safe=True)
+        drop_unused([data])  # lean's uint8 table, once its last site reads the float32 one
     return True
 
 
