@@ -75,7 +75,7 @@ def test_lean_blocks_share_one_float_table_and_leave_no_unread_constant():
     read = {name for node in blocked.graph.node for name in node.input}
     assert [t.name for t in blocked.graph.initializer if t.name not in read] == []
     tables = [t.name for t in blocked.graph.initializer if len(t.dims) == 1 and t.dims[0] > 1024]
-    assert len(tables) == 1 and tables[0].endswith("_float"), tables
+    assert len(tables) == 1 and tables[0].startswith("dql_pass_float_table"), tables
 
 
 @pytest.mark.parametrize("target", FORMS)
