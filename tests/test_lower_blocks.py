@@ -67,6 +67,17 @@ def test_block_has_no_uint8_tensor_nor_cast_pairs_on_the_fused_path(name, target
     assert len(unfused.graph.node) - len(blocked.graph.node) == saved * sites
 
 
+def test_lean_blocks_share_one_float_table_and_leave_no_unread_constant():
+    """The expansion's one uint8 clamp table, shared by every site, becomes one float32 table
+    shared by every block, and the uint8 one, which nothing reads any more, goes."""
+    blocked, report = _lowered(sample("mlp_dynamic"), target="webgpu")
+    assert report.blocks == 3
+    read = {name for node in blocked.graph.node for name in node.input}
+    assert [t.name for t in blocked.graph.initializer if t.name not in read] == []
+    tables = [t.name for t in blocked.graph.initializer if len(t.dims) == 1 and t.dims[0] > 1024]
+    assert len(tables) == 1 and tables[0].startswith("dql_pass_float_table"), tables
+
+
 @pytest.mark.parametrize("target", FORMS)
 @pytest.mark.parametrize("name", BLOCKED)
 def test_block_is_bit_identical_to_the_unfused_lowering_on_ort(name, target):

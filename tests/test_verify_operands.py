@@ -439,7 +439,7 @@ def test_the_driven_columns_and_their_sums_taken_a_block_at_a_time_are_those_of_
 def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_one_pass(monkeypatch):
     monkeypatch.setattr(operands, "_BLOCK", 7)
     monkeypatch.setattr(reference, "_BLOCK", 7)
-    random = operands._integers(ir.DataType.INT8, (37, 5), np.random.default_rng(0))["random"]()
+    random = operands.integers(ir.DataType.INT8, (37, 5), np.random.default_rng(0))["random"]()
     assert random.dtype == np.int8
     assert np.array_equal(random, np.random.default_rng(0).integers(-128, 128, (37, 5)).astype(np.int8))
     rng = np.random.default_rng(2)

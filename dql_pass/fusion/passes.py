@@ -84,7 +84,8 @@ class FuseResult(ir.passes.PassResult):
         else:
             lines = [written.unchanged("nothing to fuse") if written else "nothing to fuse"]
         lines += written.shared_lines() if written else []
-        return "\n".join(lines + ([report.format()] if report.format() else []))
+        notes = report.format()
+        return "\n".join(lines + ([notes] if notes else []))
 
     def to_dict(self) -> dict:
         written = self.written

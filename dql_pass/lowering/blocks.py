@@ -34,7 +34,8 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass.graph.names import UniqueNames
+from dql_pass.graph.constants import drop_unused
+from dql_pass.graph.names import SharedConstants, UniqueNames
 from dql_pass.op import DOMAINS
 
 FLOAT, INT32, UINT8 = ir.DataType.FLOAT, ir.DataType.INT32, ir.DataType.UINT8
@@ -104,27 +105,20 @@ def _table_gathers(ends: tuple[ir.Node | None, ...]) -> ir.Node | None:
     return made if constant is not None and made.domain in DOMAINS and constant.dtype == UINT8 else None
 
 
-def _float_table(answers: ir.Node, names: UniqueNames) -> tuple[ir.Value, list[ir.Node]]:
-    """The float32 table F whose Cast to uint8 ``answers`` is, and the nodes that make it."""
+def _float_table(answers: ir.Node, names: UniqueNames, constants: SharedConstants) -> tuple[ir.Value, list[ir.Node]]:
+    """The float32 table F whose Cast to uint8 ``answers`` is, and the nodes that make it: for a Gather
+    of a constant, the same Gather of its float32 copy, one constant that the root's sites share."""
     if answers.op_type == "Cast":
         return answers.inputs[0], []
-    data = answers.inputs[0]
-    values = data.const_value.numpy().astype(np.float32)
-    table = ir.Value(name=names.unique(f"{data.name}_float"), type=ir.TensorType(FLOAT),
-                     shape=ir.Shape(values.shape), const_value=ir.tensor(values))
-    made = []
-    if data.is_initializer() and data.graph is not None:  # a graph's: beside it
-        data.graph.register_initializer(table)
-    else:  # a function's Constant
-        made.append(ir.node("Constant", [], attributes={"value": table.const_value}, outputs=[table], name=table.name))
+    table = constants.get("float_table", ir.tensor(answers.inputs[0].const_value.numpy().astype(np.float32)))
     gather = ir.node("Gather", [table, answers.inputs[1]], name=names.unique(f"{answers.outputs[0].name}_float"))
-    return gather.outputs[0], [*made, gather]
+    return gather.outputs[0], [gather]
 
 
-def keep_in_float(block: Block, names: UniqueNames) -> bool:
-    """Rewrite an expanded block (see the module docstring); False, and nothing changed, when its
-    body ends neither in Casts to uint8 from float32 nor in Gathers from one such table, or the name
-    of ``y - zp`` is taken."""
+def keep_in_float(block: Block, names: UniqueNames, constants: SharedConstants) -> bool:
+    """Rewrite an expanded block (see the module docstring), with ``constants`` of the block's root;
+    False, and nothing changed, when its body ends neither in Casts to uint8 from float32 nor in
+    Gathers from one such table, or the name of ``y - zp`` is taken."""
     y, zero_point = (block.shifts[0].inputs[k].producer().inputs[0] for k in (0, 1))
     ends = y.producer(), zero_point.producer()
     if any(end is None or end.graph is not block.shifts[0].graph for end in ends):
@@ -140,7 +134,7 @@ def keep_in_float(block: Block, names: UniqueNames) -> bool:
     if answers is None:
         added = [ir.node("Sub", [ends[0].inputs[0], ends[1].inputs[0]], name=name, outputs=[ir.Value(name=name)])]
     else:  # table - table[zero slot], 770 values, then one Gather per element as before
-        table, added = _float_table(answers, names)
+        table, added = _float_table(answers, names, constants)
         point = ir.node("Gather", [table, ends[1].inputs[1]], name=names.unique(f"{name}_point"))
         shifted = ir.node("Sub", [table, point.outputs[0]], name=names.unique(f"{name}_table"))
         added += [point, shifted, ir.node("Gather", [shifted.outputs[0], ends[0].inputs[1]], name=name,
@@ -153,7 +147,9 @@ def keep_in_float(block: Block, names: UniqueNames) -> bool:
         sub.outputs[0].replace_all_uses_with(centred.outputs[0])
     graph.remove([*block.shifts, *dict.fromkeys(casts), *ends], safe=True)
     if answers is not None and not answers.outputs[0].uses() and not answers.outputs[0].is_graph_output():
+        data = answers.inputs[0]
         graph.remove(answers, safe=True)
+        drop_unused([data])  # lean's uint8 table, once its last site reads the float32 one
     return True
 
 

@@ -17,7 +17,7 @@ attributes), one generator per rule, which its record in :mod:`dql_pass.lowering
 
 from __future__ import annotations
 
-__all__ = ["Cases", "Site", "Unsynthesizable", "conv_integer", "matmul_integer", "same_pads"]
+__all__ = ["Cases", "Site", "Unsynthesizable", "conv_integer", "integers", "known_shape", "matmul_integer", "same_pads"]
 
 import hashlib
 import itertools
@@ -64,7 +64,7 @@ def conv_integer(site: Site, rng: np.random.Generator) -> Cases:
     return _product_cases(site, rng, conv=True)
 
 
-def _integers(
+def integers(
     dtype: ir.DataType, shape: Sequence[int], rng: np.random.Generator
 ) -> dict[str, Callable[[], np.ndarray]]:
     """All zero, all at the type's ends, and random, each made when called: the random one is drawn
@@ -84,7 +84,8 @@ def _zero_points(dtype: ir.DataType, rng: np.random.Generator) -> list[np.ndarra
     return [np.array(v, dtype.numpy()) for v in (info.min, info.max, rng.integers(info.min, int(info.max) + 1))]
 
 
-def _known(site: Site, index: int, fallback: Callable[[], tuple[int, ...] | None]) -> tuple[int, ...]:
+def known_shape(site: Site, index: int, fallback: Callable[[], tuple[int, ...] | None]) -> tuple[int, ...]:
+    """The shape of input ``index``: its constant's, else its static one, else ``fallback``'s."""
     shape = site.shapes[index] if site.constants[index] is None else site.constants[index].shape
     shape = fallback() if shape is None else shape  # () is rank 0, known
     if shape is None:
@@ -100,22 +101,22 @@ def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
         raise Unsynthesizable("an operand's type is unknown")
     weights = site.constants[1]
     if conv:
-        w_shape = _known(site, 1, lambda: None)
+        w_shape = known_shape(site, 1, lambda: None)
         group = int(site.attributes.get("group", 1))
         side = [2 * k + 1 for k in w_shape[2:]]
-        a_shape = _known(site, 0, lambda: (2, w_shape[1] * group, *side))
+        a_shape = known_shape(site, 0, lambda: (2, w_shape[1] * group, *side))
     else:
         per_row = site.constants[2] if len(site.constants) > 2 and site.constants[2] is not None else np.zeros(1)
         rows = per_row.size if per_row.size > 1 else 4  # a zero point per row: that many rows
         # B [K] or [..., K, N]: A takes its K.
-        a_shape = _known(site, 0, lambda: None if site.shapes[1] is None and weights is None
+        a_shape = known_shape(site, 0, lambda: None if site.shapes[1] is None and weights is None
                          else (rows, (weights.shape if weights is not None else site.shapes[1])[-2:][0]))
-        w_shape = _known(site, 1, lambda: (a_shape[-1], 5))
+        w_shape = known_shape(site, 1, lambda: (a_shape[-1], 5))
     names, constants = [*site.inputs, None, None][:4], [*site.constants, None, None][:4]
     # A constant operand is what the replacement reads: it is checked on its stored value only.
     activations = ({"constant": lambda a=constants[0]: a} if constants[0] is not None
-                   else _integers(a_type, a_shape, rng))
-    weight_sets = {"constant": lambda w=weights: w} if weights is not None else _integers(w_type, w_shape, rng)
+                   else integers(a_type, a_shape, rng))
+    weight_sets = {"constant": lambda w=weights: w} if weights is not None else integers(w_type, w_shape, rng)
 
     def points(index: int, dtype: ir.DataType) -> list[np.ndarray | None]:
         """A zero point's values: absent, ORIGINAL's constant, or both ends of the type and a random one."""

@@ -29,7 +29,7 @@ import onnx_ir as ir
 from dql_pass.graph.constants import constant
 from dql_pass.lowering.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.lowering.rewrite import (
-    FLOAT, INT32, Builder, CannotLower, element_type, output_is, per_axis_shape, shaped,
+    FLOAT, INT32, Builder, CannotLower, integer_type, output_is, per_axis_shape, shaped,
 )
 
 _PRODUCT_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8}
@@ -37,10 +37,7 @@ _PRODUCT_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8}
 
 def _operand(value: ir.Value, zero_point: ir.Value | None, role: str) -> tuple[ir.DataType, np.ndarray | None, int]:
     """An integer operand's type, its zero point's array (None: absent or not constant) and its span."""
-    dtype = element_type(value) or (element_type(zero_point) if zero_point is not None else None)
-    if dtype not in _PRODUCT_TYPES:
-        kind = "of unknown type" if dtype is None else dtype.name.lower()
-        raise CannotLower(f"{role} is {kind}; uint8 and int8 are lowered")
+    dtype = integer_type(value, zero_point, _PRODUCT_TYPES, role, "uint8 and int8")
     points = constant(zero_point)
     return dtype, points, span(_PRODUCT_TYPES[dtype], points, zero_point is None or points is not None)
 

@@ -27,7 +27,8 @@ import onnx_ir as ir
 from dql_pass import variants
 from dql_pass.graph.constants import constant
 from dql_pass.lowering.rewrite import (
-    BOOL, DOUBLE, FLOAT, INT32, Builder, CannotLower, element_type, output_is, per_axis_shape, shaped,
+    BOOL, DOUBLE, FLOAT, INT32, Builder, CannotLower, element_type, integer_type, output_is, per_axis_shape,
+    shaped,
 )
 
 _QUANTIZED_TYPES = {ir.DataType.UINT8: np.uint8, ir.DataType.INT8: np.int8, ir.DataType.UINT16: np.uint16,
@@ -110,10 +111,7 @@ def quantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
 def dequantize_linear(node: ir.Node, b: Builder) -> tuple[ir.Value, None]:
     x = node.inputs[0]
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
-    dtype = element_type(x) or (element_type(zero_point) if zero_point is not None else None)
-    if dtype not in _QUANTIZED_TYPES:
-        kind = "of unknown type" if dtype is None else dtype.name.lower()
-        raise CannotLower(f"X is {kind}; 8- and 16-bit integers are lowered")
+    integer_type(x, zero_point, _QUANTIZED_TYPES, "X", "8- and 16-bit integers")
     scale, points = _quantization_params(node, DEQUANTIZE_ATTRIBUTES)
     requested = _int_attribute(node, "output_dtype")
     if requested not in (0, FLOAT):  # 0: the scale's type, float32 here

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from dql_pass.lowering.operands import Cases, Site, Unsynthesizable, _integers, _known
+from dql_pass.lowering.operands import Cases, Site, Unsynthesizable, integers, known_shape
 
 
 def quantize_linear(site: Site, rng: np.random.Generator) -> Cases:
@@ -93,13 +93,14 @@ def _quantization_cases(site: Site, rng: np.random.Generator, dequantize: bool) 
     info = np.iinfo(dtype)
     axis = int(site.attributes.get("axis", 1))
     per_axis = scale.size > 1
-    shape = _known(site, 0, lambda: (3, scale.size, 5) if per_axis and axis in (1, -2) else None if per_axis else (64,))
+    shape = known_shape(site, 0,
+                        lambda: (3, scale.size, 5) if per_axis and axis in (1, -2) else None if per_axis else (64,))
     if per_axis and (not shape or shape[axis % len(shape)] != scale.size):
         raise Unsynthesizable(f"its {scale.size} scales do not lie along axis {axis} of x {list(shape)}")
     axis = axis % len(shape) if shape else 0
     scales = scale.reshape(-1).astype(np.float32)
     if dequantize:
-        for label, x in _integers(site.types[0], shape, rng).items():
+        for label, x in integers(site.types[0], shape, rng).items():
             yield label, label, [x(), *params]
         # Every value of the type on every channel (a sample of 16-bit ones): a folded or
         # reordered multiply differs on a few of them only.

@@ -97,7 +97,6 @@ class LowerReport:
         lines += [f"still blocks {self.target}: {lack.describe()}" for lack in self.lacking]
         return "\n".join(lines)
 
-
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "lacking": [lack.describe() for lack in self.lacking]}
 
@@ -226,13 +225,17 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
                                     "(variants portable's and lean's are, as for --target webgpu)")
             kept = []
         if kept:
-            block_names = UniqueNames.of_model(model)
-            report.blocks = sum(blocks.keep_in_float(block, block_names) for block in kept)
+            block_names = UniqueNames.of_model(model)  # the expansion's names too
+            roots = {graph: root for graph, (_, root) in graph_scopes(model).items()}
+            tables: dict[int, SharedConstants] = {}
+            for block in kept:
+                root = roots[block.shifts[0].graph]
+                constants = tables.setdefault(id(root), SharedConstants(root, block_names))
+                report.blocks += blocks.keep_in_float(block, block_names, constants)
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:
-            lacks = runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)
-            report.lacking = lacks
+            report.lacking = runtimes.lacking(self.target, ops_used(model), ai_onnx_opset(model.opset_imports) or 0)
         for item in report.left_alone:
             logger.info("left alone %s %r in %s: %s", item.op_type, item.node, item.graph, item.reason)
         logger.info("lowered %d nodes", len(report.lowered))

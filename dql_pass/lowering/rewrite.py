@@ -7,11 +7,11 @@ constants are shared within the node's root; whatever it cannot prove exact rais
 
 from __future__ import annotations
 
-__all__ = ["BOOL", "DOUBLE", "FLOAT", "INT32", "Builder", "CannotLower", "Lowering", "element_type", "output_is",
-           "per_axis_shape", "shaped"]
+__all__ = ["BOOL", "DOUBLE", "FLOAT", "INT32", "Builder", "CannotLower", "Lowering", "element_type", "integer_type",
+           "output_is", "per_axis_shape", "shaped"]
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -79,6 +79,18 @@ def element_type(value: ir.Value) -> ir.DataType | None:
     if producer.op_type == "Cast" and "to" in producer.attributes:
         return ir.DataType(producer.attributes["to"].as_int())
     return None
+
+
+def integer_type(
+    value: ir.Value, zero_point: ir.Value | None, lowered: Collection[ir.DataType], role: str, which: str,
+) -> ir.DataType:
+    """The element type of an integer operand, its zero point's where its own is unknown (they share
+    one); CannotLower, saying ``which`` types are lowered, unless it is one of ``lowered``."""
+    dtype = element_type(value) or (element_type(zero_point) if zero_point is not None else None)
+    if dtype not in lowered:
+        kind = "of unknown type" if dtype is None else dtype.name.lower()
+        raise CannotLower(f"{role} is {kind}; {which} are lowered")
+    return dtype
 
 
 def per_axis_shape(
