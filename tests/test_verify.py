@@ -691,6 +691,7 @@ def test_large_site_cases_catch_a_rewrite_wrong_only_on_large_tensors(defect):
     (row,) = report.sites
     assert row.classes == {"near tie": 2} and row.worst_case.startswith("large_ties") and report.verdict == "FAIL", (
         row.classes, row.detail)
+    assert f"{row.worst_case} (near tie)" in report.format()  # the worst case, with its input classes
     assert all(o.identical for o in report.outputs)  # 16 elements: the model level cannot see it
 
 
