@@ -7,6 +7,7 @@ import pytest
 from helpers import assert_bits_equal, assert_outputs_bits_equal, onnx_node_tests, run_cached
 
 from dql_pass.inputs import cases
+from dql_pass import reference
 from dql_pass.reference import conv_integer, dynamic_quantize_linear
 
 F = np.float32
@@ -102,8 +103,12 @@ def _conv_by_offsets(x, w, x_zero_point, w_zero_point, pads, strides, dilations,
 @pytest.mark.parametrize("x_shape, w_shape, pads, strides, dilations, group", [
     ((1, 16, 100, 100), (8, 16, 3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),  # windows past a block: several slabs
     ((5, 4, 9, 7), (6, 2, 3, 2), (2, 0, 1, 1), (2, 1), (2, 3), 2),  # several images a slab, groups, dilations
+    ((5, 8, 64, 64), (4, 8, 3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 1),  # 3 images a slab: the last slab holds 2
 ])
-def test_conv_integer_is_exact_slab_by_slab(x_shape, w_shape, pads, strides, dilations, group):
+@pytest.mark.parametrize("summed_in", ["float64", "int64"])  # float64 where no sum can pass 2^53, as chosen
+def test_conv_integer_is_exact_slab_by_slab(x_shape, w_shape, pads, strides, dilations, group, summed_in, monkeypatch):
+    if summed_in == "int64":  # the type chosen for sums that could pass 2^53, forced on these
+        monkeypatch.setattr(reference, "_sum_type", lambda *_: np.int64)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, x_shape).astype(np.uint8)
     w = rng.integers(-128, 128, w_shape).astype(np.int8)

@@ -28,7 +28,7 @@ from dql_pass.verification.synthesis import input_sets
 from helpers import (
     MODELS, constant_node, dangling_dql_rewrite, dql_model, embedding_model, onnx_body, quotients, reciprocal_rewrite,
     round_half_up, site_pairs,
-    value_map,
+    session, value_map,
 )
 
 SAMPLES = sorted(MODELS.glob("*.onnx"))
@@ -568,6 +568,39 @@ def test_a_rewrite_that_fixes_the_batch_to_one_fails(mlp):
     assert report.notes == []
 
 
+def _failing_on_zeros(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` expanded, its output multiplied by 1 through a Gather whose index is out of bounds
+    when the input is all zeros: ORT runs it on every input set but the all-zero one."""
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(dql_pass.expand(model)[0])
+    graph, x, y = rewritten.graph, rewritten.graph.input[0].name, rewritten.graph.output[0].name
+    graph.initializer.extend([numpy_helper.from_array(np.array([0.0], np.float32), "fz_table"),
+                              numpy_helper.from_array(np.float32(0), "fz_zero"),
+                              numpy_helper.from_array(np.float32(1), "fz_one")])
+    graph.node.extend([
+        helper.make_node("ReduceMax", [x], ["fz_max"], keepdims=0),
+        helper.make_node("Equal", ["fz_max", "fz_zero"], ["fz_all_zero"]),
+        helper.make_node("Cast", ["fz_all_zero"], ["fz_index"], to=TensorProto.INT64),  # 1: past the table's end
+        helper.make_node("Gather", ["fz_table", "fz_index"], ["fz_gathered"]),
+        helper.make_node("Add", ["fz_gathered", "fz_one"], ["fz_factor"]),
+        helper.make_node("Mul", [y + "_unfactored", "fz_factor"], [y]),
+    ])
+    producer = next(n for n in graph.node if y in n.output)
+    producer.output[list(producer.output).index(y)] = y + "_unfactored"
+    return rewritten
+
+
+def test_a_rewrite_that_fails_on_a_later_input_set_only_fails(mlp):
+    rewritten = _failing_on_zeros(mlp)
+    sets = input_sets(ir.from_proto(mlp), 2, 0, {}, {})
+    assert list(sets)[:3] == ["sample 0", "sample 1", "zeros"]
+    for label in ("sample 0", "sample 1"):  # REWRITTEN runs the sets before the all-zero one
+        session(rewritten).run(sets[label])
+    report = verify(mlp, rewritten)
+    assert report.verdict == "FAIL" and "onnxruntime cannot run REWRITTEN" in report.model_error, report.format()
+    assert all(not o.identical for o in report.outputs)
+
+
 def test_an_original_that_runs_only_at_batch_one_is_run_at_batch_one_and_the_report_says_so():
     """x [batch, 4] reshaped to [4]: the model runs at batch 1 only."""
     shape = numpy_helper.from_array(np.array([4], np.int64), "shape")
@@ -658,6 +691,7 @@ def test_large_site_cases_catch_a_rewrite_wrong_only_on_large_tensors(defect):
     (row,) = report.sites
     assert row.classes == {"near tie": 2} and row.worst_case.startswith("large_ties") and report.verdict == "FAIL", (
         row.classes, row.detail)
+    assert f"{row.worst_case} (near tie)" in report.format()  # the worst case, with its input classes
     assert all(o.identical for o in report.outputs)  # 16 elements: the model level cannot see it
 
 

@@ -71,3 +71,20 @@ def test_lowered_operand_cases_are_made_one_at_a_time(monkeypatch):
     (row,) = check_lowered(original, rewritten, 0, ORT)
     assert row.passed and row.cases > 2, row
     assert events == ["made", "checked"] * row.cases, events
+
+
+def test_four_bit_integer_inputs_are_drawn_below_their_end():
+    """NumPy draws no 4-bit type: an int4 or uint4 input is drawn in int8 or uint8, within its own range."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [name], [f"{name}_out"]) for name in ("s", "u")], "g",
+        [helper.make_tensor_value_info("s", TensorProto.INT4, [64]),
+         helper.make_tensor_value_info("u", TensorProto.UINT4, [64])],
+        [helper.make_tensor_value_info(f"{name}_out", t, [64]) for name, t in (("s", TensorProto.INT4),
+                                                                             ("u", TensorProto.UINT4))])
+    feeds = input_sets(ir.from_proto(helper.make_model(graph)), 1, 0, {}, {})["sample 0"]
+    rng = np.random.default_rng(0)
+    expected_s = rng.integers(0, 8, 64, dtype=np.int8)  # below int4's end, 7
+    expected_u = rng.integers(0, 16, 64, dtype=np.uint8)  # below 16, the default
+    assert feeds["s"].dtype == ir.DataType.INT4.numpy() and feeds["u"].dtype == ir.DataType.UINT4.numpy()
+    assert np.array_equal(feeds["s"].astype(np.int8), expected_s)
+    assert np.array_equal(feeds["u"].astype(np.uint8), expected_u)

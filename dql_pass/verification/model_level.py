@@ -38,12 +38,12 @@ from dql_pass.lowering.rules import RULES
 from dql_pass.op import DOMAINS
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.verification.extract import values_by_name
-from dql_pass.verification.synthesis import BATCH_SIZE, FALLBACK_BATCH
 from dql_pass.verification.notes import either, from_ort_in_context, qdq_note, saturation_note
 from dql_pass.verification.outputs import Sets, compare_outputs, size
 from dql_pass.verification.progress import advance
 from dql_pass.verification.report import OutputResult
 from dql_pass.verification.site_level import SiteTally
+from dql_pass.verification.synthesis import BATCH_SIZE, FALLBACK_BATCH
 
 _ORT = runtimes.get("onnxruntime")
 
@@ -215,7 +215,6 @@ def not_checked(tallies: Sequence[SiteTally], reason: str) -> ModelCheck:
     for tally in tallies:
         tally.result.model_level = f"not checked in the models: {reason}"
     return ModelCheck([], {}, not_checked=reason)
-
 
 
 def _exposed_tallies(tallies: Sequence[SiteTally], rewritten: ir.Model) -> list[SiteTally]:

@@ -145,7 +145,10 @@ def _synthesize(
         return np.zeros(shape, np_type)
     if "position" in name and shape:
         return np.ascontiguousarray(np.broadcast_to(np.arange(shape[-1], dtype=np_type), shape))
-    return rng.integers(0, min(high, int(np.iinfo(np_type).max) + 1), shape, dtype=np_type)
+    # Below the type's end; NumPy draws no 4- or 2-bit type, so those are drawn in int8 or uint8.
+    end = 1 << (dtype.bitwidth - dtype.is_signed())
+    drawn = np_type if dtype.bitwidth >= 8 else np.int8 if dtype.is_signed() else np.uint8
+    return rng.integers(0, min(high, end), shape, dtype=drawn).astype(np_type, copy=False)
 
 
 def _given_dims(model: ir.Model, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
