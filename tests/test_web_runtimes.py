@@ -405,3 +405,17 @@ def test_recycling_hands_on_no_browser_that_failed():
         again = runtime.load(model)
         assert again._page.browser is not failed and again.run({"x": np.ones(3, _F)})[0].tolist() == [1.0, 2.0, 3.0]
         again.close()
+
+
+@needs_browser
+def test_recycling_hands_on_no_page_whose_call_was_interrupted(monkeypatch):
+    class Interrupted(_Silent):
+        def evaluate(self, expression, *, timeout=60):
+            raise KeyboardInterrupt  # the page may still be loading: its model could land in the next session
+
+    monkeypatch.setattr(web, "Browser", Interrupted)
+    runtime = runtimes.get("wasm")
+    with runtime.recycling():
+        with pytest.raises(KeyboardInterrupt):
+            runtime.load(one_node_model(["n"], 21))
+        assert runtime._idle == {}
