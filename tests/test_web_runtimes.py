@@ -373,15 +373,22 @@ def test_recycling_hands_a_closed_sessions_browser_to_the_next_and_stops_every_o
         first.close()
         with pytest.raises(runtimes.RuntimeFailure, match="closed"):
             first.run({"x": x})  # the page is the next session's now
-        second = runtime.load(dql_pass.expand(one_node_model(["n"], 21), variant="lean", runtime=None)[0])
+        # Another model on the same page: its own answer, not the first model's (whose y is uint8).
+        second = runtime.load(_model(helper.make_node("Neg", ["x"], ["y"]),
+                                     inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                                     outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])]))
         assert second.browser_pid == pid
-        assert [a.tobytes() for a in second.run({"x": x})] == [e.tobytes() for e in expected]
+        assert second.run({"x": x})[0].tobytes() == (-x).tobytes() != expected[0].tobytes()
+        second.close()
+        third = runtime.load(dql_pass.expand(one_node_model(["n"], 21), variant="lean", runtime=None)[0])
+        assert third.browser_pid == pid
+        assert [a.tobytes() for a in third.run({"x": x})] == [e.tobytes() for e in expected]
         # A page started with the verbose log (placement's) serves placement only: the log is there.
         placed = runtime.placement(one_node_model(["n"], 21))
         assert [node.split(" ")[0] for node in placed["CPUExecutionProvider"]] == ["DynamicQuantizeLinear"]
         assert runtime._idle[True].browser.pid != pid
-        browser = second._page.browser
-        second.close()
+        browser = third._page.browser
+        third.close()
         assert browser.alive()
     assert not browser.alive() and runtime._idle is None
 
