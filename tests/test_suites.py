@@ -163,7 +163,7 @@ def test_a_suite_without_manifest_runs(small_suite):
 def test_the_large_input_is_written_at_the_newest_opset_only(tmp_path):
     path = tmp_path / "dql"
     suite = suites.generate_suite(
-        path, opsets=(13, 21), forms=("native", "arithmetic"), names=("large_1m",), include_large=True
+        path, opsets=(13, 21), variants=("native", "arithmetic"), names=("large_1m",), include_large=True
     )
     assert sorted(e.folder for e in suite.entries) == [
         "test_dynamicquantizelinear_large_1m_expanded_arithmetic_opset21",
@@ -388,7 +388,7 @@ def test_folders_the_backend_cannot_run_are_left_out_and_listed(tmp_path):
 def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_path):
     path = tmp_path / "dql"
     suite = suites.generate_suite(
-        path, opsets=(28,), forms=("quantizelinear",), names=("spec_example",), zero_range="onnx-reference"
+        path, opsets=(28,), variants=("quantizelinear",), names=("spec_example",), zero_range="onnx-reference"
     )
     [entry] = suite.entries
     assert suite.left_out == []
@@ -401,7 +401,7 @@ def test_under_the_onnx_reference_policy_an_ort_lack_is_a_known_difference(tmp_p
 
 def test_a_choice_the_backend_runs_nothing_of_is_bad_input(tmp_path):
     with pytest.raises(InputError, match="onnxruntime can run none of the chosen folders: QuantizeLinear-28"):
-        suites.generate_suite(tmp_path / "dql", opsets=(28,), forms=("quantizelinear",), include_large=False)
+        suites.generate_suite(tmp_path / "dql", opsets=(28,), variants=("quantizelinear",), include_large=False)
     assert not list(tmp_path.iterdir())
 
 
@@ -420,9 +420,9 @@ def test_a_suite_holding_added_files_is_not_replaced_unless_forced(small_suite, 
     else:
         path.write_text("mine")
     with pytest.raises(InputError, match=rf"holds 1 file\(s\) that gen-tests did not write \({reported}\)"):
-        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+        suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
     assert path.exists() and len(_manifest(small_suite)) == SMALL
-    suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",), force=True)
+    suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",), force=True)
     expected = [suites.MANIFEST, "test_dynamicquantizelinear_rank_0_opset13"]
     assert sorted(p.name for p in small_suite.iterdir()) == expected
 
@@ -432,14 +432,14 @@ def test_a_file_replaced_by_a_symlink_is_not_what_gen_tests_wrote(small_suite, t
     output.rename(tmp_path / "y.pb")
     output.symlink_to(tmp_path / "y.pb")
     with pytest.raises(InputError, match="did not write"):
-        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+        suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
     assert output.is_symlink() and (tmp_path / "y.pb").exists()
 
 
 def test_a_suite_with_edited_files_is_replaced(small_suite):
     (small_suite / SPEC / "test_data_set_0" / "output_0.pb").write_bytes(b"edited")
     (small_suite / "test_dynamicquantizelinear_rank_0_opset18" / "data.json").unlink()
-    suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
     assert [e["folder"] for e in json.loads((small_suite / suites.MANIFEST).read_text())["cases"]] == [
         "test_dynamicquantizelinear_rank_0_opset13"
     ]
@@ -459,11 +459,11 @@ def test_stage_folders_left_by_earlier_runs_are_removed_unless_a_live_run_holds_
     held.mkdir()
     lock = FolderLock(held)
     try:
-        suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+        suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
         assert sorted(p.name for p in small_suite.parent.iterdir()) == [".dql.held.stage", "dql"]
     finally:
         lock.release()
-    suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+    suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
     assert sorted(p.name for p in small_suite.parent.iterdir()) == ["dql"]
 
 
@@ -498,7 +498,7 @@ def test_without_a_one_step_swap_the_two_renames_still_leave_a_whole_suite(small
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt if failure == "interrupt" else InputError):
-            suites.generate_suite(small_suite, opsets=(13,), forms=("native",), names=("rank_0",))
+            suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
     finally:
         signal.signal(signal.SIGINT, previous)
     new = ["test_dynamicquantizelinear_rank_0_opset13"]
@@ -529,7 +529,7 @@ def test_run_tests_counts_each_form_and_outcome_and_raw_shows_what_known_differe
     from dql_pass.cli import main
 
     path = tmp_path / "dql"
-    suites.generate_suite(path, opsets=(21,), forms=("native", "arithmetic"), include_large=False)
+    suites.generate_suite(path, opsets=(21,), variants=("native", "arithmetic"), include_large=False)
     report = suites.run_suite(path, "reference")
     counts = report.counts()
     assert sorted(counts) == ["arithmetic", "native"]

@@ -31,7 +31,7 @@ X_LIMIT = 65536 + len("x") + 16 * 6
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     path = tmp_path_factory.mktemp("pristine") / "dql"
-    suites.generate_suite(path, opsets=(13,), forms=("native",), names=("spec_example",))
+    suites.generate_suite(path, opsets=(13,), variants=("native",), names=("spec_example",))
     return path
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -250,10 +248,11 @@ def test_a_missing_setup_is_one_line_naming_the_setup_command(tmp_path, monkeypa
     assert main(["verify", "models/mlp_dynamic.onnx", "models/mlp_dynamic.onnx", "--runtime", "wasm"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "python -m dql_pass.runtimes.web setup" in err
-    checked = subprocess.run([sys.executable, "-m", "dql_pass.runtimes.web", "check"], capture_output=True, text=True,
-                             env={**__import__("os").environ, web.CACHE_VARIABLE: str(tmp_path / "empty")})
-    assert checked.returncode == 2 and len(checked.stderr.strip().splitlines()) == 1
-    assert "python -m dql_pass.runtimes.web setup" in checked.stderr
+    from dql_pass.runtimes.web.__main__ import main as web_main
+
+    assert web_main(["check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "python -m dql_pass.runtimes.web setup" in err
 
 
 def test_a_browser_that_cannot_start_leaves_no_pipe_or_profile(tmp_path, monkeypatch):
@@ -373,15 +372,22 @@ def test_recycling_hands_a_closed_sessions_browser_to_the_next_and_stops_every_o
         first.close()
         with pytest.raises(runtimes.RuntimeFailure, match="closed"):
             first.run({"x": x})  # the page is the next session's now
-        second = runtime.load(dql_pass.expand(one_node_model(["n"], 21), variant="lean", runtime=None)[0])
+        # Another model on the same page: its own answer, not the first model's (whose y is uint8).
+        second = runtime.load(_model(helper.make_node("Neg", ["x"], ["y"]),
+                                     inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                                     outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])]))
         assert second.browser_pid == pid
-        assert [a.tobytes() for a in second.run({"x": x})] == [e.tobytes() for e in expected]
+        assert second.run({"x": x})[0].tobytes() == (-x).tobytes() != expected[0].tobytes()
+        second.close()
+        third = runtime.load(dql_pass.expand(one_node_model(["n"], 21), variant="lean", runtime=None)[0])
+        assert third.browser_pid == pid
+        assert [a.tobytes() for a in third.run({"x": x})] == [e.tobytes() for e in expected]
         # A page started with the verbose log (placement's) serves placement only: the log is there.
         placed = runtime.placement(one_node_model(["n"], 21))
         assert [node.split(" ")[0] for node in placed["CPUExecutionProvider"]] == ["DynamicQuantizeLinear"]
         assert runtime._idle[True].browser.pid != pid
-        browser = second._page.browser
-        second.close()
+        browser = third._page.browser
+        third.close()
         assert browser.alive()
     assert not browser.alive() and runtime._idle is None
 
@@ -405,3 +411,17 @@ def test_recycling_hands_on_no_browser_that_failed():
         again = runtime.load(model)
         assert again._page.browser is not failed and again.run({"x": np.ones(3, _F)})[0].tolist() == [1.0, 2.0, 3.0]
         again.close()
+
+
+@needs_browser
+def test_recycling_hands_on_no_page_whose_call_was_interrupted(monkeypatch):
+    class Interrupted(_Silent):
+        def evaluate(self, expression, *, timeout=60):
+            raise KeyboardInterrupt  # the page may still be loading: its model could land in the next session
+
+    monkeypatch.setattr(web, "Browser", Interrupted)
+    runtime = runtimes.get("wasm")
+    with runtime.recycling():
+        with pytest.raises(KeyboardInterrupt):
+            runtime.load(one_node_model(["n"], 21))
+        assert runtime._idle == {}

@@ -31,16 +31,14 @@ import argparse
 import dataclasses
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import onnx
 
 import dql_pass
-from tools import models
+from tools import harness, models
 
 VOCAB, HEAD_SIZE, FFN_FACTOR = 1000, 64, 4
 TARGET_RATIO = 4.0  # verify over expand, whole processes, on the same model
@@ -54,19 +52,7 @@ def _verify_process(original: Path, rewritten: Path, tree: Path, *options: str) 
 
 def _process(tree: Path, *args: str) -> tuple[float, float, str]:
     """Wall seconds and peak RSS (MiB) of one ``python -m dql_pass ARGS`` run from ``tree``, and its last line."""
-    environment = {**os.environ, "PYTHONPATH": os.fspath(tree)}
-    with tempfile.TemporaryFile("w+") as out:
-        began = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "dql_pass", *args, "-q"],
-                                 cwd=tree, env=environment, stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(child.pid, 0)  # reaped here, so its own peak RSS is known
-        child.returncode = os.waitstatus_to_exitcode(status)
-        seconds = time.perf_counter() - began
-        out.seek(0)
-        text = out.read()
-    if child.returncode:
-        raise SystemExit(f"{args[0]} exited {child.returncode}:\n{text[-4000:]}")
-    return seconds, usage.ru_maxrss / 1024, (text.strip().splitlines() or [""])[-1]
+    return harness.cli_process(tree, *args, "-q")[:3]
 
 
 def bench_chains(sizes: list[int], runs: int, tree: Path) -> int:

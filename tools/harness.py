@@ -49,6 +49,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -165,6 +166,25 @@ def measure_cli(args: Sequence[str]) -> tuple[float, dict[str, int]]:
     done = subprocess.run([sys.executable, "-c", MEASURED_CLI_SCRIPT, *args], check=True, capture_output=True,
                           text=True)
     return time.perf_counter() - began, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cli_process(tree: Path, *args: str, codes: Sequence[int] = (0,)) -> tuple[float, float, str, float]:
+    """Wall seconds, peak RSS (MiB), last line and CPU seconds (user and system, every thread) of one
+    ``python -m dql_pass ARGS`` run with ``tree``'s dql_pass; on a loaded machine the CPU seconds vary
+    less than the wall. SystemExit with the output's tail on an exit code not in ``codes``."""
+    environment = {**os.environ, "PYTHONPATH": os.fspath(tree)}
+    with tempfile.TemporaryFile("w+") as out:
+        began = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-m", "dql_pass", *args], cwd=tree, env=environment,
+                                 stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(child.pid, 0)  # reaped here, so its own peak RSS is known
+        seconds = time.perf_counter() - began
+        out.seek(0)
+        text = out.read()
+    code = os.waitstatus_to_exitcode(status)
+    if code not in codes:
+        raise SystemExit(f"{args[0]} exited {code}:\n{text[-4000:]}")
+    return seconds, usage.ru_maxrss / 1024, (text.strip().splitlines() or [""])[-1], usage.ru_utime + usage.ru_stime
 
 
 # ---------------------------------------------------------------------------------------------

@@ -245,7 +245,7 @@ def _run_by_rank(
             except Exception as error:  # noqa: BLE001
                 outcomes[i] = line = f"does not run: {_line(error)}"
                 refusals[x.shape] = (line, times + 1 if line == refusal else 1)
-        if session is not None and hasattr(session, "close"):
+        if session is not None:
             session.close()
     return outcomes, adapter
 

@@ -40,10 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tools import models
-
-REPO = Path(__file__).resolve().parent.parent
-
+from tools import harness, models
 
 def operand_model(folder: Path, k: int, n: int) -> Path:
     graph = helper.make_graph(
@@ -92,24 +89,6 @@ def conv_model(folder: Path, side: int, sites: int) -> Path:
     return models.quantize(model, folder, "conv.onnx", ("Conv",))
 
 
-def _cli(tree: Path, *args: str) -> tuple[float, float, str, float]:
-    """Wall seconds, peak RSS (MiB), last line and CPU seconds (user and system, every thread) of one
-    ``python -m dql_pass ARGS`` from ``tree``: on a loaded machine the CPU seconds vary less than the wall."""
-    environment = {**os.environ, "PYTHONPATH": os.fspath(tree)}
-    with tempfile.TemporaryFile("w+") as out:
-        began = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "dql_pass", *args], cwd=tree, env=environment,
-                                 stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - began
-        out.seek(0)
-        text = out.read()
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 1):
-        raise SystemExit(f"{args[0]} exited {code}:\n{text[-4000:]}")
-    return seconds, usage.ru_maxrss / 1024, (text.strip().splitlines() or [""])[-1], usage.ru_utime + usage.ru_stime
-
-
 def _one_run(path: Path) -> float:
     """Seconds of one ORT run ("basic", all threads) of the model at ``path`` on a random input."""
     from dql_pass import runtimes
@@ -127,12 +106,13 @@ def _side(path: Path) -> tuple[int, int]:
 
 
 def compare(original: Path, rewritten: Path, runs: int, before: Path | None) -> None:
-    trees = {"after": REPO} | ({"before": before} if before else {})
+    trees = {"after": harness.REPO} | ({"before": before} if before else {})
     results: dict[str, list[tuple[float, float, str, float]]] = {name: [] for name in trees}
     for run in range(runs):
         order = list(trees)[run % len(trees):] + list(trees)[:run % len(trees)]
         for name in order:
-            results[name].append(_cli(trees[name], "verify", os.fspath(original), os.fspath(rewritten), "-q"))
+            results[name].append(harness.cli_process(trees[name], "verify", os.fspath(original), os.fspath(rewritten),
+                                                      "-q", codes=(0, 1)))
             wall, peak, _, cpu = results[name][-1]
             print(f"  run {run + 1}, {name}: {wall:.1f} s, CPU {cpu:.1f} s, peak RSS {peak:.0f} MiB, load average "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
@@ -163,7 +143,7 @@ def main() -> int:
             print(f"conv net on 1x3x{args.side}x{args.side}: {models.dql_count(onnx.load(original))} DQL sites")
         rewritten = folder / "lowered.onnx"
         subprocess.run([sys.executable, "-m", "dql_pass", "lower", os.fspath(original), "-o", os.fspath(rewritten),
-                        "-q"], check=True, env={**os.environ, "PYTHONPATH": os.fspath(REPO)})
+                        "-q"], check=True, env={**os.environ, "PYTHONPATH": os.fspath(harness.REPO)})
         if args.what == "conv":
             print(f"one ORT run: ORIGINAL {_one_run(original):.2f} s, lowered {_one_run(rewritten):.2f} s")
         if args.profile:

@@ -135,6 +135,10 @@ class Session:
         :class:`RuntimeFailure` when the runtime refuses."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release what the session holds now, not when it is collected (a web session hands its page
+        on when recycling); by default there is nothing to release."""
+
 
 class Runtime:
     """One way of running ONNX models; subclasses fill in the class attributes and :meth:`_load`."""

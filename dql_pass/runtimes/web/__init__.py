@@ -236,6 +236,9 @@ class _WebSession(Session):
         except BrowserFailure as error:
             self._page.stop()  # the next run starts afresh: a failed run can hang the one after it
             raise RuntimeFailure(str(error)) from None
+        except BaseException:
+            self._page.stop()  # interrupted: the page may still be loading or running, so no session gets it
+            raise
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         if not self._finalizer.alive:
