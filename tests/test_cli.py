@@ -455,7 +455,8 @@ def test_list_targets_is_one_line_per_target_on_every_command_that_takes_one(cap
     assert len(lines) < len(runtimes.RUNTIMES) + len(runtimes.ELSEWHERE) + 4 and max(map(len, lines)) < 250
 
 
-@pytest.mark.parametrize("argv", [["expand", "-v", "--list-targets"], ["lower", "--list-targets", "-v"]])
+@pytest.mark.parametrize("argv", [["expand", "-v", "--list-targets"], ["lower", "--list-targets", "-v"],
+                                  ["-v", "advise", "--list-targets"]])
 def test_list_targets_with_v_gives_every_reason(capsys, argv):
     assert main(argv) == 0
     out = capsys.readouterr().out
