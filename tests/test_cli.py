@@ -145,6 +145,16 @@ def test_a_closed_standard_stream_leaves_the_other_reporting_and_the_exit_code_t
     assert ("PASS" in run.stdout) == (closed == 2), run.stdout
 
 
+def test_a_closed_standard_descriptor_is_never_given_to_a_file_the_command_opens():
+    """With stdin and stderr closed, the next file opened would take descriptor 0 or 2, and what a library or a
+    runtime writes to stderr would land in it (the output model): the null device takes them first."""
+    code = ("import os; from dql_pass.cli.process import _open_closed_streams; _open_closed_streams(); "
+            "print(os.open(os.devnull, os.O_RDONLY))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         preexec_fn=lambda: [os.close(fd) for fd in (0, 2)])
+    assert run.returncode == 0 and int(run.stdout) > 2, (run.stdout, run.stderr)
+
+
 def test_no_traceback_from_a_real_process(tmp_path):
     run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "nope.onnx"), "-o",
                           str(tmp_path / "o.onnx")], capture_output=True, text=True, check=False)
@@ -455,7 +465,8 @@ def test_list_targets_is_one_line_per_target_on_every_command_that_takes_one(cap
     assert len(lines) < len(runtimes.RUNTIMES) + len(runtimes.ELSEWHERE) + 4 and max(map(len, lines)) < 250
 
 
-@pytest.mark.parametrize("argv", [["expand", "-v", "--list-targets"], ["lower", "--list-targets", "-v"]])
+@pytest.mark.parametrize("argv", [["expand", "-v", "--list-targets"], ["lower", "--list-targets", "-v"],
+                                  ["-v", "advise", "--list-targets"]])
 def test_list_targets_with_v_gives_every_reason(capsys, argv):
     assert main(argv) == 0
     out = capsys.readouterr().out

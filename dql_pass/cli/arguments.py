@@ -26,7 +26,7 @@ _VERIFY = "run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds 
 
 class _ListTargets(argparse.Action):
     """Lists the targets and exits before the input and -o are asked for; it takes the rest of the line, so that
-    a -v after it counts as one before it does."""
+    a -v after it counts as one before it does, and one before the command too."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, dest, nargs=argparse.REMAINDER, default=argparse.SUPPRESS, help=help)
@@ -34,7 +34,9 @@ class _ListTargets(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
         from dql_pass.runtimes.listing import format_targets
 
-        verbose = getattr(namespace, "verbose", False) or any(value in ("-v", "--verbose") for value in values)
+        before = getattr(getattr(parser, "top", None), "parsed", None)  # a -v before the command
+        verbose = (getattr(before, "verbose", False) or getattr(namespace, "verbose", False)
+                   or any(value in ("-v", "--verbose") for value in values))
         print(format_targets(verbose))
         parser.exit(0)
 

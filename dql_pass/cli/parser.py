@@ -14,7 +14,16 @@ from dql_pass.cli import arguments
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line like every other bad input (``-h`` shows the usage)."""
+    """argparse, with a usage error on one line like every other bad input (``-h`` shows the usage). A command's
+    parser knows the top-level one (``top``) and what it parsed before the command (``parsed``): argparse gives a
+    command's actions a namespace of their own, and --list-targets exits before the two are merged."""
+
+    top: Parser | None = None
+    parsed: argparse.Namespace | None = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.parsed = argparse.Namespace() if namespace is None else namespace
+        return super().parse_known_args(args, self.parsed)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
@@ -70,6 +79,7 @@ def build() -> argparse.ArgumentParser:
     timeout = arguments.runtime_timeout(Parser(add_help=False))
     for name, add_arguments, timed, summary in _COMMANDS:
         command = commands.add_parser(name, parents=[common, timeout] if timed else [common], help=summary)
+        command.top = parser
         add_arguments(command)
         command.set_defaults(handler=f"dql_pass.cli.{name.replace('-', '_')}")
     return parser

@@ -141,11 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open_closed_streams() -> None:
-    """A standard stream the parent closed is None in Python, and the first write to it would end the command
-    with exit 1 and nothing said: it writes to the null device instead, and the other stream still reports."""
-    for name in ("stdout", "stderr"):
+    """A standard descriptor the parent closed is taken by the null device: else the next file the command opens
+    would get it, and a library or runtime writing to stdout or stderr would write into that file (the output).
+    Python's stream for it is None, whose first write would end the command with exit 1 and nothing said: it
+    writes to the null device too, and the other stream still reports."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: the lowest free descriptor, the ones below being open by now
+            os.open(os.devnull, os.O_RDWR)
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
         if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w"))
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))
 
 
 def run() -> None:

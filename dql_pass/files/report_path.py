@@ -61,12 +61,12 @@ def write_report(path: Path, text: str) -> None:
 def _check_not_data_of(path: str, report: Path, files: Mapping[str, str]) -> None:
     """Refuse an existing report path that is an external data file of one of the command's models,
     whatever its bytes look like (read only when the path exists: a new file is no one's data)."""
-    from dql_pass.files import external_tensors, load_model
+    from dql_pass.files import external_tensors, read_model
 
     for what, file in files.items():
-        try:
-            tensors = external_tensors(load_model(file))
-        except InputError:
+        try:  # what the model refers to, as read: its data is protected whether or not the checker accepts it
+            tensors = external_tensors(read_model(file))
+        except Exception:
             continue  # not a model (an array, an output not written yet)
         if any(_same_file(tensor.path, report) for tensor in tensors):
             raise InputError(f"{path}: the report would overwrite the external data of {what}; choose another path")
