@@ -184,7 +184,7 @@ def test_a_new_data_name_that_is_taken_is_never_written_over(tmp_path, monkeypat
 
 @pytest.mark.parametrize("path", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev/null", "/dev/dql_pass_new"])
 def test_system_files_are_never_outputs(path):
-    # Checked without a write: before the fix these were replaced, and /dev/stdout is the machine's.
+    # Checked without a write: a write would replace them, and /dev/stdout is the machine's.
     with pytest.raises(dql_pass.InputError, match="in /dev or /proc"):
         check_output_path(path)
 
