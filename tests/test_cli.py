@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 import pytest
 from helpers import (
-    MODELS, assert_bad_input, digest, dql_model, dql_outputs, edit_graph, onnx_body, reciprocal_rewrite, run_cli,
-    sample, without_clip,
+    MODELS, Result, assert_bad_input, digest, dql_model, dql_outputs, edit_graph, onnx_body, reciprocal_rewrite,
+    run_cli, sample, without_clip,
 )
 from onnx import TensorProto, helper, numpy_helper
 
@@ -27,6 +27,11 @@ from dql_pass.cli import main
 
 MLP = MODELS / "mlp_dynamic.onnx"
 CONTROL_FLOW = MODELS / "control_flow.onnx"
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], message: str) -> None:
+    """What ``main`` printed, after it returned 2: nothing on stdout, one line on stderr (assert_bad_input)."""
+    assert_bad_input(Result(2, *capsys.readouterr()), message)
 
 
 # --- The entry points: python -m dql_pass and the console script ----------------------------------------------
@@ -110,8 +115,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, case):
     before = {p.name: digest(p) for p in tmp_path.iterdir() if p.is_file()}
     out = tmp_path / "out.onnx"
     assert main(["expand", str(path), "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
+    _one_line_error(capsys, message)
     assert not out.exists()
     assert {p.name: digest(p) for p in tmp_path.iterdir() if p.is_file()} == before
 
@@ -224,8 +228,7 @@ def test_cli_reports_what_it_left_alone(tmp_path, capsys):
 def test_cli_bad_input_exits_2(tmp_path, capsys, make, message):
     path = make(tmp_path)
     assert main(["fuse", str(path), "-o", str(tmp_path / "out.onnx")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
+    _one_line_error(capsys, message)
     assert not (tmp_path / "out.onnx").exists()
 
 
@@ -286,8 +289,7 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path, capsys, argv, message):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err
+    _one_line_error(capsys, message)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and not (tmp_path / "new").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]
 
@@ -411,11 +413,6 @@ def test_a_suite_folder_gets_ordinary_permissions(tmp_path):
 
 
 # --- runtimes: expand --target, --list-targets, verify --runtime, run-tests --runtime -------------------------
-
-
-def _one_line_error(capsys, message: str) -> None:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dql-pass: error: ") and message in err, err
 
 
 def test_expand_target_picks_the_runtimes_variant(tmp_path, capsys, monkeypatch):
