@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import Result, installed, run_cli
+from helpers import MODELS, Result, installed, run_cli
 
 import dql_pass
 from dql_pass import inputs, runtimes
@@ -26,7 +26,6 @@ from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import isolated, litert
 from dql_pass.runtimes.litert import __main__ as litert_command
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
 _F = np.float32
 
 
