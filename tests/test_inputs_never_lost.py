@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -15,7 +14,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from helpers import MODELS, assert_bad_input, digest, dql_model, files_of, quantized_model, run_cli, session
+from helpers import MODELS, Result, assert_bad_input, digest, dql_model, files_of, quantized_model, run_cli, session
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
@@ -27,15 +26,15 @@ def outputs_of(path: Path) -> list[np.ndarray]:
     return session(os.fspath(path)).run({"x": x})
 
 
-def write(how: str, command: str, source: Path, output: Path | str) -> subprocess.CompletedProcess | None:
+def write(how: str, command: str, source: Path, output: Path | str) -> Result:
     """Run ``command`` through the CLI, or its *_file function (an InputError becomes exit 2)."""
     if how == "cli":
         return run_cli(command, source, "-o", output)
     try:
         getattr(dql_pass, f"{command}_file")(source, output)
     except dql_pass.InputError as error:
-        return subprocess.CompletedProcess([], 2, "", f"dql-pass: error: {error}\n")
-    return subprocess.CompletedProcess([], 0, "", "")
+        return Result(2, "", f"dql-pass: error: {error}\n")
+    return Result(0, "", "")
 
 
 # an output over the input's data file is refused, though the output drops it.
