@@ -1,7 +1,7 @@
-"""Shared test helpers, imported by name: the command line run in this process or in a fresh one,
-one-node DQL models, the sample models and edits of their decomposed graphs, models with external
-data, sessions through the runtime layer, the skip for a runtime that is not installed, bitwise
-comparison."""
+"""Shared test helpers, imported by name: the command line run in this process, a driver that fails a
+real one at each step, one-node DQL models, the sample models and edits of their decomposed graphs,
+models with external data, sessions through the runtime layer, the skip for a runtime that is not
+installed, bitwise comparison."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator
@@ -114,19 +113,6 @@ def signals_as_by_default() -> None:
     the background (SIGINT ignored) or under nohup (SIGHUP ignored), which the child would inherit."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
-
-
-def _fresh_child() -> None:
-    signals_as_by_default()
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
-def run_cli_process(*args: str | os.PathLike, cwd: str | os.PathLike | None = None, timeout: float = 120,
-                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m dql_pass ARGS`` in a fresh process, for what only a process shows (its exit, its
-    signals, its environment), with the stopping signals at their defaults and a memory cap."""
-    return subprocess.run([sys.executable, "-m", "dql_pass", *map(os.fspath, args)], capture_output=True, text=True,
-                          check=False, cwd=cwd, timeout=timeout, env=env, preexec_fn=_fresh_child)
 
 
 # `python -c STEP_FAILURE_DRIVER ARGS_JSON OUT_DIR SNAPSHOTS MODE` runs the command ARGS in one forked child

@@ -7,7 +7,6 @@ litert-xnnpack`` measures the whole catalogue."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import installed
+from helpers import MODELS, Result, installed, run_cli
 
 import dql_pass
 from dql_pass import inputs, runtimes
@@ -25,35 +24,38 @@ from dql_pass.compare import compare_site
 from dql_pass.op import one_node_model
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import isolated, litert
+from dql_pass.runtimes.litert import __main__ as litert_command
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
 _F = np.float32
 
 
-def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
+def _check_or_setup(command: str, capsys: pytest.CaptureFixture[str]) -> Result:
+    """``python -m dql_pass.runtimes.litert COMMAND`` in this process."""
+    code = litert_command.main([command])
+    out, err = capsys.readouterr()
+    return Result(code, out, err)
 
 
-def _one_line(run: subprocess.CompletedProcess) -> str:
+def _one_line(run: Result) -> str:
     """The one line of a refusal: exit 2, no traceback."""
     assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
     return run.stderr
 
 
-def test_without_the_converter_check_and_verify_say_what_to_do_in_one_line(tmp_path):
-    env = {litert.CACHE_VARIABLE: str(tmp_path)}
-    line = _one_line(_cli("dql_pass.runtimes.litert", "check", env=env))
+def test_without_the_converter_check_and_verify_say_what_to_do_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(litert.CACHE_VARIABLE, str(tmp_path))
+    line = _one_line(_check_or_setup("check", capsys))
     assert "pip install 'dql_pass[litert]'" in line or litert.SETUP in line
     model = MODELS / "relu_dql.onnx"
-    line = _one_line(_cli("dql_pass", "verify", str(model), str(model), "--runtime", "litert", env=env))
+    line = _one_line(run_cli("verify", model, model, "--runtime", "litert"))
     assert "litert" in line and ("dql_pass[litert]" in line or litert.SETUP in line)
 
 
-def test_setup_without_a_python_new_enough_is_one_line_and_leaves_nothing(tmp_path):
-    env = {litert.CACHE_VARIABLE: str(tmp_path / "cache"), "DQL_PASS_LITERT_PYTHON": str(tmp_path / "no-python")}
-    line = _one_line(_cli("dql_pass.runtimes.litert", "setup", env=env))
+def test_setup_without_a_python_new_enough_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(litert.CACHE_VARIABLE, str(tmp_path / "cache"))
+    monkeypatch.setenv("DQL_PASS_LITERT_PYTHON", str(tmp_path / "no-python"))
+    line = _one_line(_check_or_setup("setup", capsys))
     assert "Python >= 3.12" in line and "DQL_PASS_LITERT_PYTHON" in line
     assert not any((tmp_path / "cache").glob("onnx2tf-*"))
 

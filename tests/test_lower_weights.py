@@ -198,7 +198,7 @@ def test_integer_weights_run_on_webgpu_exactly_and_wholly_there(tmp_path):
 @needs_browser
 @pytest.mark.web
 def test_a_lowered_transformer_leaves_no_quantization_op_on_the_wasm_cpu(tmp_path):
-    """The issue's done-when, small: quantize_dynamic's transformer puts its integer ops on the CPU;
+    """quantize_dynamic puts a small transformer's integer ops on the wasm CPU;
     lowered for webgpu, with its weights integer, none of them, nor Round or Sign, is left there."""
     tiny = models.TransformerShape(layers=1, hidden=32, heads=2, intermediate=64, seq=8)
     original = models.quantize(models.minilm_model(tiny), tmp_path, "t.onnx")

@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import installed
+from helpers import MODELS, installed
 
 import dql_pass
 from dql_pass.runtimes import web
 from dql_pass.runtimes.web.browser import Browser, chromium
-
-MODELS = Path(__file__).parent.parent / "models"
 
 
 def _private(tmp_path: Path) -> tuple[Path, Path]:

@@ -47,7 +47,7 @@ def _rows(original: onnx.ModelProto, rewritten: onnx.ModelProto) -> dict[str, ob
 # --- past 2^24 -------------------------------------------------------------------------------------------------
 
 K = 1100
-ALTERNATING = np.resize(np.array([127, -128], np.int8), K)  # the weights: 550 * 127 * 255 > 2^24
+ALTERNATING = np.resize(np.array([127, -128], np.int8), K)  # 550 * 127 * 255 > 2^24
 
 
 def _matmul(a_shape, b_input: bool = False, a_stored: bool = False) -> onnx.ModelProto:
