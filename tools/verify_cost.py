@@ -42,6 +42,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tools import harness, models
 
+
 def operand_model(folder: Path, k: int, n: int) -> Path:
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["a", "b"], ["y"], name="mmi")], "graph_input_operand",

@@ -227,11 +227,9 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         if kept:
             block_names = UniqueNames.of_model(model)  # the expansion's names too
             roots = {graph: root for graph, (_, root) in graph_scopes(model).items()}
-            tables: dict[int, SharedConstants] = {}
+            tables = {root: SharedConstants(root, block_names) for root in set(roots.values())}
             for block in kept:
-                root = roots[block.shifts[0].graph]
-                constants = tables.setdefault(id(root), SharedConstants(root, block_names))
-                report.blocks += blocks.keep_in_float(block, block_names, constants)
+                report.blocks += blocks.keep_in_float(block, block_names, tables[roots[block.shifts[0].graph]])
         if report.lowered:
             model.ir_version = max(model.ir_version, 4)  # initializers that are not graph inputs
         if self.target is not None:
