@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from dql_pass.files import read_model
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto
 from dql_pass.runtimes.unsaturated import unsaturated
@@ -86,7 +87,7 @@ class OnnxRuntime(Runtime):
         saturating = self.saturating_products()
         if saturating:
             if not isinstance(model, ir.Model):
-                model = ir.load(model) if isinstance(model, (str, os.PathLike)) else ir.from_proto(model)
+                model = read_model(model) if isinstance(model, (str, os.PathLike)) else ir.from_proto(model)
             model = unsaturated(model, saturating)
         return self.load(model, threads=threads, optimize=optimize)
 
