@@ -589,6 +589,14 @@ def test_generate_suite_takes_variants_and_its_old_name_forms(tmp_path):
         assert [entry.variant for entry in suite.entries] == ["arithmetic"]
 
 
+@pytest.mark.parametrize("variants", [("native",), ("arithmetic",)])
+def test_generate_suite_refuses_variants_and_forms_together_writing_nothing(tmp_path, variants):
+    with pytest.raises(TypeError, match="^generate_suite[(][)] takes variants or its old name forms, not both$"):
+        dql_pass.generate_suite(tmp_path / "suite", opsets=(13,), variants=variants, forms=("arithmetic",),
+                                names=("rank_0",))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_main_in_process_logs_to_stderr_as_it_is_and_leaves_no_state_behind(capsys):
     import logging
 

@@ -1,6 +1,7 @@
 """Bad input to the command line is one line, exit 2 and no traceback, and it is refused before it is
 read to the end or waited on: arrays that declare more than they hold or than verify allows, a FIFO,
-numbers that are not whole, an opset ORT cannot run, an onnxscript fuse cannot use."""
+numbers that are not whole, an opset ORT cannot run, an onnxscript fuse cannot use, a model whose 4-bit
+inputs or outputs ORT's Python binding cannot exchange with NumPy."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnx.helper as oh
 import pytest
 from helpers import assert_bad_input, dql_model, run_cli, session
 
@@ -69,3 +71,28 @@ def test_numbers_that_are_not_whole_numbers_are_one_line(tmp_path, option):
     assert_bad_input(run_cli("verify", source, source, *option), "whole number")
 
 
+
+
+def _four_bit_model(through_input: bool) -> onnx.ModelProto:
+    """A DQL beside a 4-bit graph input (dequantized) or a 4-bit graph output (quantized)."""
+    tensor, value = onnx.TensorProto, oh.make_tensor_value_info
+    four_bit = (oh.make_node("DequantizeLinear", ["q", "s"], ["x"]) if through_input
+                else oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]))
+    q = value("q", tensor.INT4, [4])
+    graph = oh.make_graph(
+        [four_bit, oh.make_node("DynamicQuantizeLinear", ["x"], ["y", "y_scale", "y_zero_point"])], "four_bit",
+        [q if through_input else value("x", tensor.FLOAT, [4])],
+        [value("y", tensor.UINT8, [4]), value("y_scale", tensor.FLOAT, []), value("y_zero_point", tensor.UINT8, []),
+         *([] if through_input else [q])],
+        [oh.make_tensor("s", tensor.FLOAT, [], [0.5]), oh.make_tensor("z", tensor.INT4, [], [0])])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("through_input, message", [
+    (True, "onnxruntime cannot take input q (int4) from NumPy through its Python binding"),
+    (False, "onnxruntime cannot give an output as NumPy through its Python binding"),
+])
+def test_a_4_bit_graph_value_that_ort_cannot_exchange_with_numpy_is_one_line(tmp_path, through_input, message):
+    source = tmp_path / "m.onnx"
+    onnx.save(_four_bit_model(through_input), source)
+    assert_bad_input(run_cli("verify", source, source), f"ORT cannot run ORIGINAL: {message}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,11 @@ from helpers import LEFT_OUT_OF_CI, independent_inputs, installed, reciprocal_re
 import dql_pass
 from dql_pass import decomposition, inputs, runtimes
 from dql_pass.compare import WORST, SiteDifference, compare_site
+from dql_pass.files import read_model
 from dql_pass.graph.walk import ops_used
 from dql_pass.op import MIN_OPSET, one_node_model
 from dql_pass.reference import dynamic_quantize_linear
+from dql_pass.runtimes import sessions
 from dql_pass.runtimes.web import WebRuntime
 
 OPSET = 21
@@ -127,6 +130,42 @@ def test_an_initializer_listed_among_the_inputs_is_not_fed(name):
     session = runtime.load(model)
     assert session.input_names == ["x"]
     assert session.run({"x": np.arange(3, dtype=_F)})[0].tobytes() == np.arange(1, 4, dtype=_F).tobytes()
+
+
+@pytest.mark.parametrize("name", every_runtime())
+def test_a_model_file_in_the_onnxtxt_form_loads_quietly(name, tmp_path):
+    """A path is read in any form onnx reads (runtimes read protobuf only), without onnx's warning that onnxtxt is
+    experimental."""
+    runtime = installed(name)
+    path = tmp_path / "model.onnxtxt"
+    onnx.save(dql_pass.expand(one_node_model([3], opset(name, runtime.variant)), variant=runtime.variant,
+                              runtime=None)[0], path)
+    x = np.array([-1.5, 0.25, 2], _F)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = runtime.load(path).run({"x": x})
+    assert compare_site(got, dynamic_quantize_linear(x)) is None
+
+
+@pytest.mark.parametrize("name", ["tvm", "iree", "onnx2torch", "onnx2pytorch"])
+def test_a_converter_gets_the_external_weights_of_a_model_in_memory_from_their_file(name, tmp_path, monkeypatch):
+    """A converter reads no files: a weight that stays external for ORT (past 1 MiB; past 0 bytes here) reaches it
+    from its own data file, never from a file of that name in the current folder."""
+    runtime = installed(name)
+    monkeypatch.setattr(sessions, "_IN_MEMORY_BYTES", 0)
+    weight = np.arange(16, dtype=_F)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [16])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [16])],
+        [onnx.numpy_helper.from_array(weight, "w")])
+    (tmp_path / "model").mkdir()
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]),
+              tmp_path / "model" / "m.onnx", save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    (tmp_path / "m.onnx.data").write_bytes(bytes(weight.nbytes))  # a decoy of zeros where a relative path leads
+    monkeypatch.chdir(tmp_path)
+    (y,) = runtime.load(read_model(tmp_path / "model" / "m.onnx")).run({"x": np.ones(16, _F)})
+    assert y.tobytes() == (weight + _F(1)).tobytes()
 
 
 def _runnable_model(name: str) -> onnx.ModelProto:

@@ -73,6 +73,23 @@ def test_lowered_operand_cases_are_made_one_at_a_time(monkeypatch):
     assert events == ["made", "checked"] * row.cases, events
 
 
+def test_lowered_operands_made_in_another_shape_than_the_static_one_leave_the_op_unchecked(monkeypatch):
+    """The replacement declares the site's static shapes: operands of another shape are not checked on it."""
+    original = _product()
+    rewritten, _ = dql_pass.lower(original.clone())
+    rule = lowered.RULES["MatMulInteger"]
+
+    def cases(site, rng):
+        for name, category, arrays in rule.cases(site, rng):
+            yield name, category, [np.concatenate([arrays[0], arrays[0]]), *arrays[1:]]  # A of 8 rows, not 4
+
+    monkeypatch.setitem(lowered.RULES, "MatMulInteger", dataclasses.replace(rule, cases=cases))
+    (row,) = check_lowered(original, rewritten, 0, ORT)
+    assert not row.passed and row.cases == 0, row
+    assert row.not_reachable == "its operands were made in shapes [(8, 40), (40, 3)], not in its static ones " \
+                                "[(4, 40), (40, 3)]", row
+
+
 def test_four_bit_integer_inputs_are_drawn_below_their_end():
     """NumPy draws no 4-bit type: an int4 or uint4 input is drawn in int8 or uint8, within its own range."""
     graph = helper.make_graph(

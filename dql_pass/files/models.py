@@ -8,8 +8,8 @@ written to, and a failed save leaves no partial file behind.
 
 from __future__ import annotations
 
-__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "read_model", "save_model",
-           "shared_data_files"]
+__all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "model_form", "read_model",
+           "save_model", "shared_data_files"]
 
 import contextlib
 import errno
@@ -97,12 +97,17 @@ def load_model(path: str | os.PathLike) -> ir.Model:
 _LOADED_FROM = "dql_pass.loaded_from"
 
 
+def model_form(path: str | os.PathLike) -> str:
+    """The form of the model file at ``path`` by its extension, as onnx and onnx_ir load and save it:
+    ``json``, ``textproto``, ``onnxtxt``, else ``protobuf`` (the only one runtimes read)."""
+    return onnx.serialization.registry.get_format_from_file_extension(Path(path).suffix) or "protobuf"
+
+
 def _check(path: Path) -> None:
-    """onnx's full check of the model at ``path``, read in the form its extension names, as onnx
-    and onnx_ir load and save it (``.json``, ``.textproto``, ``.onnxtxt``; protobuf otherwise):
-    what ``save_model`` writes, ``load_model`` reads."""
-    form = onnx.serialization.registry.get_format_from_file_extension(path.suffix)
-    if form in (None, "protobuf"):
+    """onnx's full check of the model at ``path``, read in its :func:`model_form`: what ``save_model``
+    writes, ``load_model`` reads."""
+    form = model_form(path)
+    if form == "protobuf":
         onnx.checker.check_model(os.fspath(path), full_check=True)  # from the path: a model past 2 GiB too
         return
     try:

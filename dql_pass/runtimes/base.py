@@ -34,6 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass.errors import InputError
+from dql_pass.files import model_form, read_model
 from dql_pass.inputs import check_class, input_classes
 from dql_pass.op import CENTRED_FROM, OUTPUTS
 
@@ -181,12 +182,14 @@ class Runtime:
     def load(
         self, model: ir.Model | onnx.ModelProto | str | os.PathLike, *, threads: int = 0, optimize: str = "all"
     ) -> Session:
-        """Load ``model`` (in memory, or a path whose external data sits beside it).
+        """Load ``model`` (in memory, or a path in any form onnx reads whose external data sits beside it).
 
         ``optimize``: ``"all"`` as the runtime does by default, ``"basic"`` folds constants but
         fuses nothing, ``"none"`` runs every node as written, where the runtime allows the choice.
         """
         self.check_installed()
+        if isinstance(model, (str, os.PathLike)) and model_form(model) != "protobuf":
+            model = read_model(model)  # a runtime reads protobuf files only; an adapter gets a path in that form
         return self._load(model, threads=threads, optimize=optimize)
 
     def install_hint(self) -> str:

@@ -23,7 +23,6 @@ import contextlib
 import functools
 import io
 import logging
-import os
 
 import numpy as np
 import onnx
@@ -31,7 +30,7 @@ import onnx
 from dql_pass import variants
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session
-from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
+from dql_pass.runtimes.sessions import Compiled, compiled_per_rank, whole_proto
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class Iree(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
-        proto = onnx.load(model) if isinstance(model, (str, os.PathLike)) else as_proto(model)[0]
+        proto = whole_proto(model)
         driver = "local-sync" if threads == 1 else "local-task"
         return compiled_per_rank(proto, lambda ranked: _compile(ranked, driver, optimize))
 

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from dql_pass.files import read_model
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto
 from dql_pass.runtimes.unsaturated import unsaturated
@@ -43,7 +44,20 @@ class _OrtSession(Session):
         if missing:  # ORT says so with a builtin ValueError, which failures_of would take for a bug of ours
             raise RuntimeFailure(f"the model takes inputs it was not given: {', '.join(missing)}")
         with failures_of("onnxruntime"):
-            return self._session.run(None if outputs is None else list(outputs), fed)
+            try:
+                return self._session.run(None if outputs is None else list(outputs), fed)
+            except RuntimeError as error:
+                # ORT's Python binding converts arrays to and from NumPy: a type without a NumPy one of its
+                # own (int4, uint4, bfloat16, fed as ml_dtypes' or given out) fails there with a builtin
+                # RuntimeError, which failures_of would take for a bug of ours. ORT's own errors are not one.
+                raise RuntimeFailure(f"onnxruntime cannot {_unconvertible(fed)} through its Python binding: "
+                                     f"{error}") from error
+
+
+def _unconvertible(feeds: Mapping[str, np.ndarray]) -> str:
+    """What ORT's binding cannot convert: the inputs fed in a NumPy type not built in (ml_dtypes'), else an output."""
+    odd = [f"{name} ({array.dtype})" for name, array in feeds.items() if np.asarray(array).dtype.isbuiltin == 2]
+    return f"take input {', '.join(odd)} from NumPy" if odd else "give an output as NumPy"
 
 
 class OnnxRuntime(Runtime):
@@ -73,7 +87,7 @@ class OnnxRuntime(Runtime):
         saturating = self.saturating_products()
         if saturating:
             if not isinstance(model, ir.Model):
-                model = ir.load(model) if isinstance(model, (str, os.PathLike)) else ir.from_proto(model)
+                model = read_model(model) if isinstance(model, (str, os.PathLike)) else ir.from_proto(model)
             model = unsaturated(model, saturating)
         return self.load(model, threads=threads, optimize=optimize)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 __all__ = [
     "Compiled", "ShapeCachedSession", "as_file", "as_proto", "compiled_per_rank", "conform", "fed_inputs",
-    "output_types", "with_ranks", "with_shapes",
+    "output_types", "whole_proto", "with_ranks", "with_shapes",
 ]
 
 import contextlib
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,21 +21,21 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from dql_pass.files import ExternalData, in_memory
+from dql_pass.files import ExternalData, in_memory, read_model
 from dql_pass.runtimes.base import RuntimeFailure, Session, failures_of
 
 _IN_MEMORY_BYTES = 1 << 20
 
 
 @contextlib.contextmanager
-def _small_tensors_in_memory(external: ExternalData) -> Iterator[None]:
-    """Temporarily read external tensor attributes and small external initializers.
+def _tensors_in_memory(external: ExternalData, limit: float) -> Iterator[None]:
+    """Temporarily read external tensor attributes and the external initializers of at most ``limit`` bytes.
 
     A runtime that gets the model as bytes would not find an attribute's external data, and ORT's
     shape inference needs the initializers' values (axes, shapes). The caller's model gets its
     tensors back afterwards.
     """
-    swapped = [(value, value.const_value) for value in external.values if value.const_value.nbytes <= _IN_MEMORY_BYTES]
+    swapped = [(value, value.const_value) for value in external.values if value.const_value.nbytes <= limit]
     for value, tensor in swapped:
         value.const_value = in_memory(tensor)
     for node, attr in external.attributes:
@@ -54,8 +55,19 @@ def as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path |
         return model, None
     external = ExternalData.of(model)
     folders = {Path(tensor.base_dir).resolve() for tensor in external.tensors}
-    with _small_tensors_in_memory(external):
+    with _tensors_in_memory(external, _IN_MEMORY_BYTES):
         return ir.serde.serialize_model(model), min(folders) if folders else None
+
+
+def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
+    """The model as one proto with its external weights read into it, for a converter that reads no
+    files; a path read by :func:`~dql_pass.files.read_model`, as every model file dql_pass reads."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        model = read_model(model)
+    with _tensors_in_memory(ExternalData.of(model), limit=math.inf):
+        return ir.serde.serialize_model(model)
 
 
 @contextlib.contextmanager
@@ -66,7 +78,7 @@ def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: b
         if not private:
             yield Path(model)
             return
-        model = ir.load(model)
+        model = read_model(model)
     with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
         path = Path(folder, "model.onnx")
         if isinstance(model, onnx.ModelProto):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 __all__ = ["OnnxToPytorch", "OnnxToTorch"]
 
-import os
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
-from dql_pass.runtimes.sessions import as_proto, conform, fed_inputs, output_types
+from dql_pass.runtimes.sessions import conform, fed_inputs, output_types, whole_proto
 
 
 _EMPTY_REDUCTION = ("measured: PyTorch's min/max raise on an empty tensor (\"Expected reduction dim to be specified "
@@ -63,7 +62,7 @@ class _Converter(Runtime):
     variant = "float64"
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
-        proto = onnx.load(model) if isinstance(model, (str, os.PathLike)) else as_proto(model)[0]
+        proto = whole_proto(model)
         with failures_of():
             module = self._convert(proto)
         return _TorchSession(module, proto, threads)

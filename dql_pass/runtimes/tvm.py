@@ -17,14 +17,13 @@ from __future__ import annotations
 
 __all__ = ["Tvm"]
 
-import os
 import warnings
 
 import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session
-from dql_pass.runtimes.sessions import Compiled, as_proto, compiled_per_rank
+from dql_pass.runtimes.sessions import Compiled, compiled_per_rank, whole_proto
 
 
 class Tvm(Runtime):
@@ -55,7 +54,7 @@ class Tvm(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
-        proto = onnx.load(model) if isinstance(model, (str, os.PathLike)) else as_proto(model)[0]
+        proto = whole_proto(model)
         return compiled_per_rank(proto, lambda ranked: _compile(ranked, optimize))
 
 

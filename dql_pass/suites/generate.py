@@ -243,7 +243,7 @@ def generate_suite(
     outdir: str | os.PathLike,
     *,
     opsets: Sequence[int] = DEFAULT_OPSETS,
-    variants: Sequence[str] = FORMS,
+    variants: Sequence[str] | None = None,
     zero_range: str = "onnxruntime",
     include_unspecified: bool = False,
     include_large: bool = True,
@@ -256,7 +256,8 @@ def generate_suite(
 ) -> GeneratedSuite:
     """Write a conformance suite to ``outdir`` (see :mod:`dql_pass.suites` for the layout).
 
-    ``variants`` picks among ``native`` and the expansion variants (``forms`` is its old name);
+    ``variants`` picks among ``native`` and the expansion variants (default: all; ``forms`` is its old name,
+    taken alone: both is a TypeError);
     ``include_unspecified`` adds the NaN inputs (not comparable); ``include_large`` adds the input of about a
     million elements at the newest opset; ``names`` keeps only the catalogue cases of those names. The folder
     that holds ``outdir`` is made if missing. An existing suite in ``outdir`` that holds files gen-tests did not
@@ -269,7 +270,11 @@ def generate_suite(
     start = time.perf_counter()
     ops = family.check_ops(ops)
     opsets = sorted(set(opsets))
-    variants = variants if forms is None else forms
+    if forms is not None:
+        if variants is not None:
+            raise TypeError("generate_suite() takes variants or its old name forms, not both")
+        variants = forms
+    variants = FORMS if variants is None else variants
     if NAME in ops:
         _check_options(opsets, variants, zero_range)
     variants = [v for v in FORMS if v in variants]

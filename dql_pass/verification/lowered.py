@@ -25,8 +25,9 @@ Rules:
 - the replacement's inputs declare the operands' shapes (a runtime may need their rank); one that
   another runtime cannot load runs on ORT, and what that runtime cannot load or run is reported
   not checked there, with its reason;
-- operands whose shape cannot be told (a non-constant weight of unknown shape) are not checked,
-  with the reason: INCOMPLETE;
+- operands whose shape cannot be told (a non-constant weight of unknown shape), or that were made in
+  other shapes than the site's static ones the replacement declares, are not checked, with the
+  reason: INCOMPLETE;
 - a block (:mod:`dql_pass.lowering.blocks`): where REWRITTEN lacks an operand and its zero point
   (a pair the rule's record names) but holds their float32 difference under
   :func:`~dql_pass.lowering.blocks.centred_name` of the operand, the replacement is sliced back to
@@ -284,7 +285,10 @@ def _check(
     for name, category, arrays in cases:
         fed = replacement.fed(arrays)
         if len(declared) == 1 and [np.shape(a) for a in fed] != declared[0]:
-            raise AssertionError(f"operands of {site.name} made in another shape than the site's static one")
+            # The replacement declares the static shapes: operands of another shape would be checked
+            # against what the runtime makes of a wrong model. Not checked: INCOMPLETE, never a verdict.
+            raise Unsynthesizable(f"its operands were made in shapes {[np.shape(a) for a in fed]}, not in its "
+                                  f"static ones {declared[0]}")
         expected = rule.expected(arrays, site.attributes)
         if replacement.cast:
             expected = expected.astype(np.float32)
