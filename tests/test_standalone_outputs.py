@@ -120,3 +120,28 @@ def test_the_data_file_written_beside_the_input_takes_the_inputs_permission_bits
     (location,) = _locations(output)
     assert location.startswith("m.out.onnx.") and stat.S_IMODE(os.stat(tmp_path / location).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(output).st_mode) == 0o640
+
+
+@pytest.mark.parametrize("command", ["expand", "lower", "fuse"])
+@pytest.mark.parametrize("share", ["no", "beside", "elsewhere"])
+def test_the_shared_data_line_and_json_key_of_each_command(tmp_path, command, share, capsys):
+    """The output's shared data in the text (a line of its own with --share-data, none without) and
+    in --json (``shared_data``, the last key; input, output and seconds come first after the command's)."""
+    source = _model(tmp_path)
+    folder = tmp_path / "out" if share == "elsewhere" else tmp_path
+    folder.mkdir(exist_ok=True)
+    output, report = folder / "m.out.onnx", tmp_path / "r.json"
+    flags = [] if share == "no" else ["--share-data"]
+    assert main([command, str(source), "-o", str(output), *flags, "--json", str(report)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(str(output))]
+    expected = {
+        "no": [],
+        "beside": [f"{output} refers to the input's data file m.onnx.data (--share-data): it needs it where it is"],
+        "elsewhere": [f"{output} stands alone: --share-data shares only the input's data files in the output's "
+                      "folder, and this output keeps none"],
+    }[share]
+    assert lines == expected
+    held = json.loads(report.read_text())
+    keys = list(held)
+    assert keys[2:5] == ["input", "output", "seconds"] and keys[-1] == "shared_data", keys
+    assert held["shared_data"] == (["m.onnx.data"] if share == "beside" else [])

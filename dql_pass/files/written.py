@@ -4,7 +4,7 @@ files the output shares, and a model's footprint on disk. The passes' results ca
 
 from __future__ import annotations
 
-__all__ = ["Written", "footprint"]
+__all__ = ["Written", "footprint", "shared_lines", "written_dict"]
 
 import dataclasses
 import os
@@ -41,6 +41,18 @@ class Written:
 
     def to_dict(self) -> dict:
         return {"input": self.source, "output": self.output, "seconds": self.seconds}
+
+
+def shared_lines(written: Written | None) -> list[str]:
+    """A result's line on the data files its output shares (:meth:`Written.shared_lines`); none in memory."""
+    return written.shared_lines() if written else []
+
+
+def written_dict(written: Written | None, report: dict) -> dict:
+    """A result's --json report: what ``written`` read and wrote, ``report``, then the input's data
+    files the output shares (``[]`` without --share-data, or in memory), in that order."""
+    return {**(written.to_dict() if written else {}), **report,
+            "shared_data": (written.shared_data or []) if written else []}
 
 
 def footprint(path: str | os.PathLike) -> tuple[int, int]:
