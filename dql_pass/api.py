@@ -22,7 +22,7 @@ import onnx_ir as ir
 from dql_pass import runtimes
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, ExpandReport, ExpandResult
 from dql_pass.lowering import LowerQuantizationPass, LowerReport, LowerResult
-from dql_pass.files import as_ir_model, external_tensors, load_model, save_model, shared_data_files
+from dql_pass.files import as_ir_model, external_tensors, load_model, save_model
 from dql_pass.files.written import Written, footprint
 
 if TYPE_CHECKING:
@@ -163,23 +163,25 @@ def lower_file(
 ) -> LowerResult:
     """Lower the model at ``source`` into ``output``; the result's report gives each node's proof.
     The options are :func:`lower`'s; ``share_data`` is :func:`expand_file`'s."""
-    result = _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output, share_data)
-    result.footprint = footprint(source), footprint(output)  # the input is never written
-    return result
+    return _rewrite_file(LowerQuantizationPass(target, weights, blocks), source, output, share_data, measure=True)
 
 
 def _rewrite_file(
-    rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike, share_data: bool = False
+    rewrite: ir.passes.InPlacePass, source: str | os.PathLike, output: str | os.PathLike, share_data: bool = False,
+    measure: bool = False,
 ):
     """Run ``rewrite`` on the model at ``source`` and write it to ``output``, in external data if
     the input kept some there, even when the rewrite dropped every tensor that did; ``share_data``:
-    see :func:`expand_file`."""
+    see :func:`expand_file`; ``measure``: the result's ``footprint``, the input's and the output's."""
     start = time.perf_counter()
     model = load_model(source)
-    external = bool(external_tensors(model))
+    inputs = frozenset(os.path.realpath(tensor.path) for tensor in external_tensors(model))
+    before = footprint(model, source, inputs) if measure else None  # the rewrite is in place
     result = rewrite(model)
-    save_model(result.model, output, source=source, external=external, share_data=share_data)
+    outputs = save_model(result.model, output, source=source, external=bool(inputs), share_data=share_data)
     seconds = time.perf_counter() - start
-    shared = shared_data_files(output, source) if share_data else None
+    shared = sorted(os.path.basename(file) for file in outputs & inputs) if share_data else None
     result.written = Written(os.fspath(source), os.fspath(output), seconds, shared)
+    if measure:  # from what was loaded and written: the output is not read back
+        result.footprint = before, footprint(result.model, output, outputs)
     return result

@@ -40,7 +40,7 @@ import onnx_ir as ir
 
 from dql_pass import decomposition, runtimes
 from dql_pass.errors import InputError
-from dql_pass.files.written import Written
+from dql_pass.files.written import Written, shared_lines, written_dict
 from dql_pass.graph.names import SharedConstants, UniqueNames, free_name
 from dql_pass.graph.walk import Root, check_ir_model, graph_scopes, sites_by_graph
 from dql_pass.op import MAX_OPSET, MIN_OPSET, VARIANTS, ai_onnx_opset, check_choice
@@ -95,7 +95,7 @@ class ExpandResult(ir.passes.PassResult):
             lines = [written.unchanged(done.summary())]
         else:
             lines = [written.done(done.summary()), *done.format().splitlines()[1:]]
-        return "\n".join(lines + written.shared_lines())
+        return "\n".join(lines + shared_lines(written))
 
     def target_note(self) -> str | None:
         """Without a target: which runtimes the variant is exact on, and how to ask for another."""
@@ -108,9 +108,7 @@ class ExpandResult(ir.passes.PassResult):
                 f"for another runtime give --target (see --list-targets, or `dql-pass advise {source}`)")
 
     def to_dict(self) -> dict:
-        written = self.written
-        return {**(written.to_dict() if written else {}), **self.report.to_dict(),
-                "shared_data": (written.shared_data or []) if written else []}
+        return written_dict(self.written, self.report.to_dict())
 
 
 class _Template:

@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from dql_pass.blocking import BLOCK_ELEMENTS
 from dql_pass.op import ZERO_RANGE_POLICIES, check_choice
 
 
@@ -97,16 +98,13 @@ def matmul_integer(
     b_point = np.asarray(0 if b_zero_point is None else b_zero_point).astype(wide)  # per column of b
     # B widened a block of its K rows at a time (whole, it would take 8 times its size); every
     # partial sum is exact, so their sum is too.
-    step = max(1, _BLOCK // max(b.size // max(terms, 1), 1))
+    step = max(1, BLOCK_ELEMENTS // max(b.size // max(terms, 1), 1))
     total = None
     for start in range(0, max(terms, 1), step):
         rows = slice(start, start + step)
         part = np.matmul(a_shifted[..., rows], (b[rows] if b.ndim == 1 else b[..., rows, :]).astype(wide) - b_point)
         total = part if total is None else total + part
     return total.astype(np.int64).astype(np.int32)
-
-
-_BLOCK = 1 << 20  # elements of B widened, or of a convolution's windows copied, at a time
 
 
 def _sum_type(a: np.ndarray, b: np.ndarray, terms: int) -> type:
@@ -162,8 +160,8 @@ def _correlate(windows: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     out = windows.shape[2:2 + spatial]
     result = np.empty((windows.shape[0], kernel.shape[0], *out), kernel.dtype)
     per_row = terms.shape[0] * math.prod(out[1:])  # elements copied per position of the first output axis
-    images = max(1, _BLOCK // max(per_row * out[0], 1))
-    step = out[0] if per_row * out[0] <= _BLOCK else max(1, _BLOCK // max(per_row, 1))
+    images = max(1, BLOCK_ELEMENTS // max(per_row * out[0], 1))
+    step = out[0] if per_row * out[0] <= BLOCK_ELEMENTS else max(1, BLOCK_ELEMENTS // max(per_row, 1))
     order = (0, *range(2, spatial + 2), 1, *range(spatial + 2, 2 * spatial + 2))  # [n, o..., c, k...]
     for n in range(0, windows.shape[0], images):
         for start in range(0, out[0], step):

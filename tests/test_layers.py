@@ -17,7 +17,7 @@ TOOLS = PACKAGE.parent / "tools"
 
 # Lowest first. A module imports only from lower layers, or from its own subpackage.
 LAYERS = [
-    ["errors", "interrupts", "lazy", "metadata", "variants"],
+    ["blocking", "errors", "interrupts", "lazy", "metadata", "variants"],
     ["op"],
     ["reference", "compare"],
     ["inputs", "onnxscript_bodies"],

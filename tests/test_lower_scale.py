@@ -138,7 +138,7 @@ def test_lowering_holds_one_weight_at_a_time_in_both_forms(tmp_path, external, s
     ((9, 4), None),
 ])
 def test_the_weights_magnitudes_are_computed_a_block_at_a_time_exactly(monkeypatch, shape, shift):
-    monkeypatch.setattr(products, "_BLOCK", 7)  # several rows per block, and blocks of one row
+    monkeypatch.setattr(products, "BLOCK_ELEMENTS", 7)  # several rows per block, and blocks of one row
     weights = np.random.default_rng(5).integers(-128, 128, shape).astype(np.int8)
     centred = weights.astype(np.int64) - (0 if shift is None else shift.astype(np.int64))
     magnitudes = products._magnitudes(weights, shift)

@@ -30,8 +30,9 @@ def test_the_package_exports_what_its_modules_do():
 
 @pytest.mark.parametrize("one_step", [True, False])
 def test_a_suite_folder_with_a_long_name_is_written_and_replaced(tmp_path, monkeypatch, one_step):
-    """A stage beside OUTDIR must fit the 255-byte limit of a file name: gen-tests named its stages
-    .OUTDIR.<random>.stage whatever OUTDIR's length, and failed for a name of 240 bytes or more."""
+    """gen-tests writes a suite into an OUTDIR whose name is 250 bytes long, then replaces it, by one
+    exchange and by two renames: its stage beside OUTDIR has a name within the 255-byte limit, and
+    only the new suite is left."""
     if not one_step:
         monkeypatch.setattr(safe, "exchange", lambda a, b: False)
     outdir = tmp_path / ("s" * 250)
@@ -56,8 +57,8 @@ _KILLED_WHILE_WRITING = textwrap.dedent("""
 
 @pytest.mark.parametrize("length", [3, 220])
 def test_a_stage_that_a_killed_gen_tests_left_is_swept_by_the_next_run(tmp_path, length):
-    """The sweep looks for the stages that the writes make: gen-tests made its own names, which for
-    an OUTDIR of more than 200 bytes the sweep never matched, so what a kill -9 left stayed."""
+    """The stage that a gen-tests killed (kill -9) while writing leaves beside OUTDIR is swept by the
+    next run, for a short OUTDIR name and for one of 220 bytes, whose stage name is shortened."""
     outdir = tmp_path / ("s" * length)
     run = subprocess.run([sys.executable, "-c", _KILLED_WHILE_WRITING, str(outdir)], capture_output=True, text=True)
     assert run.returncode == -9, run.stderr
@@ -67,9 +68,9 @@ def test_a_stage_that_a_killed_gen_tests_left_is_swept_by_the_next_run(tmp_path,
 
 
 def test_a_failed_write_never_removes_a_file_that_holds_the_new_data_name(tmp_path, monkeypatch):
-    """The new data file's name is drawn at random; when the draw hits the input's data file and
-    the write then fails before the name is checked, the clean-up removed that file: the input's.
-    Only the data file that this write put in place is its to remove."""
+    """A write whose random draw for the new data file's name gives the input's data file's name, and
+    which then fails (a full disk), leaves the folder as it was: the clean-up removes only a data
+    file that the write itself put in place."""
     quantized_model(tmp_path / "a.onnx", "a.onnx.0123456789ab.data", kept_weight=True)
     os.rename(tmp_path / "a.onnx", tmp_path / "in.onnx")
     before = files_of(tmp_path)
@@ -119,8 +120,8 @@ def test_put_folder_replaces_a_folder_whole_or_not_at_all(tmp_path, monkeypatch,
 
 
 def test_the_temporary_file_that_a_killed_small_write_left_is_swept_by_the_next_write(tmp_path):
-    """atomic_path's temporary files were never swept: a kill -9 inside the block left one for good.
-    One in flight (locked by its writer) is kept."""
+    """The temporary file that an atomic_path write killed (kill -9) inside its block leaves is swept
+    by the next atomic_path write of that file; one in flight (locked by its writer) is kept."""
     report = tmp_path / "r.json"
     killed = textwrap.dedent(f"""
         import os, signal

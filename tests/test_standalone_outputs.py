@@ -120,3 +120,54 @@ def test_the_data_file_written_beside_the_input_takes_the_inputs_permission_bits
     (location,) = _locations(output)
     assert location.startswith("m.out.onnx.") and stat.S_IMODE(os.stat(tmp_path / location).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(output).st_mode) == 0o640
+
+
+@pytest.mark.parametrize("command", ["expand", "lower", "fuse"])
+@pytest.mark.parametrize("share", ["no", "beside", "elsewhere"])
+def test_the_shared_data_line_and_json_key_of_each_command(tmp_path, command, share, capsys):
+    """The output's shared data in the text (a line of its own with --share-data, none without) and
+    in --json (``shared_data``, the last key; input, output and seconds come first after the command's)."""
+    source = _model(tmp_path)
+    folder = tmp_path / "out" if share == "elsewhere" else tmp_path
+    folder.mkdir(exist_ok=True)
+    output, report = folder / "m.out.onnx", tmp_path / "r.json"
+    flags = [] if share == "no" else ["--share-data"]
+    assert main([command, str(source), "-o", str(output), *flags, "--json", str(report)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(str(output))]
+    expected = {
+        "no": [],
+        "beside": [f"{output} refers to the input's data file m.onnx.data (--share-data): it needs it where it is"],
+        "elsewhere": [f"{output} stands alone: --share-data shares only the input's data files in the output's "
+                      "folder, and this output keeps none"],
+    }[share]
+    assert lines == expected
+    held = json.loads(report.read_text())
+    keys = list(held)
+    assert keys[2:5] == ["input", "output", "seconds"] and keys[-1] == "shared_data", keys
+    assert held["shared_data"] == (["m.onnx.data"] if share == "beside" else [])
+    if command == "lower":  # the footprint: the nodes, and the bytes of the model and its data files on disk
+        size = lambda path: path.stat().st_size + sum((path.parent / name).stat().st_size  # noqa: E731
+                                                      for name in _locations(path))
+        nodes = lambda path: len(onnx.load(path, load_external_data=False).graph.node)  # noqa: E731 (one graph)
+        footprint = (nodes(source), nodes(output), size(source), size(output))
+        assert (held["nodes_before"], held["nodes_after"], held["bytes_before"], held["bytes_after"]) == footprint
+
+
+@pytest.mark.parametrize("share", ["no", "beside", "elsewhere", "one file"])
+def test_save_model_gives_the_data_files_the_written_model_refers_to(tmp_path, share):
+    """What save_model says the output refers to is what the written model refers to: its own new
+    data file, the input's with share_data beside the input, none for a model written in one file."""
+    source = _model(tmp_path)
+    folder = tmp_path / "out" if share == "elsewhere" else tmp_path
+    folder.mkdir(exist_ok=True)
+    output = folder / "m.out.onnx"
+    if share == "one file":  # the weights held in memory
+        given = dql_pass.save_model(ir.serde.deserialize_model(onnx.load(source)), output)
+    else:
+        given = dql_pass.save_model(dql_pass.load_model(source), output, source=source, external=True,
+                                    share_data=share != "no")
+    assert given == {os.path.realpath(tensor.path) for tensor in models.external_tensors(models.read_model(output))}
+    if share == "beside":
+        assert given == {os.path.realpath(tmp_path / "m.onnx.data")}
+    else:
+        assert [Path(file).name.startswith("m.out.onnx.") for file in given] == ([] if share == "one file" else [True])

@@ -421,7 +421,7 @@ def test_a_lowered_product_with_an_empty_operand_is_checked_without_a_mismatch(o
 
 
 def test_the_driven_columns_and_their_sums_taken_a_block_at_a_time_are_those_of_a_plain_int64_computation(monkeypatch):
-    monkeypatch.setattr(operands, "_BLOCK", 7)  # blocks of a row or two of 5 columns: many blocks, one ragged
+    monkeypatch.setattr(operands, "BLOCK_ELEMENTS", 7)  # blocks of a row or two of 5 columns: many blocks, one ragged
     rng = np.random.default_rng(1)
     weights = np.repeat(rng.integers(-128, 128, (37, 5)).astype(np.int8), [1, 3, 1, 2, 1], axis=1)  # equal columns
     for zero_point in (None, np.int8(-128), rng.integers(-128, 128, weights.shape[1]).astype(np.int8)):
@@ -437,8 +437,8 @@ def test_the_driven_columns_and_their_sums_taken_a_block_at_a_time_are_those_of_
 
 
 def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_one_pass(monkeypatch):
-    monkeypatch.setattr(operands, "_BLOCK", 7)
-    monkeypatch.setattr(reference, "_BLOCK", 7)
+    monkeypatch.setattr(operands, "BLOCK_ELEMENTS", 7)
+    monkeypatch.setattr(reference, "BLOCK_ELEMENTS", 7)
     random = operands.integers(ir.DataType.INT8, (37, 5), np.random.default_rng(0))["random"]()
     assert random.dtype == np.int8
     assert np.array_equal(random, np.random.default_rng(0).integers(-128, 128, (37, 5)).astype(np.int8))

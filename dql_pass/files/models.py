@@ -213,8 +213,9 @@ def _size_bound(model: ir.Model, held: list[Slot]) -> int:
 def save_model(
     model: ir.Model, path: str | os.PathLike, *, source: str | os.PathLike | None = None, external: bool = False,
     share_data: bool = False,
-) -> None:
-    """Write ``model`` to ``path`` atomically, with its external data as one unit.
+) -> frozenset[str]:
+    """Write ``model`` to ``path`` atomically, with its external data as one unit; the data files the
+    written model refers to come back, as real paths (none for a model in one file).
 
     The output stands alone: external weights are streamed, never loaded whole, into a new
     ``<path>.<12 hex>.data`` beside it, and so are the initializers held in memory when
@@ -248,9 +249,16 @@ def save_model(
         raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
     folder = entry.parent
     try:
-        if not all(_may_refer_to(attr.value, folder, share_data) for _, attr in found.attributes):
+        kept = [attr.value for _, attr in found.attributes]
+        if not all(_may_refer_to(tensor, folder, share_data) for tensor in kept):
             _read_attributes(found.attributes)
-        moved = [Slot(value) for value in found.values if not _may_refer_to(value.const_value, folder, share_data)]
+            kept = []
+        moved = []
+        for value in found.values:
+            if _may_refer_to(value.const_value, folder, share_data):
+                kept.append(value.const_value)
+            else:
+                moved.append(Slot(value))
         held = _held(model)
         if _size_bound(model, held) <= INLINE_LIMIT:
             # The input kept its weights in external data: so does the output.
@@ -263,6 +271,8 @@ def save_model(
     except TooLarge as error:
         raise InputError(f"{path}: cannot write the output: it takes {error.args[0]:,} bytes with every tensor that "
                          f"can be in external data there, past protobuf's limit of {INLINE_LIMIT:,}") from None
+    referred = [tensor.path for tensor in kept] + ([folder / data_name] if data_name else [])
+    return frozenset(os.path.realpath(file) for file in referred)
 
 
 def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[Slot]) -> None:

@@ -4,10 +4,15 @@ files the output shares, and a model's footprint on disk. The passes' results ca
 
 from __future__ import annotations
 
-__all__ = ["Written", "footprint"]
+__all__ = ["Written", "footprint", "shared_lines", "written_dict"]
 
 import dataclasses
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,14 +48,24 @@ class Written:
         return {"input": self.source, "output": self.output, "seconds": self.seconds}
 
 
-def footprint(path: str | os.PathLike) -> tuple[int, int]:
-    """The nodes of the model at ``path`` (every graph and function) and its size on disk with its data files."""
+def shared_lines(written: Written | None) -> list[str]:
+    """A result's line on the data files its output shares (:meth:`Written.shared_lines`); none in memory."""
+    return written.shared_lines() if written else []
+
+
+def written_dict(written: Written | None, report: dict) -> dict:
+    """A result's --json report: what ``written`` read and wrote, ``report``, then the input's data
+    files the output shares (``[]`` without --share-data, or in memory), in that order."""
+    return {**(written.to_dict() if written else {}), **report,
+            "shared_data": (written.shared_data or []) if written else []}
+
+
+def footprint(model: ir.Model, path: str | os.PathLike, data_files: Iterable[str | os.PathLike]) -> tuple[int, int]:
+    """The nodes of ``model`` (every graph and function) and its size on disk: the file ``path`` that
+    holds it and the ``data_files`` it refers to, as its load or save found them (no model is read)."""
     import onnx_ir as ir
 
-    from dql_pass.files import external_tensors, read_model
-
-    model = read_model(path)
     roots = (model.graph, *model.functions.values())
     nodes = sum(1 for root in roots for _ in ir.traversal.RecursiveGraphIterator(root))
-    files = {os.path.realpath(path)} | {os.path.realpath(tensor.path) for tensor in external_tensors(model)}
+    files = {os.path.realpath(path)} | {os.path.realpath(file) for file in data_files}
     return nodes, sum(os.path.getsize(file) for file in files if os.path.isfile(file))

@@ -18,7 +18,7 @@ from dql_pass.fusion._onnxscript_compat import rewrite
 from onnxscript.rewriter import RULE_NAME_TAG
 
 from dql_pass.fusion.diagnosis import UnfusedBlock, left_alone
-from dql_pass.files.written import Written
+from dql_pass.files.written import Written, shared_lines, written_dict
 from dql_pass.fusion.rules import behaviour_notes, fuse_rules
 from dql_pass.graph.constants import drop_unused
 from dql_pass.graph.names import UniqueNames
@@ -83,14 +83,12 @@ class FuseResult(ir.passes.PassResult):
             lines = [written.done(what) if written else what, *report.counts()]
         else:
             lines = [written.unchanged("nothing to fuse") if written else "nothing to fuse"]
-        lines += written.shared_lines() if written else []
+        lines += shared_lines(written)
         notes = report.format()
         return "\n".join(lines + ([notes] if notes else []))
 
     def to_dict(self) -> dict:
-        written = self.written
-        return {**(written.to_dict() if written else {}), **self.report.to_dict(),
-                "shared_data": (written.shared_data or []) if written else []}
+        return written_dict(self.written, self.report.to_dict())
 
 
 def _containers(model: ir.Model) -> list[ir.Graph | ir.Function]:

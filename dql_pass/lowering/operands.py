@@ -29,9 +29,8 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import reference
+from dql_pass.blocking import BLOCK_ELEMENTS
 from dql_pass.lowering.proof import LIMIT
-
-_BLOCK = 1 << 20  # elements of an operand made or widened at a time: the operand may be as large as memory allows
 
 Cases = Iterator[tuple[str, str, list[np.ndarray | None]]]  # name, class, one array per input (None: absent)
 
@@ -72,8 +71,9 @@ def integers(
     np_type = dtype.numpy()
     info = np.iinfo(np_type)
     random = np.empty(math.prod(shape), np_type)
-    for start in range(0, random.size, _BLOCK):  # the same draws as one call, without its int64 array
-        random[start:start + _BLOCK] = rng.integers(info.min, int(info.max) + 1, min(_BLOCK, random.size - start))
+    for start in range(0, random.size, BLOCK_ELEMENTS):  # the same draws as one call, without its int64 array
+        count = min(BLOCK_ELEMENTS, random.size - start)
+        random[start:start + count] = rng.integers(info.min, int(info.max) + 1, count)
     random = random.reshape(shape)
     return {"zero": lambda: np.zeros(shape, np_type), "max": lambda: np.full(shape, info.max, np_type),
             "min": lambda: np.full(shape, info.min, np_type), "random": lambda: random}
@@ -292,7 +292,7 @@ def _centred(values: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray:
 
 def _row_blocks(terms: np.ndarray) -> Iterator[np.ndarray]:
     """``terms`` [K, N] a block of rows at a time, in int64."""
-    rows = max(1, _BLOCK // max(terms.shape[1], 1))
+    rows = max(1, BLOCK_ELEMENTS // max(terms.shape[1], 1))
     for start in range(0, terms.shape[0], rows):
         yield terms[start:start + rows].astype(np.int64)
 

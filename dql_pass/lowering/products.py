@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from dql_pass.blocking import BLOCK_ELEMENTS
 from dql_pass.graph.constants import constant
 from dql_pass.lowering.proof import Proof, Unplanned, plan, plan_uniform, span
 from dql_pass.lowering.rewrite import (
@@ -208,14 +209,11 @@ def _integer_product(kind: Product, node: ir.Node, b: Builder) -> tuple[ir.Value
     return _reduce(b, proof, product, activation, part, axes), proof
 
 
-_BLOCK = 1 << 20  # elements: the weights are widened this many at a time, never whole
-
-
 def _magnitudes(weights: np.ndarray, shift: np.ndarray | None) -> np.ndarray:
     """``|weights - shift|`` of 8-bit weights and zero points, in uint8 (at most 255), the size of
     the weights: computed a block of axis 0 at a time, in int16."""
     magnitudes = np.empty(weights.shape, np.uint8)
-    rows = max(1, _BLOCK // max(1, math.prod(weights.shape[1:])))
+    rows = max(1, BLOCK_ELEMENTS // max(1, math.prod(weights.shape[1:])))
     for start in range(0, len(weights), rows):
         block = weights[start:start + rows].astype(np.int16)
         if shift is not None:  # per output channel of a ConvInteger lies along axis 0, as the blocks do

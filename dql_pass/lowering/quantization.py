@@ -43,7 +43,7 @@ import numpy as np
 import onnx_ir as ir
 
 from dql_pass import runtimes, variants
-from dql_pass.files.written import Written
+from dql_pass.files.written import Written, shared_lines, written_dict
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass, check_sites
 from dql_pass.graph.constants import drop_unused
 from dql_pass.lowering import blocks
@@ -124,7 +124,7 @@ class LowerResult(ir.passes.PassResult):
             lines = [f"{written.done(what) if written else what} (weights {report.weights})", *self._summary(verbose)]
         else:
             lines = [written.unchanged("nothing to lower") if written else "nothing to lower"]
-        lines += written.shared_lines() if written else []
+        lines += shared_lines(written)
         # The proof of each node is for verbose; what was left alone and what still blocks, always.
         lines += [line for line in report.format().splitlines() if verbose or not line.startswith("  ")]
         return "\n".join(lines)
@@ -147,13 +147,11 @@ class LowerResult(ir.passes.PassResult):
         return lines if verbose else [*lines, "  (-v gives the proof of each node)"]
 
     def to_dict(self) -> dict:
-        written = self.written
         sizes = {}
         if self.footprint is not None:
             (nodes, size), (nodes_after, size_after) = self.footprint
             sizes = {"nodes_before": nodes, "nodes_after": nodes_after, "bytes_before": size, "bytes_after": size_after}
-        return {**(written.to_dict() if written else {}), **sizes, **self.report.to_dict(),
-                "shared_data": (written.shared_data or []) if written else []}
+        return written_dict(self.written, {**sizes, **self.report.to_dict()})
 
 
 class LowerQuantizationPass(ir.passes.InPlacePass):

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import onnx_ir as ir
 
+from dql_pass.blocking import BLOCK_ELEMENTS
 from dql_pass.errors import InputError
 from dql_pass.graph.walk import fed_inputs
 from dql_pass.op import DOMAINS
@@ -43,7 +44,6 @@ from dql_pass.op import DOMAINS
 BATCH_SIZE, FALLBACK_BATCH, OTHER_SIZE = 2, 1, 16
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
-_BLOCK = 1 << 20  # float values drawn at a time
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
 # Ops that hand token ids on unchanged, on the way to the Gather that reads them.
 _ID_PASS_THROUGH = frozenset({"Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -117,8 +117,8 @@ def _floats(kind: str, shape: tuple[int, ...], dtype: np.dtype, rng: np.random.G
     if kind == "zeros":
         return data
     flat = data.reshape(-1)
-    for start in range(0, flat.size, _BLOCK):
-        count = min(_BLOCK, flat.size - start)
+    for start in range(0, flat.size, BLOCK_ELEMENTS):
+        count = min(BLOCK_ELEMENTS, flat.size - start)
         if kind == "heavy tails":
             block = rng.standard_cauchy(count)  # a tenth of the values beyond ±6, some far beyond
         else:
