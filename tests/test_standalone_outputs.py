@@ -104,9 +104,8 @@ def test_the_api_shares_only_when_asked(tmp_path):
     dql_pass.lower_file(source, tmp_path / "b.onnx", share_data=True)
     dql_pass.fuse_file(source, tmp_path / "c.onnx", share_data=True)
     assert "m.onnx.data" not in _locations(tmp_path / "a.onnx")
-    assert models.shared_data_files(tmp_path / "a.onnx", source) == []
-    assert models.shared_data_files(tmp_path / "b.onnx", source) == ["m.onnx.data"]
-    assert models.shared_data_files(tmp_path / "c.onnx", source) == ["m.onnx.data"]
+    assert "m.onnx.data" in _locations(tmp_path / "b.onnx")
+    assert "m.onnx.data" in _locations(tmp_path / "c.onnx")
 
 
 @pytest.mark.skipif(os.name != "posix", reason="permission bits")

@@ -18,13 +18,13 @@ _SAFE = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
     "directory_entry", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep", "tidy_up",
 ]
-_MODELS = ["as_ir_model", "load_model", "model_form", "read_model", "save_model", "shared_data_files"]
+_MODELS = ["as_ir_model", "load_model", "model_form", "read_model", "save_model"]
 _TENSORS = ["ExternalData", "external_tensors", "in_memory"]
 __all__ = sorted(_SAFE + _MODELS + _TENSORS)
 
 if TYPE_CHECKING:
     from dql_pass.files.models import (  # noqa: F401
-        as_ir_model, load_model, model_form, read_model, save_model, shared_data_files,
+        as_ir_model, load_model, model_form, read_model, save_model,
     )
     from dql_pass.files.safe import (  # noqa: F401
         FolderLock, atomic_path, check_not_system, check_output_path, data_file_name, default_file_mode,

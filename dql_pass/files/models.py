@@ -9,7 +9,7 @@ written to, and a failed save leaves no partial file behind.
 from __future__ import annotations
 
 __all__ = ["ExternalData", "as_ir_model", "external_tensors", "in_memory", "load_model", "model_form", "read_model",
-           "save_model", "shared_data_files"]
+           "save_model"]
 
 import contextlib
 import errno
@@ -182,13 +182,6 @@ def _may_refer_to(tensor: ir.ExternalTensor, folder: Path, share_data: bool) -> 
     asked to (``share_data``; else the output must stand alone), in that folder, and not the data
     file of another output, which the next write of that output removes."""
     return share_data and Path(tensor.base_dir).resolve() == folder and not is_data_file(Path(tensor.location).name)
-
-
-def shared_data_files(path: str | os.PathLike, source: str | os.PathLike) -> list[str]:
-    """The data files of the model at ``source`` that the model at ``path`` refers to (written
-    with ``share_data``), by their names; the tensors are not read."""
-    written = _data_files(read_model(path))
-    return sorted(Path(file).name for file in written & _data_files(read_model(source)))
 
 
 # Protobuf parses no message past 2 GiB: a one-file model up to this size stays one file.
