@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from dql_pass.files import ExternalData, in_memory
+from dql_pass.files import ExternalData, in_memory, read_model
 from dql_pass.runtimes.base import RuntimeFailure, Session, failures_of
 
 _IN_MEMORY_BYTES = 1 << 20
@@ -66,7 +66,7 @@ def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: b
         if not private:
             yield Path(model)
             return
-        model = ir.load(model)
+        model = read_model(model)  # any form dql_pass reads, .onnxtxt too
     with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
         path = Path(folder, "model.onnx")
         if isinstance(model, onnx.ModelProto):
