@@ -49,8 +49,11 @@ class WebRuntime(Runtime):
     distribution = "onnxruntime-web"
     provider: str
     bundle: str  # the dist file that `import 'onnxruntime-web/<build>'` resolves to
+    # A limit is there to stop a hung load or run, so a real one must fit in it: one run of a
+    # transformer at a batch of 20 on SwiftShader, a CPU stand-in for a GPU, takes over a minute on
+    # a loaded machine (docs/BENCHMARKS.md). ``timeout`` (--runtime-timeout) overrides both.
     load_timeout: float = 120
-    run_timeout: float = 60
+    run_timeout: float = 300
     weights = "integer"  # a browser downloads the model: int8 weights, a quarter of float32's size
     blocks = True  # every node is a kernel launch (WebGPU) or a kernel call (wasm)
     where = "headless Chromium"  # what a check on it runs, for the command line to say
