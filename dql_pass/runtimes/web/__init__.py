@@ -32,7 +32,6 @@ import contextlib
 from collections.abc import Iterator, Mapping
 
 import numpy as np
-import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime
@@ -97,6 +96,8 @@ class WebRuntime(Runtime):
             page.close()
 
     def _load(self, model, *, threads: int, optimize: str, placement: bool = False) -> WebSession:
+        import onnx  # here: listing the runtimes needs no graph library
+
         copy = contextlib.ExitStack()  # the session's to close: the copy lives as long as it
         try:
             # Always a copy: the browser reads the model from the folder it is served from.

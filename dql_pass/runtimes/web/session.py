@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-import onnx.inliner
 
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import TIMEOUT_OPTION, RuntimeFailure, RuntimeTimeout, Session
@@ -29,6 +27,8 @@ from dql_pass.runtimes.web.cost import GpuCalls
 from dql_pass.runtimes.web.installation import dist, missing
 
 if TYPE_CHECKING:
+    import onnx
+
     from dql_pass.runtimes.web import WebRuntime
 
 _PAGE = Path(__file__).with_name("page.mjs")
@@ -88,6 +88,8 @@ class WebSession(Session):
         self, runtime: WebRuntime, path: Path, proto: onnx.ModelProto, optimize: str, verbose: bool,
         copy: contextlib.ExitStack,
     ) -> None:
+        import onnx.inliner  # here: listing the runtimes needs no graph library
+
         super().__init__([v.name for v in fed_inputs(proto)], [v.name for v in proto.graph.output])
         self.path = path  # the private copy the browser reads
         self._runtime = runtime
