@@ -29,26 +29,29 @@ __all__ = [
 ]
 
 from collections.abc import Mapping, Sequence
-
-import onnx
-import onnx_ir as ir
-from onnx import helper
+from typing import TYPE_CHECKING
 
 from dql_pass import metadata, variants
 from dql_pass.errors import InputError
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
+
+    OUTPUT_TYPES: tuple[ir.DataType, ...]
+    CENTRED_OUTPUT_TYPES: tuple[ir.DataType, ...]
+    MAX_OPSET: int
 
 NAME = "DynamicQuantizeLinear"
 DOMAINS: tuple[str, ...] = ("", "ai.onnx")
 INPUT = "x"
 OUTPUTS: tuple[str, ...] = ("y", "y_scale", "y_zero_point")
-OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8)
 # What verify checks of a site that lower kept in float32 (a block): y - y_zero_point, and y_scale.
 CENTRED_OUTPUTS: tuple[str, ...] = ("y_centred", "y_scale")
-CENTRED_OUTPUT_TYPES: tuple[ir.DataType, ...] = (ir.DataType.FLOAT, ir.DataType.FLOAT)
 # The outputs a block's value is made of: where it differs, one of them does.
 CENTRED_FROM: dict[str, tuple[str, ...]] = {"y_centred": ("y", "y_zero_point")}
 MIN_OPSET = 11  # DynamicQuantizeLinear-11 is the only version of the operator
-MAX_OPSET = onnx.defs.onnx_opset_version()
+_OF_GRAPH_LIBRARIES = ("OUTPUT_TYPES", "CENTRED_OUTPUT_TYPES", "MAX_OPSET")
 
 VARIANTS: tuple[str, ...] = variants.NAMES
 MODES, ZERO_RANGE_POLICIES = variants.MODES, variants.ZERO_RANGE_POLICIES
@@ -56,6 +59,22 @@ MODES, ZERO_RANGE_POLICIES = variants.MODES, variants.ZERO_RANGE_POLICIES
 _CHOICES: dict[str, tuple[str, ...]] = {
     "variant": VARIANTS, "mode": MODES, "zero-range policy": ZERO_RANGE_POLICIES, "weights": variants.WEIGHTS,
 }
+
+
+def __getattr__(name: str) -> object:
+    """The values made of onnx's and onnx_ir's, on first use: listing the runtimes reads this
+    module and needs neither library."""
+    if name not in _OF_GRAPH_LIBRARIES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import onnx
+    import onnx_ir as ir
+
+    globals().update(
+        OUTPUT_TYPES=(ir.DataType.UINT8, ir.DataType.FLOAT, ir.DataType.UINT8),
+        CENTRED_OUTPUT_TYPES=(ir.DataType.FLOAT, ir.DataType.FLOAT),
+        MAX_OPSET=onnx.defs.onnx_opset_version(),
+    )
+    return globals()[name]
 
 
 def check_choice(kind: str, value: str, choices: Sequence[str] | None = None) -> str:
@@ -87,6 +106,9 @@ def one_node_model(
     shape: Sequence[int | str | None], opset: int, *, name: str = "dql", description: str = "", domain: str = ""
 ) -> onnx.ModelProto:
     """The model holding one DynamicQuantizeLinear node, on an input ``x`` of ``shape``."""
+    import onnx
+    from onnx import helper
+
     graph = helper.make_graph(
         [helper.make_node(NAME, [INPUT], list(OUTPUTS), domain=domain)],
         name,

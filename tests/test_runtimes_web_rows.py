@@ -9,6 +9,7 @@ import collections
 from onnx import helper
 
 from dql_pass.runtimes import web
+from dql_pass.runtimes.web.cost import read_placement
 from tools import models
 from tools import runtimes as tool
 
@@ -20,8 +21,8 @@ def test_every_node_on_one_provider_counts_them_when_the_optimizer_changed_their
     the provider's list holds 95 (it held one placeholder)."""
     log = [_LOG + "All nodes placed on [WebGpuExecutionProvider]. Number of nodes: 95"]
     nodes = [f"Add (n{i})" for i in range(97)]
-    assert web._placement(log, nodes) == {"WebGpuExecutionProvider": ["?"] * 95}
-    assert web._placement(log[:1], nodes[:95]) == {"WebGpuExecutionProvider": nodes[:95]}
+    assert read_placement(log, nodes) == {"WebGpuExecutionProvider": ["?"] * 95}
+    assert read_placement(log[:1], nodes[:95]) == {"WebGpuExecutionProvider": nodes[:95]}
 
 
 class _Placing:

@@ -23,6 +23,7 @@ from dql_pass.compare import compare_site
 from dql_pass.op import one_node_model
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import web
+from dql_pass.runtimes.web import session as web_session
 
 _F = np.float32
 WEB = ["webgpu", "wasm"]
@@ -171,12 +172,12 @@ def test_a_failed_run_is_the_runtimes_refusal_and_the_next_run_starts_afresh(nam
 def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser(monkeypatch):
     started = []
 
-    class Recorded(web.Browser):
+    class Recorded(web_session.Browser):
         def __init__(self, *args) -> None:
             super().__init__(*args)
             started.append(self)
 
-    monkeypatch.setattr(web, "Browser", Recorded)
+    monkeypatch.setattr(web_session, "Browser", Recorded)
     model = _model(helper.make_node("NoSuchOp", ["x"], ["y"]),
                    inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                    outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
@@ -315,7 +316,7 @@ class _Silent:
 
 @needs_browser
 def test_a_browser_that_does_not_answer_in_time_is_a_timeout_naming_the_option_that_lengthens_it(monkeypatch):
-    monkeypatch.setattr(web, "Browser", _Silent)
+    monkeypatch.setattr(web_session, "Browser", _Silent)
     monkeypatch.setattr(runtimes.get("webgpu"), "timeout", 0.5)
     with pytest.raises(runtimes.RuntimeTimeout) as raised:
         runtimes.get("webgpu").load(one_node_model(["n"], 21))
@@ -419,7 +420,7 @@ def test_recycling_hands_on_no_page_whose_call_was_interrupted(monkeypatch):
         def evaluate(self, expression, *, timeout=60):
             raise KeyboardInterrupt  # the page may still be loading: its model could land in the next session
 
-    monkeypatch.setattr(web, "Browser", Interrupted)
+    monkeypatch.setattr(web_session, "Browser", Interrupted)
     runtime = runtimes.get("wasm")
     with runtime.recycling():
         with pytest.raises(KeyboardInterrupt):

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from dql_pass.runtimes import web
+from dql_pass.runtimes.web import session as web_session
 
 
 def _add() -> onnx.ModelProto:
@@ -23,7 +24,7 @@ def test_a_session_for_runs_does_not_inline_the_graph(monkeypatch):
         raise AssertionError("the graph was inlined for a session that only runs")
 
     monkeypatch.setattr(onnx.inliner, "inline_local_functions", refuse)
-    monkeypatch.setattr(web._WebSession, "_start", lambda self: None)  # no browser: only the load's own work
+    monkeypatch.setattr(web_session.WebSession, "_start", lambda self: None)  # no browser: only the load's own work
     session = web.Wasm()._load(_add(), threads=0, optimize="all")
     try:
         assert session.input_names == ["x"] and session.output_names == ["y"]

@@ -5,7 +5,7 @@ Run from the repository root, on a float32 ONNX model (any; ``tools/export_minil
 all-MiniLM-L6-v2 with the inputs of 20 sentences)::
 
     python -m tools.gpu_cost MODEL.onnx [--feeds INPUTS.npz] [--batch N] [--target webgpu] [--variant V]
-                             [--repeats 3] [--out BENCHMARKS.md]
+                             [--repeats 3] [--runtime-timeout 600] [--out BENCHMARKS.md]
 
 The forms:
 
@@ -50,6 +50,7 @@ import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
+from dql_pass.cli.values import seconds
 from dql_pass.lowering.quantization import LowerQuantizationPass
 from dql_pass.runtimes import web
 from tools import harness
@@ -58,6 +59,9 @@ logger = logging.getLogger("tools.gpu_cost")
 FORMS = ("original", "lowered", "fp32")
 RUNTIMES = ("webgpu", "wasm")
 BASIC = "wasm, optimize basic"
+# A transformer of thousands of nodes at a batch of 20 on SwiftShader, a CPU stand-in for a GPU,
+# outlasts the adapters' own limits on a loaded machine: they are set to stop a hung run.
+TIMEOUT = 600
 _TYPES = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32, onnx.TensorProto.FLOAT: np.float32}
 
 
@@ -129,12 +133,14 @@ def _feeds(model: onnx.ModelProto, given: Mapping[str, np.ndarray], batch: int, 
     return feeds
 
 
-def measure(forms: Mapping[str, Path], feeds: Mapping[str, np.ndarray], repeats: int) -> dict[str, FormCost]:
-    """Every figure of every form, the forms interleaved round robin (the start rotating each round)."""
+def measure(
+    forms: Mapping[str, Path], feeds: Mapping[str, np.ndarray], repeats: int, timeout: float = TIMEOUT,
+) -> dict[str, FormCost]:
+    """Every figure of every form, the forms interleaved round robin (the start rotating each round);
+    ``timeout``: the seconds a load or a run may take on each runtime."""
     results = {form: FormCost(path, _size(path)) for form, path in forms.items()}
-    for name in RUNTIMES:  # a transformer of thousands of nodes on SwiftShader outlasts the adapters' limits
-        runtime = runtimes.get(name)
-        runtime.load_timeout, runtime.run_timeout = max(runtime.load_timeout, 600), max(runtime.run_timeout, 600)
+    for name in RUNTIMES:
+        runtimes.get(name).timeout = timeout
     webgpu = runtimes.get("webgpu")
     for form, result in results.items():
         logger.info("cost of %s on webgpu", form)
@@ -262,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", help="lower with this DynamicQuantizeLinear variant in place of the target's")
     parser.add_argument("--repeats", type=int, default=3,
                         help="sessions per form and runtime for the times (default 3)")
+    parser.add_argument("--runtime-timeout", type=seconds, default=TIMEOUT, metavar="SECONDS",
+                        help=f"how long a load or a run may take on each runtime (default {TIMEOUT})")
     parser.add_argument("--out", type=Path, help="write the section into this report (e.g. BENCHMARKS.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(name)s: %(message)s")
@@ -281,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _lower(original, lowered, args.target, args.variant)
         given = dict(np.load(args.feeds)) if args.feeds else {}
         feeds = _feeds(onnx.load(args.model, load_external_data=False), given, args.batch, args.sequence)
-        results = measure({"original": original, "lowered": lowered, "fp32": args.model}, feeds, args.repeats)
+        results = measure({"original": original, "lowered": lowered, "fp32": args.model}, feeds, args.repeats,
+                          args.runtime_timeout)
         text = render(results, model=args.model, feeds=feeds, target=args.target, variant=target_variant,
                       repeats=args.repeats)
     print(text)

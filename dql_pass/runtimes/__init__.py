@@ -14,8 +14,6 @@ __all__ = [
 
 from collections.abc import Iterable
 
-import onnx
-
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import (
     TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session, refused,
@@ -70,6 +68,8 @@ def get(name: str) -> Runtime:
 
 
 def _schema_version(domain: str, op_type: str, opset: int) -> int | None:
+    import onnx  # here: listing the runtimes needs no graph library
+
     try:
         return onnx.defs.get_schema(op_type, opset, domain).since_version
     except onnx.defs.SchemaError:

@@ -28,15 +28,17 @@ import importlib.metadata
 import importlib.util
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-
-import numpy as np
-import onnx
-import onnx_ir as ir
+from typing import TYPE_CHECKING
 
 from dql_pass.errors import InputError
 from dql_pass.files import model_form, read_model
 from dql_pass.inputs import check_class, input_classes
 from dql_pass.op import CENTRED_FROM, OUTPUTS
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+    import onnx_ir as ir
 
 
 class RuntimeFailure(Exception):

@@ -16,30 +16,36 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-import onnx_ir as ir
 
-from dql_pass.files import ExternalData, in_memory, read_model
+from dql_pass import files
 from dql_pass.runtimes.base import RuntimeFailure, Session, failures_of
+
+# onnx and onnx_ir are imported where used: the adapters import this module, and listing them needs neither.
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
 
 _IN_MEMORY_BYTES = 1 << 20
 
 
 @contextlib.contextmanager
-def _tensors_in_memory(external: ExternalData, limit: float) -> Iterator[None]:
+def _tensors_in_memory(external: files.ExternalData, limit: float) -> Iterator[None]:
     """Temporarily read external tensor attributes and the external initializers of at most ``limit`` bytes.
 
     A runtime that gets the model as bytes would not find an attribute's external data, and ORT's
     shape inference needs the initializers' values (axes, shapes). The caller's model gets its
     tensors back afterwards.
     """
+    import onnx_ir as ir
+
     swapped = [(value, value.const_value) for value in external.values if value.const_value.nbytes <= limit]
     for value, tensor in swapped:
-        value.const_value = in_memory(tensor)
+        value.const_value = files.in_memory(tensor)
     for node, attr in external.attributes:
-        node.attributes[attr.name] = ir.AttrTensor(attr.name, in_memory(attr.value))
+        node.attributes[attr.name] = ir.AttrTensor(attr.name, files.in_memory(attr.value))
     try:
         yield
     finally:
@@ -51,9 +57,12 @@ def _tensors_in_memory(external: ExternalData, limit: float) -> Iterator[None]:
 
 def as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path | None]:
     """The model as a proto, and the folder its large external weights are read from."""
+    import onnx
+    import onnx_ir as ir
+
     if isinstance(model, onnx.ModelProto):
         return model, None
-    external = ExternalData.of(model)
+    external = files.ExternalData.of(model)
     folders = {Path(tensor.base_dir).resolve() for tensor in external.tensors}
     with _tensors_in_memory(external, _IN_MEMORY_BYTES):
         return ir.serde.serialize_model(model), min(folders) if folders else None
@@ -62,11 +71,14 @@ def as_proto(model: ir.Model | onnx.ModelProto) -> tuple[onnx.ModelProto, Path |
 def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
     """The model as one proto with its external weights read into it, for a converter that reads no
     files; a path read by :func:`~dql_pass.files.read_model`, as every model file dql_pass reads."""
+    import onnx
+    import onnx_ir as ir
+
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
-        model = read_model(model)
-    with _tensors_in_memory(ExternalData.of(model), limit=math.inf):
+        model = files.read_model(model)
+    with _tensors_in_memory(files.ExternalData.of(model), limit=math.inf):
         return ir.serde.serialize_model(model)
 
 
@@ -74,11 +86,14 @@ def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.M
 def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: bool = False) -> Iterator[Path]:
     """A path to ``model``, for runtimes that read files: the path given, or a temporary copy;
     always a copy with ``private``, for an adapter that edits the file it hands its runtime."""
+    import onnx
+    import onnx_ir as ir
+
     if isinstance(model, (str, os.PathLike)):
         if not private:
             yield Path(model)
             return
-        model = read_model(model)
+        model = files.read_model(model)  # any form dql_pass reads, .onnxtxt too
     with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
         path = Path(folder, "model.onnx")
         if isinstance(model, onnx.ModelProto):
@@ -140,6 +155,8 @@ def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 def output_types(model: onnx.ModelProto) -> list[np.dtype]:
     """The numpy types of the graph outputs of ``model``."""
+    import onnx
+
     return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
 
 
@@ -175,6 +192,8 @@ def with_ranks(proto: onnx.ModelProto, ranks: tuple[int, ...]) -> onnx.ModelProt
 def with_shapes(proto: onnx.ModelProto, shapes: Sequence[Sequence[int | str]]) -> onnx.ModelProto:
     """A copy of ``proto`` whose fed inputs have ``shapes`` (a number fixes a dimension, a name
     keeps it symbolic), and whose other shapes are left to inference."""
+    import onnx
+
     fixed = onnx.ModelProto()
     fixed.CopyFrom(proto)
     del fixed.graph.value_info[:]

@@ -14,7 +14,6 @@ import weakref
 from collections.abc import Iterator
 
 import numpy as np
-import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
@@ -72,6 +71,7 @@ class Tract(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
+        import onnx  # here: listing the runtimes needs no graph library
         import tract
 
         with contextlib.ExitStack() as files:

@@ -29,6 +29,7 @@ from dql_pass.errors import MissingDependency
 from dql_pass.files import put_folder
 from dql_pass.runtimes import setup_command
 from dql_pass.runtimes.web import ORT_WEB, cache, dist, missing
+from dql_pass.runtimes.web.installation import BUNDLES
 from dql_pass.runtimes.web.browser import chromium
 
 _log = logging.getLogger("dql_pass.runtimes.web")
@@ -77,7 +78,7 @@ def _unpack_ort_web() -> None:
 
 def setup() -> None:
     """Install Chromium, npm and onnxruntime-web, each only when missing."""
-    unpacked = (dist() / "ort.webgpu.bundle.min.mjs").is_file()
+    unpacked = (dist() / BUNDLES["webgpu"]).is_file()
     apt = [] if chromium() else ["chromium"]
     if not unpacked and shutil.which("npm") is None:
         apt += ["nodejs", "npm"]
