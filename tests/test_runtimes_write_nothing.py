@@ -44,6 +44,17 @@ def test_verify_writes_nothing_to_home_or_tmpdir(tmp_path, runtime):
     assert _written(home, tmpdir) == []
 
 
+def test_probing_ort_for_saturating_products_first_writes_nothing(tmp_path):
+    """The probe may be the process's first ORT session (verify's notes, load_exact): ORT is
+    imported with its telemetry off there too."""
+    home, tmpdir = _private(tmp_path)
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmpdir), "ORT_DISABLE_TELEMETRY": "0"}
+    probe = "from dql_pass.runtimes.ort import OnnxRuntime; OnnxRuntime().saturating_products()"
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _written(home, tmpdir) == []
+
+
 @pytest.mark.skipif(web.missing() is not None or chromium() is None, reason="the web runtimes are not set up")
 def test_chromium_writes_nothing_to_home_or_tmpdir(tmp_path, monkeypatch):
     home, tmpdir = _private(tmp_path)

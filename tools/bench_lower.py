@@ -75,9 +75,12 @@ def _models(config: Config, folder: Path) -> dict[str, tuple[onnx.ModelProto, in
 def _profile(model: onnx.ModelProto, feeds: dict[str, np.ndarray], runs: int) -> dict[str, float]:
     """Microseconds per run spent in each op type, from ORT's profile (one thread, all optimisations).
 
-    Profiling is a session option the runtime layer does not offer, so ORT is imported here directly.
+    Profiling is a session option the runtime layer does not offer, so the session is made here, with
+    ORT imported as everywhere: its telemetry off.
     """
-    import onnxruntime as ort
+    from dql_pass.runtimes.ort import import_onnxruntime
+
+    ort = import_onnxruntime()
 
     with tempfile.TemporaryDirectory(prefix="bench_lower.") as folder:
         options = ort.SessionOptions()

@@ -173,7 +173,7 @@ _INTEGER_PRODUCTS = {"MatMulInteger": ([4, 64], [64, 4]), "ConvInteger": ([1, 8,
 def _saturating_products() -> frozenset[tuple[str, int, int]]:
     """Each integer product and operand types with an int8 among them, run once on operands at
     their types' maximum, where every pair sum passes int16: saturating if the result is not exact."""
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     found = set()
     types = {onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
