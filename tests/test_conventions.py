@@ -136,16 +136,13 @@ def test_help_imports_no_graph_library():
     _runs_clean(code)
 
 
-
-@pytest.mark.xfail(strict=True, reason="the adapters iree, litert, mnn, openvino, ort, tinygrad, torch and tvm import "
-                   "onnx at module level (ort onnx_ir too, and runtimes.unsaturated): once each imports them where "
-                   "used, this passes; then remove this mark")
 def test_listing_the_targets_imports_no_graph_library():
     # Listing reads the adapters' data: their versions, lacks and differences, never a model.
     code = ("import sys\nfrom dql_pass.cli import main\nassert main(['expand', '--list-targets']) == 0\n"
             "heavy = sorted(m for m in ('onnx', 'onnx_ir', 'onnxruntime', 'onnxscript') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     _runs_clean(code)
+
 
 # --- The Python API ---------------------------------------------------------------------------------------------
 

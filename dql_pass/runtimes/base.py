@@ -31,7 +31,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from dql_pass.errors import InputError
-from dql_pass.files import model_form, read_model
 from dql_pass.inputs import check_class, input_classes
 from dql_pass.op import CENTRED_FROM, OUTPUTS
 
@@ -189,6 +188,8 @@ class Runtime:
         ``optimize``: ``"all"`` as the runtime does by default, ``"basic"`` folds constants but
         fuses nothing, ``"none"`` runs every node as written, where the runtime allows the choice.
         """
+        from dql_pass.files import model_form, read_model  # onnx with it: listing the adapters needs none
+
         self.check_installed()
         if isinstance(model, (str, os.PathLike)) and model_form(model) != "protobuf":
             model = read_model(model)  # a runtime reads protobuf files only; an adapter gets a path in that form

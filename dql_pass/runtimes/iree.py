@@ -23,14 +23,18 @@ import contextlib
 import functools
 import io
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from dql_pass import variants
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session
 from dql_pass.runtimes.sessions import Compiled, compiled_per_rank, whole_proto
+
+# onnx is imported where used: listing the adapters needs none of it.
+if TYPE_CHECKING:
+    import onnx
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +82,7 @@ def _compile(proto: onnx.ModelProto, driver: str, optimize: str) -> Compiled:
     import iree.runtime
     from iree.compiler.extras import onnx_importer
     from iree.compiler.ir import Context
+    import onnx
 
     # What iree-import-onnx does, in memory: infer shapes, import the main graph as one function,
     # named after the graph (which MLIR needs to be a symbol).

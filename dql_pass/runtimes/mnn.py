@@ -45,7 +45,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
@@ -240,6 +239,8 @@ class Mnn(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
+        import onnx
+
         with contextlib.ExitStack() as files:
             # A private copy in a temporary folder of its own: the converter writes beside it.
             path = files.enter_context(as_file(model, private=True))

@@ -13,7 +13,6 @@ __all__ = ["OpenVino"]
 import sys
 
 import numpy as np
-import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
@@ -71,6 +70,8 @@ class OpenVino(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
+        import onnx
+
         openvino = _import_openvino()
         config = {"INFERENCE_PRECISION_HINT": "f32"}
         if threads > 0:

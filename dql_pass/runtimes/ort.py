@@ -11,15 +11,17 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-import onnx_ir as ir
 
-from dql_pass.files import read_model
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto
-from dql_pass.runtimes.unsaturated import unsaturated
+
+# onnx and onnx_ir are imported where used: listing the adapters needs neither.
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
 
 
 def import_onnxruntime():
@@ -84,6 +86,11 @@ class OnnxRuntime(Runtime):
     ) -> Session:
         """Load ``model`` as :meth:`load` does, with every integer product whose kernel saturates on
         this CPU given uint8 operands, which ORT computes exactly: the ops as ONNX defines them."""
+        import onnx_ir as ir
+
+        from dql_pass.files import read_model
+        from dql_pass.runtimes.unsaturated import unsaturated
+
         saturating = self.saturating_products()
         if saturating:
             if not isinstance(model, ir.Model):
@@ -93,6 +100,8 @@ class OnnxRuntime(Runtime):
 
     def optimized(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The graph ORT runs for ``model`` after all its optimizations (fusions included), one thread."""
+        import onnx
+
         with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
             path = Path(folder, "optimized.onnx")
             self._load(model, threads=1, optimize="all", save_to=path)
@@ -173,8 +182,9 @@ _INTEGER_PRODUCTS = {"MatMulInteger": ([4, 64], [64, 4]), "ConvInteger": ([1, 8,
 def _saturating_products() -> frozenset[tuple[str, int, int]]:
     """Each integer product and operand types with an int8 among them, run once on operands at
     their types' maximum, where every pair sum passes int16: saturating if the result is not exact."""
-    ort = import_onnxruntime()
+    import onnx
 
+    ort = import_onnxruntime()
     found = set()
     types = {onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
     for op_type, shapes in _INTEGER_PRODUCTS.items():

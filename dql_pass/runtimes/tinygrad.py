@@ -15,8 +15,6 @@ import contextlib
 import itertools
 import weakref
 
-import onnx
-
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, output_types
@@ -57,6 +55,7 @@ class Tinygrad(Runtime):
     )
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
+        import onnx
         from tinygrad.helpers import Context
 
         settings = {"DEV": "CPU"} | ({"NUM_CPU_THREADS": threads} if threads > 0 else {})

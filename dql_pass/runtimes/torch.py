@@ -16,13 +16,17 @@ from __future__ import annotations
 __all__ = ["OnnxToPytorch", "OnnxToTorch"]
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
 from dql_pass.runtimes.sessions import conform, fed_inputs, output_types, whole_proto
+
+# onnx is imported where used: listing the adapters needs none of it.
+if TYPE_CHECKING:
+    import onnx
 
 
 _EMPTY_REDUCTION = ("measured: PyTorch's min/max raise on an empty tensor (\"Expected reduction dim to be specified "

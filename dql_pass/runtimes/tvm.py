@@ -18,12 +18,15 @@ from __future__ import annotations
 __all__ = ["Tvm"]
 
 import warnings
-
-import onnx
+from typing import TYPE_CHECKING
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session
 from dql_pass.runtimes.sessions import Compiled, compiled_per_rank, whole_proto
+
+# onnx is imported where used: listing the adapters needs none of it.
+if TYPE_CHECKING:
+    import onnx
 
 
 class Tvm(Runtime):

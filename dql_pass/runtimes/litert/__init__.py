@@ -40,9 +40,9 @@ import subprocess
 import tempfile
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
@@ -50,6 +50,10 @@ from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import (TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout,
                                     Session)
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types, with_shapes
+
+# onnx is imported where used: listing the adapters needs none of it.
+if TYPE_CHECKING:
+    import onnx
 
 ONNX2TF = "2.6.9"  # the onnx2tf version measured; setup installs exactly this one
 CACHE_VARIABLE = "DQL_PASS_LITERT_CACHE"
@@ -135,6 +139,8 @@ def _convert_once(path: Path, timeout: float) -> bytes:
 
 def _declared_shapes(proto: onnx.ModelProto) -> list[tuple[int, ...] | None]:
     """The graph outputs' shapes ONNX infers for ``proto`` (None where it cannot tell)."""
+    import onnx
+
     inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
     shapes = []
     for value in inferred.graph.output:
@@ -223,6 +229,7 @@ class LiteRt(Runtime):
         return missing() or f"run `{SETUP}`"
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
+        import onnx
         from ai_edge_litert import interpreter as litert
 
         resolver = (litert.OpResolverType.AUTO if self.xnnpack  # LiteRT's default: the XNNPACK delegate
