@@ -33,7 +33,9 @@ It also lists the runtimes left out (:data:`LEFT_OUT`) with the reason, measured
 Rules:
 
 - Each runtime runs in its own process: a runtime that crashes or hangs costs its own rows only
-  (reported with the reason), never the run. The processes run two at a time.
+  (reported with the reason), never the run. The processes run two at a time. A process that dies
+  loading a form or running an input is started again, and that load or input is not tried again:
+  it reads as a refusal, "the process died" (:class:`Watch`).
 - A form that does not load or run is reported with the runtime's one-line reason, never raised.
 - Every model runs through :mod:`dql_pass.runtimes`; the zero-range policy is ``onnxruntime``.
 - Compilers build per input shape, so the independent inputs come in a few shapes only, and on the
@@ -65,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -211,22 +213,49 @@ def _form_model(form: str, rank: int, opset: int) -> onnx.ModelProto:
     return model if form == NATIVE else dql_pass.expand(model, variant=form, runtime=None)[0]
 
 
+class Watch:
+    """A measuring process's steps told to its parent (the loads and runs that may crash the
+    runtime), and the steps that killed a process before it: not taken again, they read as refusals."""
+
+    def __init__(self, send=None, deaths: Mapping[tuple, str] | None = None) -> None:
+        self.send = send
+        self.deaths = dict(deaths or {})  # step -> how its process died
+
+    def begin(self, step: tuple) -> str | None:
+        """How ``step`` killed a process before, or None once the parent knows it begins."""
+        if (death := self.deaths.get(step)) is not None:
+            return death
+        if self.send is not None:
+            self.send.send(("begin", step))
+        return None
+
+    def end(self) -> None:
+        if self.send is not None:
+            self.send.send(("end", None))
+
+
 def _run_by_rank(
-    runtime: Runtime, form: str, opset: int, arrays: Sequence[np.ndarray]
+    runtime: Runtime, form: str, opset: int, arrays: Sequence[np.ndarray], watch: Watch | None = None
 ) -> tuple[list[list[np.ndarray] | str], str | None]:
     """The outputs of each array, or the refusal in one line, and the GPU adapter where the runtime
     names one. One session per rank, loaded when its first array comes and closed after its last,
     so that one is open at a time (a web runtime that recycles hands its page to the next); a
     refusal to load is given for every array of the rank. A shape refused three times running is
-    not run again: the refusal is given for it (a refused compile costs as much as a good one)."""
+    not run again: the refusal is given for it (a refused compile costs as much as a good one).
+    ``watch`` tells each load and run before it begins, and skips those that killed a process."""
+    watch = watch or Watch()
     outcomes: list[list[np.ndarray] | str] = [""] * len(arrays)
     adapter = None
     for rank in sorted({x.ndim for x in arrays}):
-        try:
-            session = runtime.load(_form_model(form, rank, opset))
-            adapter = adapter or getattr(session, "adapter", None)
-        except Exception as error:  # noqa: BLE001 - any refusal, an adapter's bug included, is a row
-            session, loading = None, f"does not load: {_line(error)}"
+        if (death := watch.begin((form, opset, "load", rank))) is not None:
+            session, loading = None, f"does not load: {death}"
+        else:
+            try:
+                session = runtime.load(_form_model(form, rank, opset))
+                adapter = adapter or getattr(session, "adapter", None)
+            except Exception as error:  # noqa: BLE001 - any refusal, an adapter's bug included, is a row
+                session, loading = None, f"does not load: {_line(error)}"
+            watch.end()
         refusals: dict[tuple[int, ...], tuple[str, int]] = {}  # shape -> last refusal, times in a row
         for i, x in enumerate(arrays):
             if x.ndim != rank:
@@ -238,6 +267,9 @@ def _run_by_rank(
             if times >= 3:
                 outcomes[i] = refusal
                 continue
+            if (death := watch.begin((form, opset, "run", i))) is not None:
+                outcomes[i] = f"does not run: {death}"
+                continue
             try:
                 with np.errstate(all="ignore"):
                     outcomes[i] = session.run({op.INPUT: x})
@@ -245,17 +277,18 @@ def _run_by_rank(
             except Exception as error:  # noqa: BLE001
                 outcomes[i] = line = f"does not run: {_line(error)}"
                 refusals[x.shape] = (line, times + 1 if line == refusal else 1)
+            watch.end()
         if session is not None:
             session.close()
     return outcomes, adapter
 
 
 def _measure_form(
-    runtime: Runtime, form: str, opset: int, parts: dict[str, list[tuple[str, np.ndarray]]]
+    runtime: Runtime, form: str, opset: int, parts: dict[str, list[tuple[str, np.ndarray]]], watch: Watch | None = None
 ) -> FormResult:
     result = FormResult()
     cases = [(part, name, x) for part, arrays in parts.items() for name, x in arrays]
-    outcomes, result.adapter = _run_by_rank(runtime, form, opset, [x for _, _, x in cases])
+    outcomes, result.adapter = _run_by_rank(runtime, form, opset, [x for _, _, x in cases], watch)
     # A refusal of an op the runtime declares it lacks is a known difference, not a surprise.
     lacks = _lacks(runtime, _form_model(form, 1, opset))
     for (part, name, x), actual in zip(cases, outcomes):
@@ -374,7 +407,7 @@ def _sample_models(transformer: Path) -> dict[str, onnx.ModelProto]:
     return {**{name: onnx.load(path) for name, path in found.items()}, "quantized transformer": onnx.load(transformer)}
 
 
-def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResult:
+def measure_runtime(name: str, config: Config, transformer: Path, watch: Watch | None = None) -> RuntimeResult:
     """Everything RUNTIMES.md says of runtime ``name``."""
     began = time.perf_counter()
     runtime = runtimes.get(name)
@@ -389,12 +422,14 @@ def measure_runtime(name: str, config: Config, transformer: Path) -> RuntimeResu
         return result
     # A browser runtime starts Chromium, onnxruntime-web and the WebGPU device once, not per model.
     with runtime.recycling():
-        _measure_installed(runtime, config, transformer, result)
+        _measure_installed(runtime, config, transformer, result, watch)
     result.seconds = time.perf_counter() - began
     return result
 
 
-def _measure_installed(runtime: Runtime, config: Config, transformer: Path, result: RuntimeResult) -> None:
+def _measure_installed(
+    runtime: Runtime, config: Config, transformer: Path, result: RuntimeResult, watch: Watch | None = None
+) -> None:
     name = runtime.name
     parts = _parts(config.independent)
     # Older opsets only where a form compiles fast: on compilers each shape of the catalogue costs a build.
@@ -406,7 +441,7 @@ def _measure_installed(runtime: Runtime, config: Config, transformer: Path, resu
                 else config.independent_on_compilers)
             logger.info("%s: %s at opset %d", name, form, opset)
             result.forms[(form, opset)] = _measure_form(runtime, form, opset,
-                                                        {**parts, "independent": parts["independent"][:count]})
+                                                        {**parts, "independent": parts["independent"][:count]}, watch)
             if (placed := placement(runtime, _form_model(form, 1, opset))) is not None:
                 result.placements[(form, opset)] = placed
     for model_name, model in _sample_models(transformer).items():
@@ -414,39 +449,67 @@ def _measure_installed(runtime: Runtime, config: Config, transformer: Path, resu
         result.models.append(_check_model(runtime, model_name, model))
 
 
-def _child(name: str, config: Config, transformer: Path, send) -> None:
+def _child(name: str, config: Config, transformer: Path, send, deaths: Mapping[tuple, str]) -> None:
     logging.basicConfig(format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)
     try:
-        send.send(measure_runtime(name, config, transformer))
+        send.send(measure_runtime(name, config, transformer, Watch(send, deaths)))
     except Exception as error:  # noqa: BLE001 - reported in the runtime's row
         send.send(_line(error))
 
 
-def _in_processes(names: Sequence[str], config: Config, transformer: Path, parallel: int) -> dict[str, RuntimeResult]:
-    """Each runtime measured in its own process, ``parallel`` at a time."""
+def _in_processes(
+    names: Sequence[str], config: Config, transformer: Path, parallel: int, child: Callable = _child
+) -> dict[str, RuntimeResult]:
+    """Each runtime measured in its own process (``child`` its measurement), ``parallel`` at a time;
+    a process that dies in a step its :class:`Watch` told is started again, without that step (its
+    time limit runs on)."""
     context = multiprocessing.get_context("spawn")
     # The compilers and the browsers take longest: they start first, the others share the remaining processes.
     waiting, running, results = sorted(names, key=lambda n: n not in COMPILERS and n not in SLOWER), {}, {}
+    deaths: dict[str, dict[tuple, str]] = collections.defaultdict(dict)  # runtime -> step -> how it died
+    steps: dict[str, tuple | None] = {}  # runtime -> the step its process is in, if any
+
+    def start(name: str, began: float) -> None:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=child, args=(name, config, transformer, send, deaths[name]), daemon=True)
+        process.start()
+        running[name], steps[name] = (process, receive, began), None
+
     while waiting or running:
         while waiting and len(running) < parallel:
-            name = waiting.pop(0)
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_child, args=(name, config, transformer, send), daemon=True)
-            process.start()
-            running[name] = (process, receive, time.perf_counter())
+            start(waiting.pop(0), time.perf_counter())
+        told = False  # a step was told: read again at once, lest a fast runtime wait on a full pipe
         for name, (process, receive, began) in list(running.items()):
-            error = None
-            if receive.poll():
-                answer = receive.recv()
+            error, answer = None, None
+            alive = process.is_alive()  # asked first: a process dead by now has sent all it will
+            while answer is None and receive.poll():
+                try:
+                    message = receive.recv()
+                except EOFError:  # the process has closed its end: it is gone, or going
+                    break
+                told = True
+                if isinstance(message, tuple):
+                    steps[name] = message[1] if message[0] == "begin" else None
+                else:
+                    answer = message
+            if answer is not None:
                 process.join()
                 if isinstance(answer, RuntimeResult):
+                    if deaths[name]:  # its processes' time together
+                        answer.seconds = time.perf_counter() - began
                     results[name] = answer
                     del running[name]
                     continue
                 error = f"the measurement raised {answer}"
-            elif not process.is_alive():
+            elif not alive:
+                process.join()
                 error = f"the process died (exit code {process.exitcode})"
+                if (step := steps[name]) is not None and step not in deaths[name]:
+                    logger.warning("%s: %s in %s; started again without it", name, error, step)
+                    deaths[name][step] = error
+                    start(name, began)
+                    continue
             elif time.perf_counter() - began > (timeout := config.timeout * SLOWER.get(name, 1)):
                 process.kill()
                 process.join()
@@ -455,7 +518,7 @@ def _in_processes(names: Sequence[str], config: Config, transformer: Path, paral
                 runtime = runtimes.get(name)
                 results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant, error=error)
                 del running[name]
-        time.sleep(0.2)
+        time.sleep(0 if told else 0.2)
     return {name: results[name] for name in names}
 
 

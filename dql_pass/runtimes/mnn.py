@@ -193,7 +193,8 @@ class Mnn(Runtime):
     module = "MNN"
     distribution = "MNN"
     extra = "mnn"
-    # No Round, Div by a constant, float64, empty reduction, or Less that an int32 compare of the bits gets wrong.
+    # No Round, Div by a constant, float64, empty reduction, or Less that an int32 compare of the bits gets wrong
+    # (lean has such Less: 127 of 1,256 inputs exact).
     variant = "portable"
     # lower's default, float: MNN's converter folds integer weights' Cast and Sub into float32
     # constants, so the .mnn file an app ships is as large either way (lowered MLP: 161,040 bytes
