@@ -118,9 +118,11 @@ def test_ort_passes_all_but_its_known_differences_and_gives_its_known_answers(sm
     statuses = {o.name: o.status for o in report.outcomes}
     assert report.failed == 0, [o.line() for o in report.outcomes if o.status == "FAIL"]
     known = {f for f, e in manifest.items() if "onnxruntime" in e["known_differences"]}
-    assert {f for f, s in statuses.items() if s == "XFAIL"} == known
+    # K = 0 leaves ORT's output uninitialized: whatever the memory held, at times the expected zeros.
+    uninitialized = "test_matmulinteger_u8u8_k0_nozp_opset10"
+    assert uninitialized in known and statuses[uninitialized] in ("XFAIL", "PASS")
+    assert {f for f, s in statuses.items() if s == "XFAIL"} - {uninitialized} == known - {uninitialized}
     assert "test_matmulinteger_u8s8_bound_k2_max_nozp_opset10" in known  # 255 * 127 * 2 saturates to 32767
-    assert "test_matmulinteger_u8u8_k0_nozp_opset10" in known
     assert {f for f, s in statuses.items() if s == "SKIP"} == {f for f in manifest if "nan_int8" in f}
 
 
