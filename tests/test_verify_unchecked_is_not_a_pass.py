@@ -16,7 +16,7 @@ from dql_pass import runtimes, suites
 from dql_pass.errors import one_line
 from dql_pass.runtimes.openvino import OpenVino
 from dql_pass.runtimes.ort import OnnxRuntime
-from helpers import dql_model, sample
+from helpers import MODELS, dql_model, installed, sample
 
 
 # -- a known difference excuses the runtime, not a model no holder can run -------------------
@@ -102,6 +102,18 @@ def test_a_site_model_openvino_refuses_is_not_checked_there_with_its_whole_reaso
     assert report.verdict == "INCOMPLETE" and report.exit_code == 1
     assert "3 sites not checked on openvino" in report.summary
     assert "and its cause last" in report.format()
+
+
+def test_a_model_whose_compile_would_kill_openvino_is_refused_and_verify_says_so(tmp_path):
+    """The CPU plugin dies (SIGFPE) compiling a Gather with empty indices, as lean's are for an empty
+    x: the adapter refuses that compile, so verify reports those cases not checked, and lives."""
+    installed("openvino")
+    lowered = tmp_path / "lowered.onnx"
+    dql_pass.lower_file(MODELS / "mlp_dynamic.onnx", lowered, target="webgpu")  # lean
+    report = dql_pass.verify(MODELS / "mlp_dynamic.onnx", lowered, runtime="openvino")
+    refused = [s for s in report.sites if s.not_checked]
+    assert refused and all("SIGFPE" in s.not_checked and s.mismatches == 0 for s in refused)
+    assert report.verdict == "INCOMPLETE"
 
 
 def test_a_site_model_ort_refuses_too_is_still_a_mismatch(conv_for_openvino, monkeypatch):
