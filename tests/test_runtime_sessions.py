@@ -17,7 +17,7 @@ def test_a_private_copy_of_an_onnxtxt_model_is_protobuf_and_warns_nothing(tmp_pa
     onnx.save(model, text)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with as_file(text, private=True) as path:
+        with as_file(text) as path:
             copy = onnx.load(path)
     assert path != text and path.suffix == ".onnx"
     assert [str(w.message) for w in caught if "onnxtxt" in str(w.message)] == []

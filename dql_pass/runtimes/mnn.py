@@ -245,7 +245,7 @@ class Mnn(Runtime):
 
         with contextlib.ExitStack() as files:
             # A private copy in a temporary folder of its own: the converter writes beside it.
-            path = files.enter_context(as_file(model, private=True))
+            path = files.enter_context(as_file(model))
             proto = onnx.load(path, load_external_data=False)
             target = path.with_name("model.mnn")
             convert(path, target, self.timeout or CONVERT_SECONDS)

@@ -81,7 +81,7 @@ class OpenVino(Runtime):
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads
         # A copy of our own, even of a file: its inputs' fixed dimensions are about to go.
-        with as_file(model, private=True) as path:
+        with as_file(model) as path:
             proto = onnx.load(path, load_external_data=False)
             # The plugin fails to read a model whose input has a fixed dimension of 0 (an IndexError
             # out of its frontend); symbolic ones read, and each compile below fixes them again.

@@ -83,16 +83,13 @@ def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.M
 
 
 @contextlib.contextmanager
-def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike, *, private: bool = False) -> Iterator[Path]:
-    """A path to ``model``, for runtimes that read files: the path given, or a temporary copy;
-    always a copy with ``private``, for an adapter that edits the file it hands its runtime."""
+def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> Iterator[Path]:
+    """A private copy of ``model`` in a temporary folder, for runtimes that read files: some edit or
+    overwrite the file they are given, and the user's model is never theirs to touch."""
     import onnx
     import onnx_ir as ir
 
     if isinstance(model, (str, os.PathLike)):
-        if not private:
-            yield Path(model)
-            return
         model = files.read_model(model)  # any form dql_pass reads, .onnxtxt too
     with tempfile.TemporaryDirectory(prefix="dql_pass.") as folder:
         path = Path(folder, "model.onnx")

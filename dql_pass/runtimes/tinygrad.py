@@ -65,7 +65,7 @@ class Tinygrad(Runtime):
             from tinygrad.nn.onnx import OnnxRunner
         with contextlib.ExitStack() as files:
             # A copy of our own, even of a file: the per-shape copies go beside it.
-            path = files.enter_context(as_file(model, private=True))
+            path = files.enter_context(as_file(model))
             proto = onnx.load(path, load_external_data=False)
             # tinygrad raises plain Python errors (ValueError, AssertionError...), and only tinygrad runs here.
             with failures_of(), Context(**settings):

@@ -76,7 +76,7 @@ class Tract(Runtime):
 
         with contextlib.ExitStack() as files:
             # A copy of our own, even of a file: its shapes are about to go.
-            path = str(files.enter_context(as_file(model, private=True)))
+            path = str(files.enter_context(as_file(model)))
             proto = onnx.load(path, load_external_data=False)
             # tract fails to unify the symbolic dims of value_info and graph outputs ("batch") with the
             # input facts set per run (2): without them it infers every shape from the facts.

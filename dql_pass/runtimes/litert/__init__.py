@@ -238,7 +238,7 @@ class LiteRt(Runtime):
                     else litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
         files = contextlib.ExitStack()  # the session's: the private copy lives as long as it
         try:
-            path = files.enter_context(as_file(model, private=True))
+            path = files.enter_context(as_file(model))
             proto = onnx.load(path, load_external_data=False)
         except BaseException:
             files.close()

@@ -101,7 +101,7 @@ class WebRuntime(Runtime):
         copy = contextlib.ExitStack()  # the session's to close: the copy lives as long as it
         try:
             # Always a copy: the browser reads the model from the folder it is served from.
-            path = copy.enter_context(as_file(model, private=True))
+            path = copy.enter_context(as_file(model))
             proto = onnx.load(path, load_external_data=False)
             return WebSession(self, path, proto, optimize, placement, copy)
         except BaseException:
