@@ -333,6 +333,8 @@ _TORCHVISION = ("it imports torchvision, which loads only beside torch's CUDA bu
 
 # Why CI leaves a runtime out of the test extra (pyproject.toml), which installs every other adapter.
 LEFT_OUT_OF_CI = {
+    "onnxruntime-cuda": "it needs an NVIDIA GPU, and CI has none: python -m tools.runtimes --runtime onnxruntime-cuda "
+                        "measures it where there is one",
     "tinygrad": "its CPU device compiles with clang, which pip cannot install (apt-get install clang)",
     "iree": "480 MB and some 45 s of tests, to stay well inside its 10-minute budget",
     "onnx2torch": _TORCHVISION,

@@ -11,7 +11,7 @@ runtime that is not installed here, or slow, is re-measured alone.
 
 What it measures, for every runtime of :data:`dql_pass.runtimes.RUNTIMES`:
 
-1. Its version, or that it is not installed, with the extra that installs it and the import error.
+1. Its version, or that it is not installed, with what installs it and the import error.
 2. Bit-exactness of the native DQL node, of each expansion variant and of ``--target`` (the
    runtime's :attr:`~dql_pass.runtimes.Runtime.variant` variant), against
    :func:`dql_pass.reference.dynamic_quantize_linear` (y, y_scale, y_zero_point, every bit), on
@@ -81,6 +81,7 @@ from dql_pass.compare import bit_difference, compare_site
 from dql_pass.graph.walk import ops_used
 from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes import Runtime, RuntimeFailure
+from dql_pass.runtimes.ort import OnnxRuntime
 from dql_pass.runtimes.web import COPIES, GpuCalls
 from dql_pass.runtimes.web.browser import chromium
 from tools import family_runtimes, harness, models, runtimes_kept
@@ -189,7 +190,7 @@ class ModelResult:
 class RuntimeResult:
     name: str
     version: str | None
-    extra: str | None
+    install: str | None  # what installs it (Runtime.install_hint)
     variant: str  # the runtime's exact expansion variant
     import_error: str | None = None
     forms: dict[tuple[str, int], FormResult] = dataclasses.field(default_factory=dict)  # (form, opset)
@@ -386,7 +387,9 @@ def _check_model(runtime: Runtime, name: str, original: onnx.ModelProto) -> Mode
     """
     original, site_count = _with_site_outputs(original)
     feeds = models.random_feeds(original, np.random.default_rng(0), size=2)
-    expected = runtimes.get("onnxruntime").load(original).run(feeds)
+    # ORT's own provider where the runtime is one: another provider's float kernels round otherwise.
+    reference = runtime if isinstance(runtime, OnnxRuntime) else runtimes.get("onnxruntime")
+    expected = reference.load(original).run(feeds)
     expanded = dql_pass.expand(original, variant=runtime.variant, runtime=None)[0]
     try:
         actual = runtime.load(expanded).run(feeds)
@@ -411,7 +414,7 @@ def measure_runtime(name: str, config: Config, transformer: Path, watch: Watch |
     """Everything RUNTIMES.md says of runtime ``name``."""
     began = time.perf_counter()
     runtime = runtimes.get(name)
-    result = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant)
+    result = RuntimeResult(name, runtime.version(), runtime.install_hint(), runtime.variant)
     # Imported even when installed: a package that is found may still fail to import (onnx2torch
     # without torchvision), and is then not installable here, not a runtime that fails every input.
     try:
@@ -516,7 +519,8 @@ def _in_processes(
                 error = f"stopped after {timeout:.0f} s"
             if error is not None:
                 runtime = runtimes.get(name)
-                results[name] = RuntimeResult(name, runtime.version(), runtime.extra, runtime.variant, error=error)
+                results[name] = RuntimeResult(name, runtime.version(), runtime.install_hint(), runtime.variant,
+                                              error=error)
                 del running[name]
         time.sleep(0 if told else 0.2)
     return {name: results[name] for name in names}
@@ -549,7 +553,7 @@ def _each_form(
 
 def _version(result: RuntimeResult) -> str:
     if result.version is None or result.import_error:
-        install = f"`pip install 'dql_pass[{result.extra}]'`" if result.extra else "reinstall dql_pass"
+        install = result.install or "reinstall dql_pass"
         why = f" ({result.import_error})" if result.import_error else ""
         return f"not installed{why}; {install}"
     return result.version
@@ -726,9 +730,10 @@ def render(
         f"Models: the samples in `models/` and a `quantize_dynamic` transformer ({config.transformer.layers} "
         f"layers, hidden {config.transformer.hidden}, sequence {config.transformer.seq}; `tools.models`), "
         "expanded with the runtime's target variant and run on it with seeded random inputs; ORT runs the "
-        "original. The outputs of every DQL site of the main graph are made graph outputs on both sides, so a "
-        "difference shows where it starts: at the sites, or only in the float ops after them (MatMul, "
-        "LayerNormalization, Erf, which runtimes round differently).",
+        "original (on its CPU provider; on the CUDA provider for `onnxruntime-cuda`, whose float kernels are not "
+        "the CPU's, with the DQL falling back to the CPU). The outputs of every DQL site of the main graph are "
+        "made graph outputs on both sides, so a difference shows where it starts: at the sites, or only in the "
+        "float ops after them (MatMul, LayerNormalization, Erf, which runtimes round differently).",
         "",
         "The web runtimes `webgpu` and `wasm` are onnxruntime-web in headless Chromium (set up by `python -m "
         "dql_pass.runtimes.web setup`), each model loaded in turn in a page that the one before handed on "

@@ -23,7 +23,7 @@ from dql_pass.runtimes.iree import Iree
 from dql_pass.runtimes.litert import LiteRt, LiteRtXnnpack
 from dql_pass.runtimes.mnn import Mnn
 from dql_pass.runtimes.openvino import OpenVino
-from dql_pass.runtimes.ort import OnnxRuntime
+from dql_pass.runtimes.ort import OnnxRuntime, OnnxRuntimeCuda
 from dql_pass.runtimes.reference import OnnxReference
 from dql_pass.runtimes.tinygrad import Tinygrad
 from dql_pass.runtimes.torch import OnnxToPytorch, OnnxToTorch
@@ -35,6 +35,7 @@ RUNTIMES: dict[str, Runtime] = {
     runtime.name: runtime
     for runtime in (
         OnnxRuntime(),
+        OnnxRuntimeCuda(),
         OnnxReference(),
         Tract(),
         OpenVino(),

@@ -34,13 +34,6 @@ ELSEWHERE: dict[str, Elsewhere] = {
     record.name: record
     for record in (
         Elsewhere(
-            "onnxruntime-cuda", "ONNX Runtime's CUDA EP", _INTEGER_OPS,
-            "no CUDA kernel for DynamicQuantizeLinear or ConvInteger, and MatMulInteger only for int8 x int8 with "
-            "per-tensor zero points (quantize_dynamic's activations are uint8): those nodes fall back to the CPU "
-            "with a copy each way",
-            "onnxruntime docs/OperatorKernels.md, CUDAExecutionProvider", "run it with the provider option use_tf32=0",
-        ),
-        Elsewhere(
             "tensorrt", "TensorRT", _INTEGER_OPS,
             "no DynamicQuantizeLinear, MatMulInteger or ConvInteger; QuantizeLinear and DequantizeLinear only with "
             "zero points of 0",

@@ -1,8 +1,9 @@
-"""ONNX Runtime's CPU execution provider: the runtime the contract is measured on."""
+"""ONNX Runtime: its CPU execution provider, the runtime the contract is measured on, and its CUDA
+execution provider, as a user runs it (the CPU provider takes the nodes CUDA has no kernel for)."""
 
 from __future__ import annotations
 
-__all__ = ["OnnxRuntime", "import_onnxruntime"]
+__all__ = ["OnnxRuntime", "OnnxRuntimeCuda", "import_onnxruntime"]
 
 import contextlib
 import functools
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, RuntimeFailure, Session, failures_of
 from dql_pass.runtimes.sessions import as_proto
 
@@ -66,6 +68,7 @@ class OnnxRuntime(Runtime):
     name = "onnxruntime"
     module = "onnxruntime"
     distribution = "onnxruntime"
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)  # in onnxruntime's order of preference
     lacks = (
         Lack("onnxruntime", "QuantizeLinear", 28, "1.32.0",
              "no CPU kernel for QuantizeLinear(28); session creation fails with NOT_IMPLEMENTED"),
@@ -155,9 +158,55 @@ class OnnxRuntime(Runtime):
                 # Large weights stay on disk; ORT reads them from their folder.
                 options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
             source = proto.SerializeToString()
+        # onnxruntime runs on the CPU where the provider asked for is not built in or does not start, with
+        # a warning at most: a verdict on that run would be the CPU's under the provider's name.
+        available = ort.get_available_providers()
+        if self.providers[0] not in available:
+            raise RuntimeFailure(f"onnxruntime {ort.__version__} has no {self.providers[0]}, only "
+                                 f"{', '.join(available)}")
         with failures_of("onnxruntime"):
-            return _OrtSession(ort.InferenceSession(source, options, providers=["CPUExecutionProvider"],
-                                                    disabled_optimizers=list(disabled)))
+            session = ort.InferenceSession(source, options, providers=list(self.providers),
+                                           disabled_optimizers=list(disabled))
+        if session.get_providers()[0] != self.providers[0]:
+            raise RuntimeFailure(f"onnxruntime {ort.__version__} did not start {self.providers[0]} (no GPU, or no "
+                                 "driver or library it needs?)")
+        return _OrtSession(session)
+
+
+_CUDA = "measured (onnxruntime-gpu 1.31.1, H200)"
+
+
+class OnnxRuntimeCuda(OnnxRuntime):
+    """onnxruntime-gpu's CUDA execution provider with its defaults; the nodes it has no kernel for
+    run on the CPU provider, with a copy each way."""
+
+    name = "onnxruntime-cuda"
+    distribution = "onnxruntime-gpu"
+    providers = ("CUDAExecutionProvider", "CPUExecutionProvider")
+    where = "the GPU"
+    variant = "float64"  # the cheapest variant exact on every input there (docs/RUNTIMES.md)
+    known_differences = (
+        *OnnxRuntime.known_differences,
+        *(KnownDifference(("quantizelinear",), inputs, f"{_CUDA}: its QuantizeLinear adds the zero point to "
+                          "__float2int_rn(x / scale) in int32 before clamping, so a quotient of +inf (int32's "
+                          "maximum) wraps round to y 0 where the contract gives 255, and NaN (inf / inf) gives the "
+                          "zero point where it gives 0 (quantize_linear.cu)", outputs=("y",))
+          for inputs in ("x/scale overflows to +inf", "infinite")),
+        KnownDifference(("quantizelinear", "arithmetic"), "empty",
+                        f"{_CUDA}: its ReduceMin and ReduceMax refuse to reduce a dimension of size 0 with "
+                        "keepdims=0 (reduction_ops.cc, PrepareForReduce), so these variants do not run on an empty "
+                        "x", outputs=OUTPUTS),
+    )
+    # Measured with onnxruntime's profiler (1.31.1, H200): quantize_dynamic's integer ops run on the CPU.
+    no_kernel = {"DynamicQuantizeLinear": "float32", "MatMulInteger": "uint8 and int8 (a kernel for int8 and int8)",
+                 "ConvInteger": "uint8 (onnxruntime's OperatorKernels.md: no CUDA kernel)"}
+
+    def installed(self) -> bool:
+        # onnxruntime-gpu installs the module onnxruntime, as the CPU build does: the distribution tells them apart.
+        return super().installed() and self.version() is not None
+
+    def install_hint(self) -> str:
+        return "pip uninstall onnxruntime && pip install onnxruntime-gpu"  # one build of the module at a time
 
 
 @contextlib.contextmanager
@@ -194,7 +243,9 @@ def _saturating_products() -> frozenset[tuple[str, int, int]]:
                 [onnx.helper.make_node(op_type, ["a", "b"], ["y"])], "probe",
                 [onnx.helper.make_tensor_value_info(n, t, s) for n, t, s in zip("ab", (a_type, b_type), shapes)],
                 [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.INT32, None)])
-            model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+            opsets = [onnx.helper.make_opsetid("", 13)]  # the IR version too: onnx's newest may be ORT's next
+            model = onnx.helper.make_model(graph, opset_imports=opsets,
+                                           ir_version=onnx.helper.find_min_ir_version_for(opsets))
             session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
             got = session.run(None, dict(zip("ab", operands)))[0]
             terms = np.prod(shapes[1][1:]) if op_type == "ConvInteger" else shapes[1][0]  # no padding: all inside
