@@ -92,7 +92,8 @@ def quantize_like_transformers_js(source: Path, target: Path) -> None:
         root.setLevel(level)
 
 
-def _lower(source: Path, target_path: Path, target: str, variant: str | None) -> None:
+def lower_model(source: Path, target_path: Path, target: str | None, variant: str | None) -> None:
+    """``source`` through ``dql-pass lower --target target`` (None: no target), into ``target_path``."""
     rewrite = LowerQuantizationPass(target)
     if variant is not None:
         rewrite.variant = variant  # another exact variant in the target's place (a variant of dql_pass.op.VARIANTS)
@@ -105,7 +106,10 @@ def _size(path: Path) -> int:
     return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
 
 
-def _feeds(model: onnx.ModelProto, given: Mapping[str, np.ndarray], batch: int, sequence: int) -> dict[str, np.ndarray]:
+def feeds_for(
+    model: onnx.ModelProto, given: Mapping[str, np.ndarray], batch: int, sequence: int
+) -> dict[str, np.ndarray]:
+    """The model's inputs: the first ``batch`` rows of ``given``, else made up (the module docstring)."""
     initializers = {tensor.name for tensor in model.graph.initializer}
     rng = np.random.default_rng(0)
     feeds = {}
@@ -257,13 +261,32 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The float model and its inputs, as this tool and ``tools.cuda_time`` take them."""
     parser.add_argument("model", type=Path, help="a float32 ONNX model")
     parser.add_argument("--feeds", type=Path,
                         help="an .npz of the model's inputs (e.g. sentences.npz of tools/export_minilm.py)")
-    parser.add_argument("--batch", type=int, default=20, help="rows of the inputs (default 20)")
     parser.add_argument("--sequence", type=int, default=16, help="a made-up input's sequence length (default 16)")
+
+
+def model_feeds(args: argparse.Namespace, batch: int) -> dict[str, np.ndarray]:
+    """The inputs of ``args.model`` that :func:`model_arguments` asked for: ``batch`` rows."""
+    given = dict(np.load(args.feeds)) if args.feeds else {}
+    return feeds_for(onnx.load(args.model, load_external_data=False), given, batch, args.sequence)
+
+
+def report(text: str, out: Path | None) -> int:
+    """``text`` printed, and written into the report ``out`` when there is one; exit status 0."""
+    print(text)
+    if out:
+        harness.write_report(out, text)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    model_arguments(parser)
+    parser.add_argument("--batch", type=int, default=20, help="rows of the inputs (default 20)")
     parser.add_argument("--target", default="webgpu", help="the runtime `lower` targets (default webgpu)")
     parser.add_argument("--variant", help="lower with this DynamicQuantizeLinear variant in place of the target's")
     parser.add_argument("--repeats", type=int, default=3,
@@ -286,17 +309,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("quantizing %s as transformers.js does", args.model)
         quantize_like_transformers_js(args.model, original)
         logger.info("lowering for %s (variant %s)", args.target, target_variant)
-        _lower(original, lowered, args.target, args.variant)
-        given = dict(np.load(args.feeds)) if args.feeds else {}
-        feeds = _feeds(onnx.load(args.model, load_external_data=False), given, args.batch, args.sequence)
+        lower_model(original, lowered, args.target, args.variant)
+        feeds = model_feeds(args, args.batch)
         results = measure({"original": original, "lowered": lowered, "fp32": args.model}, feeds, args.repeats,
                           args.runtime_timeout)
         text = render(results, model=args.model, feeds=feeds, target=args.target, variant=target_variant,
                       repeats=args.repeats)
-    print(text)
-    if args.out:
-        harness.write_report(args.out, text)
-    return 0
+    return report(text, args.out)
 
 
 if __name__ == "__main__":
