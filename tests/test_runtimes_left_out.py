@@ -30,10 +30,13 @@ def test_the_report_has_a_left_out_section_with_a_row_per_runtime_left_out_and_i
 class _Found:
     """A runtime whose package is found but does not import (onnx2torch without torchvision)."""
 
-    extra, variant = "torch", "float64"
+    variant = "float64"
 
     def __init__(self, module: str) -> None:
         self.module = module
+
+    def install_hint(self) -> str:
+        return "pip install 'dql_pass[torch]'"
 
     def installed(self) -> bool:
         return True
