@@ -4,10 +4,12 @@ GPU for what it must refuse, and on a GPU, where there is one, for what it must 
 
 from __future__ import annotations
 
+import onnx
 import pytest
 from helpers import MODELS, Result, assert_bad_input, installed
 
 from dql_pass import runtimes
+from dql_pass.runtimes import ort as ort_adapter
 from dql_pass.cli import main
 from dql_pass.op import one_node_model
 
@@ -41,3 +43,22 @@ def test_every_sample_lowered_for_cuda_passes_verify_on_the_gpu(tmp_path, capsys
     out = tmp_path / "cuda.onnx"
     assert main(["lower", str(MODELS / name), "-o", str(out), "--target", "onnxruntime-cuda", "--verify"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+def test_the_saturation_probe_names_the_lowest_ir_version_its_opset_needs(monkeypatch):
+    # onnx's own IR version can be newer than an onnxruntime reads: onnx 1.23 writes 14 by default,
+    # onnxruntime-gpu 1.31 (the CUDA build's newest) refuses anything above 13.
+    ort = ort_adapter.import_onnxruntime()
+    create, versions = ort.InferenceSession, []
+
+    def spy(model, *args, **kwargs):
+        versions.append(onnx.load_from_string(model).ir_version)
+        return create(model, *args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    ort_adapter._saturating_products.cache_clear()
+    try:
+        runtimes.get("onnxruntime").saturating_products()
+    finally:
+        ort_adapter._saturating_products.cache_clear()
+    assert versions and set(versions) == {onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", 13)])}
