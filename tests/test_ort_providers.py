@@ -62,3 +62,19 @@ def test_the_saturation_probe_names_the_lowest_ir_version_its_opset_needs(monkey
     finally:
         ort_adapter._saturating_products.cache_clear()
     assert versions and set(versions) == {onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", 13)])}
+
+
+def test_an_onnxruntime_that_cannot_run_the_saturation_probe_is_a_refusal(monkeypatch):
+    ort = ort_adapter.import_onnxruntime()
+    fail = ort.capi.onnxruntime_pybind11_state.Fail
+
+    def refuse(model, *args, **kwargs):
+        raise fail("Unsupported model IR version: 14, max supported IR version: 13")
+
+    monkeypatch.setattr(ort, "InferenceSession", refuse)
+    ort_adapter._saturating_products.cache_clear()
+    try:
+        with pytest.raises(runtimes.RuntimeFailure, match="IR version"):
+            runtimes.get("onnxruntime").saturating_products()
+    finally:
+        ort_adapter._saturating_products.cache_clear()

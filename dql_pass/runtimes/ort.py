@@ -246,8 +246,9 @@ def _saturating_products() -> frozenset[tuple[str, int, int]]:
             opsets = [onnx.helper.make_opsetid("", 13)]  # the IR version too: onnx's newest may be ORT's next
             model = onnx.helper.make_model(graph, opset_imports=opsets,
                                            ir_version=onnx.helper.find_min_ir_version_for(opsets))
-            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-            got = session.run(None, dict(zip("ab", operands)))[0]
+            with failures_of("onnxruntime"):  # an onnxruntime that cannot run the probe: a refusal, not a bug of ours
+                session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+                got = session.run(None, dict(zip("ab", operands)))[0]
             terms = np.prod(shapes[1][1:]) if op_type == "ConvInteger" else shapes[1][0]  # no padding: all inside
             exact = int(operands[0].flat[0]) * int(operands[1].flat[0]) * int(terms)
             if not (got == exact).all():
