@@ -2,20 +2,25 @@
 
 Run from the repository root::
 
-    python -m tools.family_runtimes [--runtime NAME ...] [--opsets 10,21] [--size small] [--out FILE]
+    python -m tools.family_runtimes [--runtime NAME ...] [--opsets 10,21] [--size small] [--out FILE [--merge]]
 
 It writes the family suite (``dql-pass gen-tests --ops ...``) to a temporary folder, runs it on each
 runtime (``run-tests``: one op x runtime row each), and prints the sections (or writes them to
 ``--out``). ``tools.runtimes --family`` appends the same sections to RUNTIMES.md in its run.
+``--merge`` puts the rows of the runtimes named into the sections ``--out`` holds, keeps the other
+rows as they were, and says which run each merged row came from: a runtime installed on another
+machine (onnxruntime-cuda on a GPU) is measured there alone.
 """
 
 from __future__ import annotations
 
-__all__ = ["FAMILY", "measure", "render", "sections"]
+__all__ = ["FAMILY", "HEADING", "measure", "merge", "render", "sections"]
 
 import argparse
 import collections
+import datetime
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -52,10 +57,14 @@ def _first(found: matrix.Matrix, runtime: str, op: str, status: str) -> str:
     return f"`{first.name}`: {first.detail}".replace("|", "\\|")
 
 
+HEADING = "## The quantization family on each runtime"
+_NOT_INSTALLED = "Not installed here: "
+
+
 def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float) -> str:
     """One ``## `` section per op: a row per runtime, with the first failure or the reason of the skips."""
     lines = [
-        "## The quantization family on each runtime",
+        HEADING,
         "",
         f"Written by `python -m tools.family_runtimes` in {seconds:.0f} s: `dql-pass gen-tests --ops "
         f"{','.join(FAMILY)}` at opsets {', '.join(map(str, sorted(opsets))) if opsets else 'all'}, run with "
@@ -79,9 +88,58 @@ def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float)
                          f"{row.xfail} | {row.skipped} | {note} |")
         lines.append("")
     if not_installed:
-        lines += ["Not installed here: "
+        lines += [_NOT_INSTALLED
                   + "; ".join(f"{row.runtime} ({next(iter(row.why_skipped))})" for row in not_installed), ""]
     return "\n".join(lines)
+
+
+def _tables(text: str) -> dict[str, dict[str, str]]:
+    """Each op's rows in the family's sections of ``text``, by runtime, as written."""
+    tables: dict[str, dict[str, str]] = {}
+    for block in re.split(r"(?m)^(?=### )", text)[1:]:
+        op = block.splitlines()[0].removeprefix("### ").strip()
+        rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| runtime ")]
+        tables[op] = {row.split(" | ")[0].removeprefix("| "): row for row in rows}
+    return tables
+
+
+def merge(report: str, text: str, names: Sequence[str]) -> str:
+    """``report`` (which holds the family's sections, at its end) with the rows of ``names`` from the
+    sections ``text`` of a run that measured them; every other row stays as it was. Raises ValueError
+    where the two runs are not of the same suite."""
+    at = report.find(HEADING)
+    if at < 0:
+        raise ValueError(f"it has no section {HEADING!r} to merge into")
+    head, old = report[:at], report[at:]
+    suite = re.compile(r"--ops \S+` at opsets .+?, run with")
+    if suite.search(old) is None or suite.search(old).group() != suite.search(text).group():
+        raise ValueError("its family sections are of another suite (ops or opsets): run without --merge")
+    missing = [name for name in names if f"{name} (" in text.partition(_NOT_INSTALLED)[2]]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} not installed here: nothing to merge")
+    measured, kept = _tables(text), _tables(old)
+    order = list(runtimes.RUNTIMES)
+    blocks = re.split(r"(?m)^(?=### )", old)
+    lines = [line for line in blocks[0].rstrip().splitlines() if not line.startswith("Rows of " + ", ".join(names))]
+    seconds = re.search(r" in (\d+) s:", text).group(1)
+    lines += ["", f"Rows of {', '.join(names)}: `python -m tools.family_runtimes --runtime "
+              f"{' --runtime '.join(names)} --merge` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, in "
+              f"{seconds} s; the other rows are from the run above.", ""]
+    for block in blocks[1:]:
+        op = block.splitlines()[0].removeprefix("### ").strip()
+        rows = {**kept.get(op, {}), **measured.get(op, {})}  # a measured row in its old place
+        listed = list(kept.get(op, {}))
+        for name in measured.get(op, {}):  # a new one before the first that comes after it in RUNTIMES
+            if name not in listed:
+                later = [i for i, r in enumerate(listed) if order.index(r) > order.index(name)]
+                listed.insert(later[0] if later else len(listed), name)
+        table = [line for line in block.splitlines() if line.startswith("| runtime ") or line.startswith("|---")]
+        lines += [f"### {op}", "", *table, *(rows[r] for r in listed), ""]
+    left = blocks[-1].partition(_NOT_INSTALLED)[2].strip()
+    still = [entry for entry in left.split("; ") if entry and entry.split(" (")[0] not in names]
+    if still:
+        lines += [_NOT_INSTALLED + "; ".join(still), ""]
+    return head + "\n".join(lines)
 
 
 def sections(names: Sequence[str], opsets: Collection[int] | None = DEFAULT_OPSETS, size: str = "small") -> str:
@@ -96,10 +154,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--opsets", default=",".join(map(str, DEFAULT_OPSETS)), help="comma-separated, or all")
     parser.add_argument("--size", choices=("small", "full"), default="small")
     parser.add_argument("--out", type=Path, help="write the sections here (default: print them)")
+    parser.add_argument("--merge", action="store_true",
+                        help="put the rows of the --runtime named into the family sections --out holds")
     args = parser.parse_args(argv)
+    if args.merge and not (args.out and args.runtime):
+        parser.error("--merge needs --out (the report that holds the sections) and --runtime")
     logging.basicConfig(format="%(name)s: %(message)s", level=logging.WARNING)
     opsets = None if args.opsets == "all" else {int(o) for o in args.opsets.split(",")}
     text = sections(args.runtime or list(runtimes.RUNTIMES), opsets, args.size)
+    if args.merge:
+        try:
+            text = merge(args.out.read_text(), text, args.runtime)
+        except (OSError, ValueError) as error:
+            print(f"error: cannot merge into {args.out}: {error}", file=sys.stderr)
+            return 2
     if args.out:
         args.out.write_text(text)
     else:
