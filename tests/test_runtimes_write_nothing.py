@@ -68,3 +68,17 @@ def test_chromium_writes_nothing_to_home_or_tmpdir(tmp_path, monkeypatch):
     finally:
         browser.close()
     assert _written(home, tmpdir) == []
+
+
+def test_quantizing_a_model_for_the_benchmarks_first_writes_nothing(tmp_path):
+    """The tools import onnxruntime's quantization tool, which imports onnxruntime: through
+    dql_pass.runtimes first, so its telemetry is off there too (tools.models, tools.gpu_cost,
+    tools.cuda_time)."""
+    home, tmpdir = _private(tmp_path)
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmpdir), "ORT_DISABLE_TELEMETRY": "0"}
+    quantize = ("import sys; from pathlib import Path; from tools import models; "
+                "models.quantize(models.cnn_model(), Path(sys.argv[1]), 'q.onnx', ('Conv',))")
+    done = subprocess.run([sys.executable, "-c", quantize, str(tmp_path)], env=env, capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert _written(home, tmpdir) == []

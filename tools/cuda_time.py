@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dql_pass.runtimes.ort import import_onnxruntime
 from tools import harness
 from tools.gpu_cost import lower_model, model_arguments, model_feeds, quantize_like_transformers_js, report
 
@@ -49,7 +50,7 @@ COPIES = ("MemcpyFromHost", "MemcpyToHost")
 
 
 def _session(path: Path, provider: str, profile: str | None = None):
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # the provider's advice on fallbacks, on every load
@@ -115,7 +116,7 @@ def measure(forms: Mapping[str, Path], feeds: Mapping[str, np.ndarray], batches:
 def render(results: Mapping[str, dict], *, model: Path, feeds: Mapping[str, np.ndarray], batches: Sequence[int],
            provider: str, budget: float) -> str:
     """The report: a ``## `` section for BENCHMARKS.md."""
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     original = results["original"]["time"]
     rows, placed = [], []
@@ -163,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(name)s: %(message)s")
     logger.setLevel(logging.INFO)
-    import onnxruntime as ort
+    ort = import_onnxruntime()
 
     if args.provider not in ort.get_available_providers():
         print(f"error: onnxruntime {ort.__version__} has no {args.provider} here (pip install onnxruntime-gpu, "

@@ -53,6 +53,7 @@ from dql_pass import runtimes
 from dql_pass.cli.values import seconds
 from dql_pass.lowering.quantization import LowerQuantizationPass
 from dql_pass.runtimes import web
+from dql_pass.runtimes.ort import import_onnxruntime
 from tools import harness
 
 logger = logging.getLogger("tools.gpu_cost")
@@ -80,6 +81,7 @@ class FormCost:
 
 def quantize_like_transformers_js(source: Path, target: Path) -> None:
     """``source`` quantized as transformers.js's ``q8`` (scripts/quantize.py, mode q8), into ``target``."""
+    import_onnxruntime()  # first: its telemetry off
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()

@@ -34,6 +34,7 @@ import onnx.inliner
 from onnx import TensorProto, helper, numpy_helper
 
 from dql_pass import op
+from dql_pass.runtimes.ort import import_onnxruntime
 
 FLOAT, UINT8 = TensorProto.FLOAT, TensorProto.UINT8
 
@@ -247,9 +248,10 @@ def quantize(
     """``quantize_dynamic`` (``op_types``, ``weight_type`` QUInt8 or QInt8, per tensor or per
     channel) of ``model``, saved as ``folder/name``.
 
-    ORT's quantization tool rewrites the model and runs nothing, so it is imported here directly
-    rather than through ``dql_pass.runtimes``, and only when called.
+    ORT's quantization tool rewrites the model and runs nothing; onnxruntime is imported first
+    through ``dql_pass.runtimes``, whose import turns its telemetry off, and only when called.
     """
+    import_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     source, target = folder / f"{name}.float.onnx", folder / name
