@@ -82,3 +82,16 @@ def test_quantizing_a_model_for_the_benchmarks_first_writes_nothing(tmp_path):
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
     assert _written(home, tmpdir) == []
+
+
+def test_every_tool_and_test_imports_onnxruntime_after_turning_its_telemetry_off():
+    # ORT reads ORT_DISABLE_TELEMETRY at its first import; dql_pass.runtimes.ort.import_onnxruntime sets it.
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for path in sorted([*(root / "tools").glob("*.py"), *(root / "tests").glob("*.py")]):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith(("import onnxruntime", "from onnxruntime")):
+                if not any("import_onnxruntime()" in before for before in lines[max(0, i - 2):i]):
+                    found.append(f"{path.relative_to(root)}:{i + 1}")
+    assert found == []

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
+from dql_pass.runtimes.ort import import_onnxruntime
+
+ort = import_onnxruntime()  # its telemetry off: this module may be a worker's first to import it
 
 F, I32, U8, S8, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT8, TensorProto.INT8, TensorProto.INT64
 

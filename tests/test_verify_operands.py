@@ -24,6 +24,7 @@ from dql_pass import reference, runtimes
 from dql_pass.lowering import operands
 from dql_pass.lowering.operands import _drive
 from dql_pass.lowering.proof import LIMIT
+from dql_pass.runtimes.ort import import_onnxruntime
 from dql_pass.verification.lowered import check_lowered
 
 F, I32, U8, S8 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT8, TensorProto.INT8
@@ -215,6 +216,7 @@ def test_lowerings_that_round_or_scale_otherwise_fail_at_any_size(case):
 def _qdq_model(tmp_path) -> onnx.ModelProto:
     """A static (QDQ) quantization of a Conv and a MatMul, per-channel int8 weights: every weight
     reaches its op through a DequantizeLinear of a stored constant."""
+    import_onnxruntime()  # its telemetry off, before the quantization tool imports it
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(0)
