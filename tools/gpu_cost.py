@@ -256,7 +256,8 @@ def render(results: Mapping[str, FormCost], *, model: Path, feeds: Mapping[str, 
         f"{adapter or 'unknown'}. Counts are per warm inference (the second run of a session), counted at the page's "
         "WebGPU API; times are medians of "
         f"{repeats} sessions per form, interleaved, taken in the page (session creation; one warm inference). "
-        "**No real GPU was measured**: the webgpu times are SwiftShader's, a CPU emulation of a GPU.", "",
+        "**No real GPU ran WebGPU here**: the webgpu times are SwiftShader's, a CPU emulation of a GPU (a real "
+        "one ran the CUDA provider: \"Time on a real GPU\").", "",
         *harness.table(headers, rows), "",
         "Nodes per provider by op type (Memcpy copies apart):", "", *placed, "",
     ]
