@@ -50,6 +50,7 @@ COPIES = ("MemcpyFromHost", "MemcpyToHost")
 
 
 def _session(path: Path, provider: str, profile: str | None = None):
+    """A session on ``provider`` (the CPU taking what it has no kernel for), profiled into ``profile``."""
     ort = import_onnxruntime()
 
     options = ort.SessionOptions()
@@ -86,6 +87,7 @@ def batch_of(feeds: Mapping[str, np.ndarray], batch: int) -> dict[str, np.ndarra
 
 
 def gpu_name() -> str:
+    """The GPU, its driver and memory, as nvidia-smi names them."""
     if shutil.which("nvidia-smi") is None:
         return "unknown (no nvidia-smi)"
     answer = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
@@ -95,6 +97,8 @@ def gpu_name() -> str:
 
 def measure(forms: Mapping[str, Path], feeds: Mapping[str, np.ndarray], batches: Sequence[int], provider: str,
             budget: float, folder: Path) -> dict:
+    """Per form: "time" (batch -> median seconds and samples), "same" (batch -> the original's bits, or a
+    note) and "nodes" (provider -> op type counts); profiles go to ``folder``."""
     results: dict = {form: {"time": {}, "same": {}} for form in forms}
     sessions = {form: _session(path, provider) for form, path in forms.items()}
     for batch in batches:
