@@ -227,5 +227,5 @@ class Runtime:
             differing = {name for output in outputs for name in CENTRED_FROM.get(output, (output,))}
             covers = differing <= {name for d in found for name in d.outputs}
             found = [d for d in found if differing & set(d.outputs)] if covers else []
-        reasons = [d.reason for d in found]
+        reasons = list(dict.fromkeys(d.reason for d in found))  # one reason stated for several classes: once
         return [self.unloadable[form], *reasons] if form in self.unloadable else reasons
