@@ -9,15 +9,15 @@ import pytest
 from helpers import MODELS, Result, assert_bad_input, installed
 
 from dql_pass import runtimes
-from dql_pass.runtimes import ort as ort_adapter
 from dql_pass.cli import main
 from dql_pass.op import one_node_model
+from dql_pass.runtimes import ort as ort_adapter
 
 CUDA = runtimes.get("onnxruntime-cuda")
 
 
 def _cuda_starts() -> bool:
-    ort = runtimes.ort.import_onnxruntime()
+    ort = ort_adapter.import_onnxruntime()
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 

@@ -16,7 +16,7 @@ _FAMILY = "## The quantization family on each runtime\n\nkept whole\n"
 
 
 def _result(name: str, variant: str, passed: int, unknown: int = 0) -> tool.RuntimeResult:
-    result = tool.RuntimeResult(name, "1.0", None, variant)
+    result = tool.RuntimeResult(name, "1.0", "", variant)
     for form in (tool.NATIVE, *tool.op.VARIANTS):
         form_result = result.forms[(form, 21)] = tool.FormResult()
         form_result.counts["finite"] = [passed, 4]

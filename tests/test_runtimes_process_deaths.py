@@ -66,7 +66,7 @@ def _dying_child(name, config, transformer, send, deaths) -> None:
             if i == 1:
                 os.kill(os.getpid(), signal.SIGFPE)
             watch.end()
-    send.send(tool.RuntimeResult(name, repr(sorted(deaths.items())), None, "lean"))
+    send.send(tool.RuntimeResult(name, repr(sorted(deaths.items())), "", "lean"))
 
 
 def test_a_process_that_dies_in_a_step_starts_again_without_it():

@@ -53,7 +53,7 @@ def test_a_placement_counts_nodes_per_provider_with_memcpy_apart_and_the_cpu_op_
 
 
 def _result(placements: dict) -> tool.RuntimeResult:
-    result = tool.RuntimeResult("webgpu", "1.30.0", None, "portable")
+    result = tool.RuntimeResult("webgpu", "1.30.0", "", "portable")
     result.placements = {key: tool.placement(_Placing(placed), None) for key, placed in placements.items()}
     return result
 
@@ -86,7 +86,7 @@ def test_on_a_cpu_only_runtime_nothing_falls_back():
     assert lines[2] == "| opset | form | nodes on CPUExecutionProvider | Memcpy nodes added | refusal |"
     assert lines[4] == "| 21 | native | 1 | 0 |  |"
     assert tool._on_cpu(result.placements[("native", 21)]) == "all 1"
-    assert tool._placement_table(tool.RuntimeResult("onnxruntime", "1.32.0", None, "quantizelinear"), (21,)) == []
+    assert tool._placement_table(tool.RuntimeResult("onnxruntime", "1.32.0", "", "quantizelinear"), (21,)) == []
 
 
 def test_the_models_table_gets_a_column_of_nodes_on_the_cpu_only_where_a_runtime_placed_them():

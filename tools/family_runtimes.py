@@ -59,6 +59,8 @@ def _first(found: matrix.Matrix, runtime: str, op: str, status: str) -> str:
 
 HEADING = "## The quantization family on each runtime"
 _NOT_INSTALLED = "Not installed here: "
+_TABLE = ("| runtime | version | passed | failed | xfail | skipped | first failure, or why skipped |",
+          "|---|---|---:|---:|---:|---:|---|")
 
 
 def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float) -> str:
@@ -78,9 +80,7 @@ def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float)
         by_op[row.op].append(row)
     not_installed = [row for row in by_op.pop("*", [])]
     for op in FAMILY:
-        lines += [f"### {op}", "",
-                  "| runtime | version | passed | failed | xfail | skipped | first failure, or why skipped |",
-                  "|---|---|---:|---:|---:|---:|---|"]
+        lines += [f"### {op}", "", *_TABLE]
         for row in by_op.get(op, []):
             note = _first(found, row.runtime, op, "FAIL") or "; ".join(
                 f"{n} x {why}" for why, n in row.why_skipped.items()).replace("|", "\\|")
@@ -94,12 +94,12 @@ def render(found: matrix.Matrix, opsets: Collection[int] | None, seconds: float)
 
 
 def _tables(text: str) -> dict[str, dict[str, str]]:
-    """Each op's rows in the family's sections of ``text``, by runtime, as written."""
+    """Each op's rows in the family's sections of ``text``, by runtime, as written, the ops in order."""
     tables: dict[str, dict[str, str]] = {}
     for block in re.split(r"(?m)^(?=### )", text)[1:]:
-        op = block.splitlines()[0].removeprefix("### ").strip()
-        rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| runtime ")]
-        tables[op] = {row.split(" | ")[0].removeprefix("| "): row for row in rows}
+        op, *lines = block.splitlines()
+        rows = [line for line in lines if line.startswith("| ") and line != _TABLE[0]]
+        tables[op.removeprefix("### ").strip()] = {row.split(" | ")[0].removeprefix("| "): row for row in rows}
     return tables
 
 
@@ -117,25 +117,22 @@ def merge(report: str, text: str, names: Sequence[str]) -> str:
     missing = [name for name in names if f"{name} (" in text.partition(_NOT_INSTALLED)[2]]
     if missing:
         raise ValueError(f"{', '.join(missing)} not installed here: nothing to merge")
-    measured, kept = _tables(text), _tables(old)
-    order = list(runtimes.RUNTIMES)
-    blocks = re.split(r"(?m)^(?=### )", old)
-    lines = [line for line in blocks[0].rstrip().splitlines() if not line.startswith("Rows of " + ", ".join(names))]
+    run = f"Rows of {', '.join(names)}: "
+    intro = "\n".join(line for line in old.partition("\n### ")[0].splitlines() if not line.startswith(run))
     seconds = re.search(r" in (\d+) s:", text).group(1)
-    lines += ["", f"Rows of {', '.join(names)}: `python -m tools.family_runtimes --runtime "
-              f"{' --runtime '.join(names)} --merge` on {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, in "
-              f"{seconds} s; the other rows are from the run above.", ""]
-    for block in blocks[1:]:
-        op = block.splitlines()[0].removeprefix("### ").strip()
-        rows = {**kept.get(op, {}), **measured.get(op, {})}  # a measured row in its old place
-        listed = list(kept.get(op, {}))
-        for name in measured.get(op, {}):  # a new one before the first that comes after it in RUNTIMES
-            if name not in listed:
-                later = [i for i, r in enumerate(listed) if order.index(r) > order.index(name)]
-                listed.insert(later[0] if later else len(listed), name)
-        table = [line for line in block.splitlines() if line.startswith("| runtime ") or line.startswith("|---")]
-        lines += [f"### {op}", "", *table, *(rows[r] for r in listed), ""]
-    left = blocks[-1].partition(_NOT_INSTALLED)[2].strip()
+    command = f"python -m tools.family_runtimes --runtime {' --runtime '.join(names)} --merge"
+    when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    lines = [*intro.rstrip().splitlines(), "",
+             f"{run}`{command}` on {when}, in {seconds} s; the other rows are from the run above.", ""]
+    order, measured = list(runtimes.RUNTIMES), _tables(text)
+    for op, kept in _tables(old).items():
+        listed = list(kept)  # a measured row in its old place; a new one before the first that comes after it
+        for name in measured.get(op, {}).keys() - kept.keys():
+            later = [i for i, r in enumerate(listed) if order.index(r) > order.index(name)]
+            listed.insert(later[0] if later else len(listed), name)
+        rows = {**kept, **measured.get(op, {})}
+        lines += [f"### {op}", "", *_TABLE, *(rows[r] for r in listed), ""]
+    left = old.partition(_NOT_INSTALLED)[2].strip()
     still = [entry for entry in left.split("; ") if entry and entry.split(" (")[0] not in names]
     if still:
         lines += [_NOT_INSTALLED + "; ".join(still), ""]

@@ -190,7 +190,7 @@ class ModelResult:
 class RuntimeResult:
     name: str
     version: str | None
-    install: str | None  # what installs it (Runtime.install_hint)
+    install: str  # what installs it (Runtime.install_hint)
     variant: str  # the runtime's exact expansion variant
     import_error: str | None = None
     forms: dict[tuple[str, int], FormResult] = dataclasses.field(default_factory=dict)  # (form, opset)
@@ -553,9 +553,8 @@ def _each_form(
 
 def _version(result: RuntimeResult) -> str:
     if result.version is None or result.import_error:
-        install = result.install or "reinstall dql_pass"
         why = f" ({result.import_error})" if result.import_error else ""
-        return f"not installed{why}; {install}"
+        return f"not installed{why}; {result.install}"
     return result.version
 
 

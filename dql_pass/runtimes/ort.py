@@ -131,7 +131,12 @@ class OnnxRuntime(Runtime):
         log: bool = False,
     ) -> Session:
         ort = import_onnxruntime()
-
+        # onnxruntime runs on the CPU where the provider asked for is not built in or does not start, with
+        # a warning at most: a verdict on that run would be the CPU's under the provider's name.
+        available = ort.get_available_providers()
+        if self.providers[0] not in available:
+            raise RuntimeFailure(f"onnxruntime {ort.__version__} has no {self.providers[0]}, only "
+                                 f"{', '.join(available)}")
         options = ort.SessionOptions()
         options.log_severity_level = 1 if log else 3  # errors only: callers report failures themselves
         # No arena: it keeps every run's peak for the session's life, rounded up to a power of two, where
@@ -158,12 +163,6 @@ class OnnxRuntime(Runtime):
                 # Large weights stay on disk; ORT reads them from their folder.
                 options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
             source = proto.SerializeToString()
-        # onnxruntime runs on the CPU where the provider asked for is not built in or does not start, with
-        # a warning at most: a verdict on that run would be the CPU's under the provider's name.
-        available = ort.get_available_providers()
-        if self.providers[0] not in available:
-            raise RuntimeFailure(f"onnxruntime {ort.__version__} has no {self.providers[0]}, only "
-                                 f"{', '.join(available)}")
         with failures_of("onnxruntime"):
             session = ort.InferenceSession(source, options, providers=list(self.providers),
                                            disabled_optimizers=list(disabled))
