@@ -18,7 +18,8 @@ def _sections(rows: dict[str, str], opsets: str = "10", seconds: int = 7, not_in
     return "\n".join(lines + ([f"Not installed here: {not_installed}", ""] if not_installed else []))
 
 
-def test_merged_rows_replace_their_own_and_keep_every_other_row_and_section():
+def test_merged_rows_replace_their_own_and_keep_every_other_row_and_section(monkeypatch):
+    monkeypatch.setattr(tool.harness, "machine", lambda: "CPU with GPU A")
     kept = {"onnxruntime": "9 | 0 | 1 | 0 | ", "openvino": "5 | 5 | 0 | 0 | `x`: y differs",
             "tract": "1 | 0 | 0 | 9 | 9 x refused"}
     report = HEAD + _sections(kept, not_installed="onnxruntime-cuda (not installed)")
@@ -33,7 +34,7 @@ def test_merged_rows_replace_their_own_and_keep_every_other_row_and_section():
         assert table[2] == "| openvino | 1.0 | 5 | 5 | 0 | 0 | `x`: y differs |"
     assert "Not installed here" not in merged
     assert "Rows of onnxruntime-cuda: `python -m tools.family_runtimes --runtime onnxruntime-cuda --merge`" in merged
-    assert "in 31 s; the other rows are from the run above" in merged and "in 7 s:" in merged
+    assert "on CPU with GPU A, in 31 s; the other rows are from the run above" in merged and "in 7 s:" in merged
     again = tool.merge(merged, run, ["onnxruntime-cuda"])  # a second merge: the same text but its run's time
 
     def apart_from_the_run(text: str) -> list[str]:

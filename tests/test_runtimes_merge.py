@@ -35,6 +35,8 @@ def _old_report(monkeypatch) -> str:
 
 
 def test_a_merge_replaces_the_runtimes_measured_and_keeps_the_others_as_they_were(monkeypatch):
+    monkeypatch.setattr(tool.harness, "cpu_model", lambda: "CPU 3.2 GHz")
+    monkeypatch.setattr(tool.harness, "gpu_models", lambda: ["GPU A", "GPU B"])
     old = _old_report(monkeypatch)
     kept = runtimes_kept.read(old, quick=True)
     text = tool.render([_result("webgpu", "lean", 3)], "quick", tool.CONFIGS["quick"], 1.0, kept)
@@ -48,6 +50,10 @@ def test_a_merge_replaces_the_runtimes_measured_and_keeps_the_others_as_they_wer
     assert ort == old.split("### onnxruntime\n", 1)[1].split("\n### ", 1)[0]
     assert ort.count(" in the run of ") == 1
     assert "target variant `lean`; measured in 0 s in the run of " in text.split("### webgpu\n", 1)[1]
+    # The section measured names its machine; the machine table says whose run it describes.
+    assert " on CPU 3.2 GHz with GPU A, GPU B.\n" in text.split("### webgpu\n", 1)[1]
+    assert "Of this run (it measured webgpu); each kept section names the run it came from" in text
+    assert "| GPU | GPU A, GPU B |" in text
     assert "target variant `portable`" not in text
     assert text.endswith("|\n\n" + _FAMILY)
     assert "`python -m tools.runtimes --quick --runtime webgpu --merge`" in text
@@ -55,7 +61,7 @@ def test_a_merge_replaces_the_runtimes_measured_and_keeps_the_others_as_they_wer
     # The UNKNOWN inputs of a kept section still count, and fail the run.
     assert "**2 inputs differ for no known reason (UNKNOWN below).**" in text
     # A section written before sections named their run gets the run of the report it was kept from.
-    older = old.replace(ort.split("measured in 0 s")[1].split(".")[0], "")
+    older = old.replace(ort.split("measured in 0 s")[1].split(".\n")[0], "")
     kept = runtimes_kept.read(older, quick=True)
     text = tool.render([_result("webgpu", "lean", 3)], "quick", tool.CONFIGS["quick"], 1.0, kept)
     assert "measured in 0 s" + kept.run + "." in text.split("### onnxruntime\n", 1)[1]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from dql_pass import runtimes, suites
 from dql_pass.suites import family, matrix
+from tools import harness
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ def merge(report: str, text: str, names: Sequence[str]) -> str:
     command = f"python -m tools.family_runtimes --runtime {' --runtime '.join(names)} --merge"
     when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
     lines = [*intro.rstrip().splitlines(), "",
-             f"{run}`{command}` on {when}, in {seconds} s; the other rows are from the run above.", ""]
+             f"{run}`{command}` on {when} on {harness.machine()}, in {seconds} s; the other rows are from the run "
+             "above.", ""]
     order, measured = list(runtimes.RUNTIMES), _tables(text)
     for op, kept in _tables(old).items():
         listed = list(kept)  # a measured row in its old place; a new one before the first that comes after it

@@ -25,7 +25,9 @@ __all__ = [
     "dql_pass_command",
     "format_time",
     "git_commit",
+    "gpu_models",
     "interleaved",
+    "machine",
     "measure_cli",
     "memory",
     "process",
@@ -212,6 +214,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def gpu_models() -> list[str]:
+    """The names of the NVIDIA GPUs that ``nvidia-smi`` lists, none where it is absent or fails."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in listed.splitlines() if line.strip()]
+
+
+def machine() -> str:
+    """The CPU model and the GPUs of this machine, in a few words."""
+    gpus = gpu_models()
+    return cpu_model() + (f" with {', '.join(gpus)}" if gpus else "")
 
 
 def memory() -> str:

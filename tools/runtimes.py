@@ -698,7 +698,7 @@ def render(
     failed = [r.name for r in results if r.error]
     unknown = unknown_count(results) + sum(kept.unknown(name) for name in others if kept)
     now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}"
-    run = f" in the run of {now} at commit {harness.git_commit()}"
+    run = f" in the run of {now} at commit {harness.git_commit()} on {harness.machine()}"
     command = " ".join(["python -m tools.runtimes", *(["--quick"] if mode == "quick" else []),
                         *([f"--runtime {name}" for name in measured] + ["--merge"] if kept else [])])
     lines = [
@@ -743,8 +743,12 @@ def render(
         "",
         "## Machine and versions",
         "",
+        "Of this run" + (f" (it measured {', '.join(measured)}); each kept section names the run it came from, and "
+                         "its machine if written since 2026-12-04" if kept and others else "") + ":",
+        "",
         *harness.table(["item", "value"], [
             ["CPU model", harness.cpu_model()],
+            ["GPU", ", ".join(harness.gpu_models()) or "none (nvidia-smi lists none)"],
             ["OS", platform.platform()],
             ["python", platform.python_version()],
             *[[d, harness.version(d)] for d in ("onnx", "onnxruntime", "numpy")],
