@@ -279,6 +279,30 @@ def _with_branch_constant(else_value: float) -> onnx.ModelProto:
     return model
 
 
+def _swapped_inner_branches() -> onnx.ModelProto:
+    """The control-flow sample with the branches of the If in its Loop's body swapped: the inputs verify
+    makes do not tell the two apart at the model level."""
+    model = onnx.load(MODELS / "control_flow.onnx")
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = next(a.g for a in loop.attribute if a.name == "body")
+    inner = next(n for n in body.node if n.op_type == "If")
+    then_branch, else_branch = (next(a for a in inner.attribute if a.name == name) for name in ("then_branch",
+                                                                                                 "else_branch"))
+    then_graph = onnx.GraphProto()
+    then_graph.CopyFrom(then_branch.g)
+    then_branch.g.CopyFrom(else_branch.g)
+    else_branch.g.CopyFrom(then_graph)
+    return model
+
+
+def test_an_if_whose_branches_are_swapped_fails_though_its_outputs_agree_on_every_input_set():
+    report = dql_pass.verify(MODELS / "control_flow.onnx", _swapped_inner_branches())
+    assert all(o.identical for o in report.outputs)
+    assert report.verdict == "FAIL", report.format()
+    assert any("in main/Loop(loop_out).body/If(acc_next).then_branch: REWRITTEN has it only in "
+               "main/Loop(loop_out).body/If(acc_next).else_branch" in d for d in report.kept_differences)
+
+
 def test_a_kept_node_changed_in_a_subgraph_fails():
     original = _with_branch_constant(2.0)
     assert dql_pass.verify(original, original).verdict == "PASS"

@@ -1,6 +1,9 @@
 """Kept nodes: every node REWRITTEN keeps must read ORIGINAL's constants and carry its attributes.
 
-Rules: a node that REWRITTEN keeps (same graph path, domain, type and name, or output names when it
+Rules: a node of ORIGINAL that REWRITTEN has only in other graphs (an If's branches swapped, a node
+moved out of a Loop's body) is a change: no rewrite of a DQL moves the nodes around it, and the
+sites and the model level would check the moved ones where they no longer are. A node that
+REWRITTEN keeps (same graph path, domain, type and name, or output names when it
 has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
 constants, bit for bit, at every input where either model has a constant (an initializer that is
 also a graph input counts by its stored value: as deployed nothing feeds it), and carry the same
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 __all__ = ["kept_differences"]
 
+import collections
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -21,7 +25,7 @@ from dql_pass import runtimes
 from dql_pass.compare import bit_difference
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
-from dql_pass.graph.walk import described, graph_scopes, op_key
+from dql_pass.graph.walk import described, graph_scopes, op_key, subgraphs
 from dql_pass.verification.extract import Scopes
 
 
@@ -46,6 +50,34 @@ def _kept_nodes(
         for node in graph:
             found[label, key(node)] = None if (label, key(node)) in found else node
     return {key: node for key, node in found.items() if node is not None}
+
+
+def _places(model: ir.Model) -> dict[ir.Graph, tuple]:
+    """Every graph of ``model`` by where it is: its root, then for each subgraph the type and output
+    names of the node that holds it and the attribute, so that a rewrite renaming that node keeps it."""
+    places: dict[ir.Graph, tuple] = {model.graph: ("main",)}
+    places.update((f.graph, ("function", f.domain, f.name)) for f in model.functions.values())
+    for root in list(places):
+        for node in ir.traversal.RecursiveGraphIterator(root):  # parents before their subgraphs
+            for attr_name, graph in subgraphs(node):
+                places[graph] = (*places[node.graph], node.op_type, tuple(v.name for v in node.outputs), attr_name)
+    return places
+
+
+def _moved(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, str]) -> list[str]:
+    """The nodes of ORIGINAL that REWRITTEN has in other graphs only; ``labels``: both models' graph paths."""
+    found: dict[tuple, dict[tuple, ir.Graph]] = collections.defaultdict(dict)
+    for graph, place in _places(rewritten).items():
+        for node in graph:
+            found[_identity(node)][place] = graph
+    moved = []
+    for graph, place in _places(original).items():
+        for node in graph:
+            elsewhere = found.get(_identity(node), {place: None})
+            if place not in elsewhere:
+                where = ", ".join(sorted(labels[g] for g in elsewhere.values()))
+                moved.append(f"{described(node)} in {labels[graph]}: REWRITTEN has it only in {where}")
+    return moved
 
 
 def _tensor(tensor: ir.TensorProtocol) -> tuple:
@@ -118,8 +150,8 @@ def kept_differences(
     scopes = scopes or Scopes(rewritten)
     alive = scopes.live_nodes
     kept, wired = _kept_nodes(scopes.labels), _kept_nodes(scopes.labels, _wiring)
-    found = []
     original_labels = {graph: label for graph, (label, _) in graph_scopes(original).items()}
+    found = _moved(original, rewritten, {**original_labels, **scopes.labels})
     for key, node in _kept_nodes(original_labels).items():
         twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
