@@ -26,23 +26,25 @@ ORT = runtimes.get("onnxruntime")
 FEEDS = {"x": np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)}
 
 
-def _model(folder: Path) -> Path:
+def _model(folder: Path, bias: bool = True) -> Path:
     """DQL -> MatMulInteger (uint8 weights) -> Cast -> Mul -> Add of a float bias: every tensor
-    in the input's data file, and the bias one that lower keeps."""
+    in the input's data file, and the bias one that lower keeps (without ``bias``, none)."""
     rng = np.random.default_rng(1)
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "scale", "zp"]),
         helper.make_node("MatMulInteger", ["q", "W", "zp", "W_zp"], ["acc"]),
         helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-        helper.make_node("Mul", ["accf", "scale"], ["y0"]),
-        helper.make_node("Add", ["y0", "bias"], ["y"]),
+        helper.make_node("Mul", ["accf", "scale"], ["y0" if bias else "y"]),
     ]
+    weights = [numpy_helper.from_array(rng.integers(0, 256, (64, 32)).astype(np.uint8), "W"),
+               numpy_helper.from_array(np.array(128, np.uint8), "W_zp")]
+    if bias:
+        nodes.append(helper.make_node("Add", ["y0", "bias"], ["y"]))
+        weights.append(numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "bias"))
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])],
-        [numpy_helper.from_array(rng.integers(0, 256, (64, 32)).astype(np.uint8), "W"),
-         numpy_helper.from_array(np.array(128, np.uint8), "W_zp"),
-         numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "bias")])
+        weights)
     path = folder / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path,
               save_as_external_data=True, all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0)
@@ -109,13 +111,15 @@ def test_the_api_shares_only_when_asked(tmp_path):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="permission bits")
-def test_the_data_file_written_beside_the_input_takes_the_inputs_permission_bits(tmp_path):
-    """Private weights stay private: the copy beside the input is as closed as the input's data."""
-    source = _model(tmp_path)
+@pytest.mark.parametrize("rewrite", [dql_pass.expand_file, dql_pass.lower_file], ids=["expand", "lower"])
+def test_the_data_file_written_beside_the_input_takes_the_inputs_permission_bits(tmp_path, rewrite):
+    """Private weights stay private: the copy beside the input is as closed as the input's data, and
+    so are lower's float32 weights made from it when nothing of the input's data file is left."""
+    source = _model(tmp_path, bias=rewrite is dql_pass.expand_file)
     os.chmod(source, 0o640)
     os.chmod(tmp_path / "m.onnx.data", 0o600)
     output = tmp_path / "m.out.onnx"
-    dql_pass.expand_file(source, output)
+    rewrite(source, output)
     (location,) = _locations(output)
     assert location.startswith("m.out.onnx.") and stat.S_IMODE(os.stat(tmp_path / location).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(output).st_mode) == 0o640

@@ -168,12 +168,14 @@ def as_ir_model(model: onnx.ModelProto | ir.Model | str | os.PathLike) -> ir.Mod
 
 
 
-def _modes(model: ir.Model, source: str | os.PathLike | None) -> tuple[int, int]:
-    """Permission bits for the new model and its data: the input's, so private weights stay private."""
+def _modes(source: str | os.PathLike | None, inputs: set[Path]) -> tuple[int, int]:
+    """Permission bits for the new model and its data: the input's, so private weights stay private.
+    The data gets those of every file of ``inputs`` too, the ones a pass dropped included: lowered
+    weights computed from a private data file are as private."""
     model_mode = default_file_mode() if source is None else stat.S_IMODE(os.stat(source).st_mode)
     data_mode = model_mode
-    for tensor in external_tensors(model):
-        data_mode &= stat.S_IMODE(os.stat(tensor.path).st_mode)
+    for file in inputs:
+        data_mode &= stat.S_IMODE(os.stat(file).st_mode)
     return model_mode, data_mode
 
 
@@ -257,7 +259,7 @@ def save_model(
             # The input kept its weights in external data: so does the output.
             held = [slot for slot in held if slot.value is not None] if external else []
         data_name = data_file_name(path.name) if moved or held else None
-        model_mode, data_mode = _modes(model, source)
+        model_mode, data_mode = _modes(source, inputs)
         _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
     except OSError as error:
         raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
