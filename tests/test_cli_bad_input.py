@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
-from helpers import assert_bad_input, dql_model, run_cli, session
+from helpers import MODELS, assert_bad_input, dql_model, run_cli, session
 
 
 def test_an_unsupported_onnxscript_is_one_line_for_fuse(tmp_path):
@@ -96,3 +97,38 @@ def test_a_4_bit_graph_value_that_ort_cannot_exchange_with_numpy_is_one_line(tmp
     source = tmp_path / "m.onnx"
     onnx.save(_four_bit_model(through_input), source)
     assert_bad_input(run_cli("verify", source, source), f"ORT cannot run ORIGINAL: {message}")
+
+
+def _not_installed() -> str:
+    from dql_pass import runtimes
+
+    missing = [name for name, runtime in runtimes.RUNTIMES.items() if not runtime.installed()]
+    if not missing:
+        pytest.skip("every runtime is installed here")
+    return missing[0]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--dim", "batch=abc"], "the size must be a whole number, not 'abc'"),
+    (["--dim", "nosuch=3"], "no input of ORIGINAL has a dimension named 'nosuch'"),
+    (["--target", None], "is not installed"),
+], ids=["dim size", "dim name", "target not installed"])
+@pytest.mark.parametrize("command", ["expand", "lower"])
+def test_what_verify_would_refuse_is_refused_before_the_output_is_written(tmp_path, command, options, message):
+    source, output = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(oh.make_model(onnx.load(MODELS / "mlp_dynamic.onnx").graph), source)
+    output.write_bytes(b"an older output")
+    options = [option or _not_installed() for option in options]
+    assert_bad_input(run_cli(command, source, "-o", output, "--verify", *options), message)
+    assert output.read_bytes() == b"an older output"
+
+
+def test_a_report_folder_that_cannot_be_written_is_refused_before_the_output_is_written(tmp_path, monkeypatch):
+    source, output = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(dql_model(13), source)
+    (tmp_path / "closed").mkdir()
+    closed = (tmp_path / "closed").resolve()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != closed and access(path, mode, **kw))
+    assert_bad_input(run_cli("expand", source, "-o", output, "--json", closed / "r.json"), "is not writable")
+    assert not output.exists()

@@ -3,7 +3,7 @@ still blocks it goes to stderr, and makes the exit code 1); with ``--verify``, v
 
 from __future__ import annotations
 
-__all__ = ["after_writing"]
+__all__ = ["after_writing", "check_before_writing"]
 
 import argparse
 import sys
@@ -11,6 +11,22 @@ import sys
 from dql_pass.cli import values
 from dql_pass.cli.output import note
 from dql_pass.cli.progress import show, verify_with_progress
+
+
+def check_before_writing(args: argparse.Namespace) -> None:
+    """What --target's check and --verify read of the options, checked before the pass writes: a bad
+    --dim, or a runtime to verify on that is not installed, is exit 2 with the output as it was."""
+    dims = values.dims(args)
+    if not args.verify:
+        return
+    from dql_pass import runtimes
+
+    runtimes.get(args.target or "onnxruntime").check_installed()
+    if dims:
+        from dql_pass.files import load_model
+        from dql_pass.verification.synthesis import check_dims
+
+        check_dims(load_model(args.input).graph.inputs, dims)
 
 
 def after_writing(args: argparse.Namespace, report: dict) -> tuple[int, dict]:

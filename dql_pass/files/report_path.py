@@ -34,6 +34,8 @@ def check_report_path(path: str, files: Mapping[str, str], folders: Mapping[str,
     for what, folder in folders.items():
         if any(place.is_relative_to(Path(folder).resolve()) for place in (landing, report.resolve())):
             raise InputError(f"{path}: the report would be written into {what}; choose a path outside it")
+    if not os.access(landing.parent, os.W_OK | os.X_OK):  # found before the command writes anything else
+        raise InputError(f"{path}: cannot write the report: its folder {landing.parent} is not writable")
     if os.path.lexists(report):
         _check_not_data_of(path, report, files)
     try:

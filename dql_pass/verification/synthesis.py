@@ -24,11 +24,11 @@ from __future__ import annotations
 
 __all__ = [
     "BATCH_SIZE", "FALLBACK_BATCH", "InputSets", "MAX_INPUT_BYTES", "OTHER_SIZE", "SPECIAL_SETS", "Unsynthesizable",
-    "batch_is_default", "chosen_dims", "input_sets",
+    "batch_is_default", "check_dims", "chosen_dims", "input_sets",
 ]
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -197,6 +197,11 @@ def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray
         if expected is not None and np.asarray(array).dtype != expected.numpy():
             raise InputError(f"inputs[{name!r}]: the array is {np.asarray(array).dtype}, "
                              f"the input takes {expected.numpy()}")
+    check_dims(graph_inputs, dims)
+
+
+def check_dims(graph_inputs: Sequence[ir.Value], dims: Mapping[str, int]) -> None:
+    """:class:`InputError` for a size in ``dims`` that no dimension of ORIGINAL's ``graph_inputs`` is named for."""
     symbols = {d.value: None for v in graph_inputs if v.shape is not None for d in v.shape
                if isinstance(d, ir.SymbolicDim) and d.value}  # in the order the inputs name them
     for name in dims:
