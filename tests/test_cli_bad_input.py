@@ -132,3 +132,14 @@ def test_a_report_folder_that_cannot_be_written_is_refused_before_the_output_is_
     monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != closed and access(path, mode, **kw))
     assert_bad_input(run_cli("expand", source, "-o", output, "--json", closed / "r.json"), "is not writable")
     assert not output.exists()
+
+
+def test_a_missing_external_data_file_is_named_as_missing(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(onnx.load(MODELS / "mlp_dynamic.onnx"), source, save_as_external_data=True, location="m.data",
+              size_threshold=0)
+    (tmp_path / "m.data").unlink()
+    assert_bad_input(run_cli("expand", source, "-o", tmp_path / "o.onnx"),
+                     f"the external data file {tmp_path / 'm.data'} is missing")
+    (tmp_path / "m.data").mkdir()
+    assert_bad_input(run_cli("lower", source, "-o", tmp_path / "o.onnx"), "m.data is not a regular file")

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import math
 import os
+import re
 import stat
 import warnings
 from collections.abc import Iterator
@@ -71,6 +72,9 @@ def _check_external_files(model: ir.Model, path: Path) -> None:
         node.attributes[attr.name] = ir.AttrTensor(attr.name, _checked(attr.value, path))
 
 
+_STORED_ELSEWHERE = re.compile(r"should be stored in (.+?), but it is not regular file")
+
+
 def load_model(path: str | os.PathLike) -> ir.Model:
     """Check the file with onnx's full checker, then load it; external data stays on disk, unread."""
     path = Path(path)
@@ -83,6 +87,10 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     except onnx.shape_inference.InferenceError as error:
         raise InputError(f"{path}: the model fails ONNX shape inference: {one_line(error)}") from None
     except onnx.checker.ValidationError as error:
+        stored = _STORED_ELSEWHERE.search(str(error))
+        if stored:  # the checker's words for a data file that is missing, or a folder
+            what = "is not a regular file" if os.path.lexists(stored.group(1)) else "is missing"
+            raise InputError(f"{path}: the external data file {stored.group(1)} {what}") from None
         raise InputError(f"{path}: not a valid ONNX model: {one_line(error)}") from None
     try:
         model = read_model(path)
