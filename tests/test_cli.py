@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 import dql_pass
 from dql_pass import runtimes, suites
 from dql_pass import cli
+from dql_pass.inputs import cases
 from dql_pass.cli import main
 
 MLP = MODELS / "mlp_dynamic.onnx"
@@ -271,9 +272,10 @@ def test_an_edited_expected_output_fails(small_suite, capsys):
 def test_the_cli_writes_and_runs_a_suite(tmp_path, capsys):
     path = tmp_path / "dql"
     assert main(["gen-tests", str(path), "--opsets", "11", "--variants", "native", "--no-large"]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
+    count = len(cases())
+    assert capsys.readouterr().out.startswith(f"wrote {count} test folders from {count} inputs to {path}: ")
     assert main(["run-tests", str(path), "--backend", "reference"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "51 passed, 0 failed, 5 known differences (XFAIL)"
+    assert capsys.readouterr().out.splitlines()[-1] == f"{count - 5} passed, 0 failed, 5 known differences (XFAIL)"
     # A second generation replaces the first suite.
     assert main(["gen-tests", str(path), "--opsets", "21", "--variants", "quantizelinear", "--no-large"]) == 0
     assert {d.name.rpartition("_opset")[2] for d in path.iterdir() if d.is_dir()} == {"21"}
@@ -315,10 +317,11 @@ def test_the_cli_at_opset_28_writes_a_suite_ort_passes(tmp_path, capsys):
     path = tmp_path / "dql"
     assert main(["gen-tests", str(path), "--opsets", "28", "--variants", "quantizelinear,arithmetic",
                  "--no-large"]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote 56 test folders from 56 inputs to {path}: ")
-    assert len(json.loads((path / suites.MANIFEST).read_text())["left_out"]) == 56
+    count = len(cases())
+    assert capsys.readouterr().out.startswith(f"wrote {count} test folders from {count} inputs to {path}: ")
+    assert len(json.loads((path / suites.MANIFEST).read_text())["left_out"]) == count
     assert main(["run-tests", str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "56 passed, 0 failed"
+    assert capsys.readouterr().out.splitlines()[-1] == f"{count} passed, 0 failed"
 
 
 # verify
@@ -401,6 +404,16 @@ def test_cli_expand_verify(tmp_path, capsys, variant):
     assert main(["expand", str(CONTROL_FLOW), "-o", str(output), "--variant", variant, "--verify"]) == 0
     out = capsys.readouterr().out
     assert "expanded 7" in out and "PASS: 7 sites" in out
+
+
+@pytest.mark.parametrize("command, target", [("expand", None), ("lower", "onnxruntime")])
+def test_expand_and_lower_say_how_to_check_what_they_wrote(tmp_path, capsys, command, target):
+    output = tmp_path / "out put.onnx"
+    argv = [command, str(MLP), "-o", str(output), *(["--target", target] if target else [])]
+    assert main(argv) == 0
+    runtime = f" --runtime {target}" if target else ""
+    assert f"next: dql-pass verify {MLP} '{output}'{runtime} checks it" in capsys.readouterr().err
+    assert main([*argv, "-q"]) == 0 and capsys.readouterr().err == ""
 
 
 def test_run_tests_that_compared_nothing_is_not_a_success(small_suite, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 __all__ = ["after_writing", "check_before_writing"]
 
 import argparse
+import shlex
 import sys
 
 from dql_pass.cli import values
@@ -47,4 +48,8 @@ def after_writing(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
         verified = verify_with_progress(args, args.input, args.output, zero_range=args.zero_range,
                                         dims=values.dims(args), runtime=args.target or "onnxruntime")
         code, report["verify"] = show(args, verified)
+    elif not args.quiet:
+        runtime = f" --runtime {args.target}" if args.target else ""
+        note(f"next: dql-pass verify {shlex.quote(args.input)} {shlex.quote(args.output)}{runtime} checks it bit "
+             "for bit (or run this command again with --verify)")
     return (1 if blocked else code), report
