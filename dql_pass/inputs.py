@@ -43,7 +43,7 @@ _F = np.float32
 # The classes of inputs, as :func:`input_classes` computes them.
 CLASSES: frozenset[str] = frozenset({
     "empty", "all zero", "zero range", "x/scale overflows to +inf", "subnormal", "reciprocal", "infinite", "tiny scale",
-    "near tie", "range overflows",
+    "near tie", "range overflows", "rank above 4",
 })
 
 
@@ -106,9 +106,11 @@ def input_classes(x: np.ndarray, policy: str) -> set[str]:
     - ``tiny scale``: the scale is below 2^-120, where remainders of the scale fall out of the
       normal range;
     - ``near tie``: a quotient that is rounded lies on a tie or within 4 ulps of one (runtimes
-      that round ties away from zero, or add the zero point before rounding, differ there).
+      that round ties away from zero, or add the zero point before rounding, differ there);
+    - ``rank above 4``: x has 5 dimensions or more (converters that reshape such tensors to a
+      lower rank, and runtimes that plan their buffers around those reshapes, differ there).
     """
-    classes = set()
+    classes = {"rank above 4"} if x.ndim > 4 else set()
     with np.errstate(all="ignore"):
         if not x.size:
             classes |= {"empty", "zero range"}
@@ -244,6 +246,8 @@ def _constructed() -> list[Case]:
         c("rank_3", "rank", _array(np.linspace(-2, 5, 24), (2, 3, 4)), "a rank-3 tensor"),
         c("rank_4", "rank", _array(np.linspace(-1, 1, 48), (1, 2, 4, 6)), "a rank-4 tensor, NCHW-like"),
         c("rank_5", "rank", _array(np.linspace(-3, 1, 32), (2, 2, 2, 2, 2)), "a rank-5 tensor"),
+        c("rank_5_batch_1", "rank", _array(np.linspace(-3, 1, 120), (1, 2, 3, 4, 5)),
+          "a rank-5 tensor of batch 1, which converters reshape to a lower rank"),
         # Magnitudes.
         c("magnitude_1e-30", "magnitude", _array([1e-30, -3e-30, 2.5e-30]), "tiny but normal values"),
         c("magnitude_1e-10", "magnitude", _array([1e-10, -7e-11, 3.3e-10]), "small values"),
