@@ -622,3 +622,11 @@ def test_main_in_process_logs_to_stderr_as_it_is_and_leaves_no_state_behind(caps
     assert (root.handlers, root.level, ort.timeout) == (handlers, level, timeout)
     out, err = capsys.readouterr()
     assert "PASS" in out and any(line.startswith("dql_pass.") for line in err.splitlines()), err
+
+
+def test_a_usage_error_points_to_the_commands_help(capsys):
+    assert main(["expand", "model.onnx"]) == 2
+    assert capsys.readouterr().err == ("dql-pass: error: the following arguments are required: -o/--output "
+                                       "(see `dql-pass expand --help`)\n")
+    assert main(["frob"]) == 2
+    assert capsys.readouterr().err.endswith(" (see `dql-pass --help`)\n")

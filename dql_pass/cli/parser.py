@@ -26,7 +26,7 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, self.parsed)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog.split()[0]}: error: {message}\n")
+        self.exit(2, f"{self.prog.split()[0]}: error: {message} (see `{self.prog} --help`)\n")
 
 
 class _Version(argparse.Action):
