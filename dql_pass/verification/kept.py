@@ -1,7 +1,7 @@
 """Kept nodes: every node REWRITTEN keeps must read ORIGINAL's constants and carry its attributes.
 
-Rules: a node of ORIGINAL that REWRITTEN has only in other graphs (an If's branches swapped, a node
-moved out of a Loop's body) is a change: no rewrite of a DQL moves the nodes around it, and the
+Rules: a node of ORIGINAL that REWRITTEN has in a graph where ORIGINAL has none like it (an If's
+branches swapped, a node moved out of a Loop's body) is a change: no rewrite of a DQL moves the nodes around it, and the
 sites and the model level would check the moved ones where they no longer are. A node that
 REWRITTEN keeps (same graph path, domain, type and name, or output names when it
 has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
@@ -53,30 +53,36 @@ def _kept_nodes(
 
 
 def _places(model: ir.Model) -> dict[ir.Graph, tuple]:
-    """Every graph of ``model`` by where it is: its root, then for each subgraph the type and output
-    names of the node that holds it and the attribute, so that a rewrite renaming that node keeps it."""
+    """The main graph and its subgraphs by where they are: for each subgraph the type and output names
+    of the node that holds it and the attribute, so that a rewrite renaming that node keeps it.
+    Functions are left out: a rewrite may add its own (expand's function mode) or rename one."""
     places: dict[ir.Graph, tuple] = {model.graph: ("main",)}
-    places.update((f.graph, ("function", f.domain, f.name)) for f in model.functions.values())
-    for root in list(places):
-        for node in ir.traversal.RecursiveGraphIterator(root):  # parents before their subgraphs
-            for attr_name, graph in subgraphs(node):
-                places[graph] = (*places[node.graph], node.op_type, tuple(v.name for v in node.outputs), attr_name)
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):  # parents before their subgraphs
+        for attr_name, graph in subgraphs(node):
+            places[graph] = (*places[node.graph], node.op_type, tuple(v.name for v in node.outputs), attr_name)
     return places
 
 
 def _moved(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, str]) -> list[str]:
-    """The nodes of ORIGINAL that REWRITTEN has in other graphs only; ``labels``: both models' graph paths."""
-    found: dict[tuple, dict[tuple, ir.Graph]] = collections.defaultdict(dict)
-    for graph, place in _places(rewritten).items():
-        for node in graph:
-            found[_identity(node)][place] = graph
+    """The nodes of ORIGINAL that REWRITTEN has in a graph where ORIGINAL has none of that identity;
+    ``labels``: both models' graph paths. A rewrite that drops one of two nodes of the same identity
+    (lower leaving a subgraph's copy alone) moves nothing; a move among graphs that all hold the
+    identity, or a move with a rename, is left to the sites and the model level."""
+    def places(model: ir.Model) -> dict[tuple, dict[tuple, ir.Graph]]:
+        found: dict[tuple, dict[tuple, ir.Graph]] = collections.defaultdict(dict)
+        for graph, place in _places(model).items():
+            for node in graph:
+                found[_identity(node)][place] = graph
+        return found
+
+    before, after = places(original), places(rewritten)
     moved = []
-    for graph, place in _places(original).items():
-        for node in graph:
-            elsewhere = found.get(_identity(node), {place: None})
-            if place not in elsewhere:
-                where = ", ".join(sorted(labels[g] for g in elsewhere.values()))
-                moved.append(f"{described(node)} in {labels[graph]}: REWRITTEN has it only in {where}")
+    for identity, held in before.items():
+        new = [graph for place, graph in after.get(identity, {}).items() if place not in held]
+        if new:
+            node = next(n for n in next(iter(held.values())) if _identity(n) == identity)
+            moved += [f"{described(node)} in {', '.join(sorted(labels[g] for g in held.values()))}: REWRITTEN has "
+                      f"it in {', '.join(sorted(labels[g] for g in new))}, where ORIGINAL has not"]
     return moved
 
 
