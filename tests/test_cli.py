@@ -416,6 +416,14 @@ def test_expand_and_lower_say_how_to_check_what_they_wrote(tmp_path, capsys, com
     assert main([*argv, "-q"]) == 0 and capsys.readouterr().err == ""
 
 
+def test_the_check_expand_suggests_carries_the_options_it_would_verify_with(tmp_path, capsys):
+    output = tmp_path / "out.onnx"
+    assert main(["expand", str(MLP), "-o", str(output), "--zero-range", "onnx-reference", "--dim", "batch=3"]) == 0
+    suggested = capsys.readouterr().err.split("next: ", 1)[1].split(" checks it")[0]
+    assert suggested == f"dql-pass verify {MLP} {output} --zero-range onnx-reference --dim batch=3"
+    assert main(suggested.split()[1:]) == 0
+
+
 def test_run_tests_that_compared_nothing_is_not_a_success(small_suite, capsys):
     manifest = small_suite / "manifest.json"
     data = json.loads(manifest.read_text())
@@ -630,3 +638,13 @@ def test_a_usage_error_points_to_the_commands_help(capsys):
                                        "(see `dql-pass expand --help`)\n")
     assert main(["frob"]) == 2
     assert capsys.readouterr().err.endswith(" (see `dql-pass --help`)\n")
+
+
+def test_a_pass_on_onnxruntime_says_how_to_check_on_the_runtime_it_will_run_on(tmp_path, capsys):
+    output = tmp_path / "out.onnx"
+    assert main(["expand", str(MLP), "-o", str(output), "-q"]) == 0
+    assert main(["verify", str(MLP), str(output)]) == 0
+    assert "next: checked on onnxruntime; --runtime NAME checks it" in capsys.readouterr().err
+    assert main(["expand", str(MLP), "-o", str(output), "--target", "reference", "-q"]) == 0
+    assert main(["verify", str(MLP), str(output), "--runtime", "reference"]) == 0, capsys.readouterr()
+    assert "next:" not in capsys.readouterr().err

@@ -110,7 +110,7 @@ def _not_installed() -> str:
 
 @pytest.mark.parametrize("options, message", [
     (["--dim", "batch=abc"], "the size must be a whole number, not 'abc'"),
-    (["--dim", "nosuch=3"], "no input of ORIGINAL has a dimension named 'nosuch'"),
+    (["--dim", "nosuch=3"], "--dim nosuch: no input of ORIGINAL has a dimension named 'nosuch'"),
     (["--target", None], "is not installed"),
 ], ids=["dim size", "dim name", "target not installed"])
 @pytest.mark.parametrize("command", ["expand", "lower"])
@@ -120,6 +120,16 @@ def test_what_verify_would_refuse_is_refused_before_the_output_is_written(tmp_pa
     output.write_bytes(b"an older output")
     options = [option or _not_installed() for option in options]
     assert_bad_input(run_cli(command, source, "-o", output, "--verify", *options), message)
+    assert output.read_bytes() == b"an older output"
+
+
+@pytest.mark.parametrize("command", ["expand", "lower"])
+def test_a_dim_that_targets_check_would_refuse_is_refused_before_the_output_is_written(tmp_path, command):
+    source, output = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(oh.make_model(onnx.load(MODELS / "mlp_dynamic.onnx").graph), source)
+    output.write_bytes(b"an older output")
+    assert_bad_input(run_cli(command, source, "-o", output, "--target", "onnxruntime", "--dim", "nosuch=3"),
+                     "--dim nosuch: no input of ORIGINAL has a dimension named 'nosuch'")
     assert output.read_bytes() == b"an older output"
 
 

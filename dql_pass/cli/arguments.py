@@ -57,7 +57,8 @@ def _rewrite(parser: argparse.ArgumentParser, what: str) -> None:
 
 def _verify_after(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify", action="store_true", help=_VERIFY)
-    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE", help="with --verify: " + _DIM)
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                        help="with --verify or --target: " + _DIM)
     parser.add_argument("--share-data", action="store_true", help=_SHARE)
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from dql_pass.cli.output import say
+from dql_pass.cli.output import note, say
 
 if TYPE_CHECKING:
     from dql_pass.verification import VerifyReport
@@ -62,4 +62,7 @@ def verify_with_progress(args: argparse.Namespace, original: Any, rewritten: Any
 def show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
     """Print verify's report; its exit code and its --json shape."""
     say(args, report.format())
+    if report.verdict == "PASS" and report.runtime == "onnxruntime" and not args.quiet:
+        note("next: checked on onnxruntime; --runtime NAME checks it on the runtime it will run on "
+             "(dql-pass expand --list-targets lists them)")
     return report.exit_code, report.to_dict()

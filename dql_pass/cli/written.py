@@ -18,16 +18,28 @@ def check_before_writing(args: argparse.Namespace) -> None:
     """What --target's check and --verify read of the options, checked before the pass writes: a bad
     --dim, or a runtime to verify on that is not installed, is exit 2 with the output as it was."""
     dims = values.dims(args)
-    if not args.verify:
-        return
-    from dql_pass import runtimes
+    if args.verify:
+        from dql_pass import runtimes
 
-    runtimes.get(args.target or "onnxruntime").check_installed()
-    if dims:
+        runtimes.get(args.target or "onnxruntime").check_installed()
+    if dims:  # --verify and --target's check both size the inputs with them
         from dql_pass.files import load_model
         from dql_pass.verification.synthesis import check_dims
 
-        check_dims(load_model(args.input).graph.inputs, dims)
+        check_dims(load_model(args.input).graph.inputs, dims, "--dim {}")
+
+
+def _verify_command(args: argparse.Namespace) -> str:
+    """The verify command that checks what expand or lower wrote, with the options they would verify it with."""
+    from dql_pass import runtimes
+
+    words = ["dql-pass", "verify", args.input, args.output]
+    if args.zero_range != "onnxruntime":
+        words += ["--zero-range", args.zero_range]
+    words += [word for pair in args.dim for word in ("--dim", pair)]
+    if args.target and runtimes.get(args.target).installed():
+        words += ["--runtime", args.target]
+    return shlex.join(words)
 
 
 def after_writing(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
@@ -49,7 +61,5 @@ def after_writing(args: argparse.Namespace, report: dict) -> tuple[int, dict]:
                                         dims=values.dims(args), runtime=args.target or "onnxruntime")
         code, report["verify"] = show(args, verified)
     elif not args.quiet:
-        runtime = f" --runtime {args.target}" if args.target else ""
-        note(f"next: dql-pass verify {shlex.quote(args.input)} {shlex.quote(args.output)}{runtime} checks it bit "
-             "for bit (or run this command again with --verify)")
+        note(f"next: {_verify_command(args)} checks it bit for bit (or run this command again with --verify)")
     return (1 if blocked else code), report

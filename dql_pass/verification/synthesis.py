@@ -200,14 +200,15 @@ def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray
     check_dims(graph_inputs, dims)
 
 
-def check_dims(graph_inputs: Sequence[ir.Value], dims: Mapping[str, int]) -> None:
-    """:class:`InputError` for a size in ``dims`` that no dimension of ORIGINAL's ``graph_inputs`` is named for."""
+def check_dims(graph_inputs: Sequence[ir.Value], dims: Mapping[str, int], option: str = "dims[{!r}]") -> None:
+    """:class:`InputError` for a size in ``dims`` that no dimension of ORIGINAL's ``graph_inputs`` is
+    named for; ``option`` spells a name as the caller took it (``--dim {}`` on the command line)."""
     symbols = {d.value: None for v in graph_inputs if v.shape is not None for d in v.shape
                if isinstance(d, ir.SymbolicDim) and d.value}  # in the order the inputs name them
     for name in dims:
         if name not in symbols:
             known = f"its dimensions: {', '.join(symbols)}" if symbols else "it has no named dimension"
-            raise InputError(f"dims[{name!r}]: no input of ORIGINAL has a dimension named {name!r}; {known}")
+            raise InputError(f"{option.format(name)}: no input of ORIGINAL has a dimension named {name!r}; {known}")
 
 
 def input_sets(
