@@ -34,7 +34,7 @@ def test_merged_rows_replace_their_own_and_keep_every_other_row_and_section(monk
         assert table[2] == "| openvino | 1.0 | 5 | 5 | 0 | 0 | `x`: y differs |"
     assert "Not installed here" not in merged
     assert "Rows of onnxruntime-cuda: `python -m tools.family_runtimes --runtime onnxruntime-cuda --merge`" in merged
-    assert "on CPU with GPU A, in 31 s; the other rows are from the run above" in merged and "in 7 s:" in merged
+    assert "(CPU with GPU A), in 31 s; the other rows are from the run above" in merged and "in 7 s:" in merged
     again = tool.merge(merged, run, ["onnxruntime-cuda"])  # a second merge: the same text but its run's time
 
     def apart_from_the_run(text: str) -> list[str]:

@@ -124,7 +124,7 @@ def merge(report: str, text: str, names: Sequence[str]) -> str:
     command = f"python -m tools.family_runtimes --runtime {' --runtime '.join(names)} --merge"
     when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
     lines = [*intro.rstrip().splitlines(), "",
-             f"{run}`{command}` on {when} on {harness.machine()}, in {seconds} s; the other rows are from the run "
+             f"{run}`{command}` on {when} ({harness.machine()}), in {seconds} s; the other rows are from the run "
              "above.", ""]
     order, measured = list(runtimes.RUNTIMES), _tables(text)
     for op, kept in _tables(old).items():

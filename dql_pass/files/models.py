@@ -183,7 +183,8 @@ def _modes(source: str | os.PathLike | None, inputs: set[Path]) -> tuple[int, in
     model_mode = default_file_mode() if source is None else stat.S_IMODE(os.stat(source).st_mode)
     data_mode = model_mode
     for file in inputs:
-        data_mode &= stat.S_IMODE(os.stat(file).st_mode)
+        with contextlib.suppress(FileNotFoundError):  # a dropped file gone since the load: nothing to keep private
+            data_mode &= stat.S_IMODE(os.stat(file).st_mode)
     return model_mode, data_mode
 
 
