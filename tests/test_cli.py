@@ -648,3 +648,12 @@ def test_a_pass_on_onnxruntime_says_how_to_check_on_the_runtime_it_will_run_on(t
     assert main(["expand", str(MLP), "-o", str(output), "--target", "reference", "-q"]) == 0
     assert main(["verify", str(MLP), str(output), "--runtime", "reference"]) == 0, capsys.readouterr()
     assert "next:" not in capsys.readouterr().err
+
+
+def test_a_fail_of_another_tools_rewrite_says_how_to_get_one_that_passes(tmp_path, capsys):
+    broken = onnx.load(MLP)
+    next(n for n in broken.graph.node if n.op_type == "Relu").op_type = "Abs"
+    onnx.save(broken, tmp_path / "broken.onnx")
+    assert main(["verify", str(MLP), str(tmp_path / "broken.onnx")]) == 1
+    assert f"next: REWRITTEN does not compute what ORIGINAL does (the lines above say where); `dql-pass expand {MLP} " \
+           "-o OUT --verify`" in capsys.readouterr().err

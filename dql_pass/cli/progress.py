@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = ["Progress", "show", "verify_with_progress"]
 
 import argparse
+import shlex
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -65,4 +66,9 @@ def show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
     if report.verdict == "PASS" and report.runtime == "onnxruntime" and not args.quiet:
         note("next: checked on onnxruntime; --runtime NAME checks it on the runtime it will run on "
              "(dql-pass expand --list-targets lists them)")
+    elif report.verdict == "FAIL" and args.command == "verify" and not args.quiet:  # someone else's rewrite
+        target = "" if report.runtime == "onnxruntime" else f" --target {report.runtime}"
+        note(f"next: REWRITTEN does not compute what ORIGINAL does (the lines above say where); `dql-pass expand "
+             f"{shlex.quote(report.original)} -o OUT{target} --verify` (lower, for the integer ops too) writes one "
+             "that does")
     return report.exit_code, report.to_dict()
