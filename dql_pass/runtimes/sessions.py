@@ -100,11 +100,12 @@ def as_file(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> Iterator[P
         yield path
 
 
-def conform(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def conform(array: np.ndarray, dtype: np.dtype | None) -> np.ndarray:
     """``array`` as ``dtype``, by reinterpreting bits of the same size (a runtime that gives uint8
-    as int8, say); :class:`RuntimeFailure` for any other mismatch, which no cast may hide."""
+    as int8, say); :class:`RuntimeFailure` for any other mismatch, which no cast may hide. A model
+    that does not declare the type (None) gets the array as the runtime gave it."""
     array = np.asarray(array)
-    if array.dtype == dtype:
+    if dtype is None or array.dtype == dtype:
         return array
     if array.dtype.itemsize == np.dtype(dtype).itemsize and array.dtype.kind in "iub" and np.dtype(dtype).kind in "iub":
         return array.view(dtype)
@@ -123,7 +124,7 @@ class ShapeCachedSession(Session):
         self,
         inputs: Sequence[str],
         outputs: Sequence[str],
-        output_types: Sequence[np.dtype],
+        output_types: Sequence[np.dtype | None],
         compile: Callable[[tuple[tuple[tuple[int, ...], np.dtype], ...]], Compiled],
         origin: str | None = None,
     ) -> None:
@@ -150,11 +151,12 @@ def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [value for value in model.graph.input if value.name not in weights]
 
 
-def output_types(model: onnx.ModelProto) -> list[np.dtype]:
-    """The numpy types of the graph outputs of ``model``."""
+def output_types(model: onnx.ModelProto) -> list[np.dtype | None]:
+    """The numpy types of the graph outputs of ``model``; None where it does not say (no value_info)."""
     import onnx
 
-    return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
+    return [onnx.helper.tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) if o.type.tensor_type.elem_type
+            else None for o in model.graph.output]
 
 
 def compiled_per_rank(proto: onnx.ModelProto, compile: Callable[[onnx.ModelProto], Compiled]) -> Session:
