@@ -308,12 +308,30 @@ def cases(
     return out
 
 
+def _slot_boundaries(lo: float, hi: float) -> np.ndarray:
+    """lo, hi, and for every k the range reaches the two floats where round(x / scale) goes from k to
+    k + 1: a decomposition that rounds through a table of per-slot thresholds (lean) is wrong at
+    one of them wherever one threshold is."""
+    scale = _scale(lo, hi)
+    rounded = lambda v: np.round(_F(v) / scale)  # noqa: E731 (half to even, after a correctly rounded quotient)
+    found = []
+    for k in range(int(np.floor(lo / scale)), int(np.ceil(hi / scale))):
+        below = _F((k + 0.5) * scale)
+        while rounded(below) > k:
+            below = np.nextafter(below, _F(-np.inf))
+        while rounded(np.nextafter(below, _F(np.inf))) <= k:
+            below = np.nextafter(below, _F(np.inf))
+        found += [x for x in (below, np.nextafter(below, _F(np.inf))) if lo <= x <= hi]
+    return _array([lo, hi, *found])
+
+
 def large_cases() -> list[Case]:
     """Cases beyond the catalogue's few hundred elements, where kernels change paths.
 
     The catalogue's exact ties of ``tie_exact_fractional_scale``, repeated, with the two ends of
     their range last: a reduction that reads a prefix, or a scale that changes with the size, gets
-    them wrong.
+    them wrong. And the two floats around every rounding boundary, for ranges below and above 0
+    (255 boundaries each: every quantized step on either side of the zero point), at four scales each.
     """
     ties = _exact_ties(-0.7, 1.3)
     ends, inner = ties[:2], ties[2:]  # the case starts with the ends of its range
@@ -323,6 +341,13 @@ def large_cases() -> list[Case]:
         x[-2:] = ends
         found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape),
                           f"{x.size} exact ties, the range's ends last"))
+    # Ranges below and above 0, of scales whose products with a slot's constant round differently: a
+    # wrong threshold that equals the right one at one scale shows at another.
+    for lo, hi in ((-0.7, 0.0), (-0.31, 0.0), (-1.9, 0.0), (-5.3, 0.0), (0.0, 1.3), (0.0, 0.47), (0.0, 3.7),
+                   (0.0, 9.1)):
+        x = _slot_boundaries(lo, hi)
+        found.append(Case(f"boundaries_{lo or hi}", "large", x, f"the floats on both sides of each of the "
+                          f"{(x.size - 2) // 2} rounding boundaries of [{lo}, {hi}]"))
     return found
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dql_pass import inputs, runtimes
+from dql_pass.reference import dynamic_quantize_linear
 from dql_pass.runtimes.base import KnownDifference
 
 
@@ -58,10 +59,21 @@ def test_input_classes_names_only_classes_of_the_vocabulary():
 
 def test_the_large_cases_repeat_the_catalogues_exact_ties_with_the_ends_last():
     ties = next(c.x for c in inputs.cases() if c.name == "tie_exact_fractional_scale")
-    for case in inputs.large_cases():
+    for case in [c for c in inputs.large_cases() if c.name.startswith("large_ties")]:
         flat = case.x.ravel()
         assert flat.size > 1000 and flat[-2:].tobytes() == ties[:2].tobytes()
         assert set(flat[:-2].tolist()) == set(ties[2:].tolist()) and "near tie" in case.classes("onnxruntime")
+
+
+def test_the_boundary_cases_straddle_every_rounding_step_on_each_side_of_the_zero_point():
+    """Each quantized step k -> k + 1 once on each side of its boundary, below and above 0, at four scales."""
+    boundaries = [c for c in inputs.large_cases() if c.name.startswith("boundaries")]
+    assert len(boundaries) == 8
+    for case in boundaries:
+        y, _, zero_point = dynamic_quantize_linear(case.x)
+        steps = y[2:].astype(int).reshape(-1, 2)  # the range's ends first, then pairs around each boundary
+        assert (steps[:, 1] - steps[:, 0] == 1).all() and len(steps) == 255 and len(np.unique(y)) == 256
+        assert zero_point in (0, 255)
 
 
 def test_the_independent_inputs_are_seeded_and_reach_the_classes_runtimes_differ_on():
