@@ -26,6 +26,7 @@ from dql_pass.lowering.operands import _drive
 from dql_pass.lowering.proof import LIMIT
 from dql_pass.runtimes.ort import import_onnxruntime
 from dql_pass.verification.lowered import check_lowered
+from helpers import MODELS
 
 F, I32, U8, S8 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT8, TensorProto.INT8
 ORT = runtimes.get("onnxruntime")
@@ -453,3 +454,22 @@ def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_
             b.astype(np.int64) - np.asarray(0 if b_zp is None else b_zp, np.int64))
         actual = reference.matmul_integer(a, b, np.asarray(a_zp), None if b_zp is None else np.asarray(b_zp))
         assert actual.dtype == np.int32 and np.array_equal(actual, plain)
+
+
+def test_a_product_that_regroups_its_rows_in_pairs_fails(tmp_path):
+    """Exact for an even number of rows only (the model level runs batch 2): the lowered product's own
+    cases take an odd number."""
+    lowered = tmp_path / "lowered.onnx"
+    dql_pass.lower_file(MODELS / "mlp_dynamic.onnx", lowered)
+    model = onnx.load(lowered)
+    product = next(n for n in model.graph.node if n.op_type == "MatMul")
+    weights = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == product.input[1])
+    model.graph.initializer.extend([numpy_helper.from_array(np.array([-1, 2, weights.shape[0]]), "pairs"),
+                                    numpy_helper.from_array(np.array([-1, weights.shape[1]]), "rows")])
+    at = list(model.graph.node).index(product)
+    out = product.output[0]
+    model.graph.node.insert(at, helper.make_node("Reshape", [product.input[0], "pairs"], ["paired"]))
+    product.input[0], product.output[0] = "paired", "paired_out"
+    model.graph.node.insert(at + 2, helper.make_node("Reshape", ["paired_out", "rows"], [out]))
+    report = dql_pass.verify(MODELS / "mlp_dynamic.onnx", model)
+    assert report.verdict == "FAIL" and all(o.identical for o in report.outputs), report.format()
