@@ -107,7 +107,8 @@ def _product_cases(site: Site, rng: np.random.Generator, conv: bool) -> Cases:
         a_shape = known_shape(site, 0, lambda: (2, w_shape[1] * group, *side))
     else:
         per_row = site.constants[2] if len(site.constants) > 2 and site.constants[2] is not None else np.zeros(1)
-        rows = per_row.size if per_row.size > 1 else 3  # a zero point per row: that many; else odd (rows regrouped in pairs fail)
+        # A zero point per row: that many rows; else an odd number, where rows regrouped in pairs fail.
+        rows = per_row.size if per_row.size > 1 else 3
         # B [K] or [..., K, N]: A takes its K.
         a_shape = known_shape(site, 0, lambda: None if site.shapes[1] is None and weights is None
                          else (rows, (weights.shape if weights is not None else site.shapes[1])[-2:][0]))
