@@ -473,3 +473,39 @@ def test_a_product_that_regroups_its_rows_in_pairs_fails(tmp_path):
     model.graph.node.insert(at + 2, helper.make_node("Reshape", ["paired_out", "rows"], [out]))
     report = dql_pass.verify(MODELS / "mlp_dynamic.onnx", model)
     assert report.verdict == "FAIL" and all(o.identical for o in report.outputs), report.format()
+
+
+@pytest.mark.parametrize("blocks", [True, False], ids=["blocks", "no blocks"])
+def test_a_dead_copy_under_the_checked_names_does_not_stand_in_for_the_live_product(tmp_path, blocks):
+    """The lowered product (and its Cast, without blocks) stays under its names, read by nothing; the
+    live readers read a copy whose weight is off: the product is not reported checked and right (the
+    model level's inputs need not reach that weight row)."""
+    lowered = tmp_path / "lowered.onnx"
+    dql_pass.lower_file(MODELS / "mlp_dynamic.onnx", lowered, target="webgpu", blocks=blocks, weights="float")
+    model = onnx.load(lowered)
+    nodes = list(model.graph.node)
+    chain = [[n for n in nodes if n.op_type == "MatMul"][-1]]
+    readers = [n for n in nodes if chain[0].output[0] in n.input]
+    chain += [r for r in readers if r.op_type == "Cast" and len(readers) == 1]
+    weight = next(t for t in model.graph.initializer if t.name == chain[0].input[1])
+    changed = numpy_helper.to_array(weight).copy()
+    changed[-1] += 40
+    model.graph.initializer.append(numpy_helper.from_array(changed, "changed_weight"))
+    copies = [onnx.NodeProto() for _ in chain]
+    for copy, node in zip(copies, chain):
+        copy.CopyFrom(node)
+        copy.name, copy.output[0] = "", f"copy_{node.output[0]}"
+    copies[0].input[1] = "changed_weight"
+    for copy in copies[1:]:
+        copy.input[0] = f"copy_{copy.input[0]}"
+    end = chain[-1].output[0]
+    for node in nodes:
+        node.input[:] = [f"copy_{end}" if name == end else name for name in node.input]
+    at = nodes.index(chain[-1]) + 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes[:at] + copies + nodes[at:])
+    report = dql_pass.verify(MODELS / "mlp_dynamic.onnx", model)
+    (row,) = [s for s in report.sites if s.name.startswith("MatMulInteger") and "MatMul3" in s.name]
+    # Not checked where nothing live reads it, or checked through the live reader, which reads the copy.
+    assert row.mismatches or "nothing REWRITTEN outputs depends on it" in (row.not_reachable or ""), report.format()
+    assert report.verdict != "PASS"

@@ -121,14 +121,16 @@ def _fed(site: LoweredSite) -> list[int]:
     return [i for i, (name, array) in enumerate(zip(site.inputs, site.constants)) if name is not None and array is None]
 
 
-def _read(values: dict[str, ir.Value], site: LoweredSite) -> ir.Value:
+def _read(values: dict[str, ir.Value], site: LoweredSite, alive: set[ir.Node]) -> ir.Value:
     """The value REWRITTEN's readers of the site read: where ORIGINAL's reader is still there (same
-    domain, type and output names), what it reads in the site's place, else the value of the site's
-    name. A value that only keeps the name, read by nothing that matters, is not what gets checked."""
+    domain, type and output names) and live in REWRITTEN (``alive``, where the site was live), what it
+    reads in the site's place, else the value of the site's name. A value that only keeps the name,
+    read by nothing that matters, is not what gets checked."""
     read = {
         node.inputs[index]
         for op, outputs, index in site.readers
         if (node := reader(values, op, outputs)) is not None and index < len(node.inputs)
+        and (node in alive or not site.live)
     }
     if len(read) > 1:
         raise NotReachable("REWRITTEN's readers of its output read different values")
@@ -175,8 +177,11 @@ def _replacement(model: ir.Model, scopes: Scopes, site: LoweredSite) -> _Replace
         raise NotReachable(f"no graph of REWRITTEN{' that its outputs depend on' if site.live else ''} "
                            f"holds {site.output!r}")
     values = scopes.values[graph]
-    output = values[site.cast] if cast else _read(values, site)
+    output = values[site.cast] if cast else _read(values, site, scopes.live_nodes)
     producer = output.producer()
+    if site.live and producer is not None and producer not in scopes.live_nodes:
+        raise NotReachable(f"{output.name!r} is in REWRITTEN, but nothing REWRITTEN outputs depends on it: what is "
+                           "computed in its place is unknown")
     if producer is not None and producer.op_type == site.op_type and producer.domain in DOMAINS:
         return None
     feeds = _feeds(site, values)
