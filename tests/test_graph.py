@@ -47,8 +47,9 @@ def test_a_lowered_site_model_imports_only_the_domains_it_uses():
 
 
 def _reader_in_another_domain() -> tuple[ir.Model, ir.Model]:
-    """ORIGINAL: q = QuantizeLinear(x), read by Identity; REWRITTEN: q lowered, and in the
-    Identity's place a ``custom`` Identity of the same output name that reads a wrong value."""
+    """ORIGINAL: q = QuantizeLinear(x), read by Identity; REWRITTEN: q lowered (and an output, so that
+    it stays live), and in the Identity's place a ``custom`` Identity of the same output name that
+    reads a wrong value."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])
     out = helper.make_tensor_value_info("out", TensorProto.UINT8, [8])
     original = helper.make_model(helper.make_graph(
@@ -67,6 +68,7 @@ def _reader_in_another_domain() -> tuple[ir.Model, ir.Model]:
     graph.outputs[0] = custom.outputs[0]
     graph.remove(reader, safe=True)
     custom.outputs[0].name = "out"
+    graph.outputs.append(next(v for node in graph for v in node.outputs if v.name == "q"))
     rewritten.opset_imports["custom"] = 1
     return ir.from_proto(original), rewritten
 
