@@ -313,7 +313,10 @@ def _slot_boundaries(lo: float, hi: float) -> np.ndarray:
     k + 1: a decomposition that rounds through a table of per-slot thresholds (lean) is wrong at
     one of them wherever one threshold is."""
     scale = _scale(lo, hi)
-    rounded = lambda v: np.round(_F(v) / scale)  # noqa: E731 (half to even, after a correctly rounded quotient)
+
+    def rounded(v: np.float32) -> np.float32:
+        return np.round(_F(v) / scale)  # half to even, after a correctly rounded quotient
+
     found = []
     for k in range(int(np.floor(lo / scale)), int(np.ceil(hi / scale))):
         below = _F((k + 0.5) * scale)

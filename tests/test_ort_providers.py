@@ -45,7 +45,15 @@ def test_every_sample_lowered_for_cuda_passes_verify_on_the_gpu(tmp_path, capsys
     assert "PASS" in capsys.readouterr().out
 
 
-def test_the_saturation_probe_names_the_lowest_ir_version_its_opset_needs(monkeypatch):
+@pytest.fixture
+def fresh_probe():
+    """The saturation probe run anew in the test, and forgotten after it."""
+    ort_adapter._saturating_products.cache_clear()
+    yield
+    ort_adapter._saturating_products.cache_clear()
+
+
+def test_the_saturation_probe_names_the_lowest_ir_version_its_opset_needs(monkeypatch, fresh_probe):
     # onnx's own IR version can be newer than an onnxruntime reads: onnx 1.23 writes 14 by default,
     # onnxruntime-gpu 1.31 (the CUDA build's newest) refuses anything above 13.
     ort = ort_adapter.import_onnxruntime()
@@ -56,15 +64,11 @@ def test_the_saturation_probe_names_the_lowest_ir_version_its_opset_needs(monkey
         return create(model, *args, **kwargs)
 
     monkeypatch.setattr(ort, "InferenceSession", spy)
-    ort_adapter._saturating_products.cache_clear()
-    try:
-        runtimes.get("onnxruntime").saturating_products()
-    finally:
-        ort_adapter._saturating_products.cache_clear()
+    runtimes.get("onnxruntime").saturating_products()
     assert versions and set(versions) == {onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", 13)])}
 
 
-def test_an_onnxruntime_that_cannot_run_the_saturation_probe_is_a_refusal(monkeypatch):
+def test_an_onnxruntime_that_cannot_run_the_saturation_probe_is_a_refusal(monkeypatch, fresh_probe):
     ort = ort_adapter.import_onnxruntime()
     fail = ort.capi.onnxruntime_pybind11_state.Fail
 
@@ -72,9 +76,5 @@ def test_an_onnxruntime_that_cannot_run_the_saturation_probe_is_a_refusal(monkey
         raise fail("Unsupported model IR version: 14, max supported IR version: 13")
 
     monkeypatch.setattr(ort, "InferenceSession", refuse)
-    ort_adapter._saturating_products.cache_clear()
-    try:
-        with pytest.raises(runtimes.RuntimeFailure, match="IR version"):
-            runtimes.get("onnxruntime").saturating_products()
-    finally:
-        ort_adapter._saturating_products.cache_clear()
+    with pytest.raises(runtimes.RuntimeFailure, match="IR version"):
+        runtimes.get("onnxruntime").saturating_products()

@@ -28,9 +28,7 @@ import argparse
 import collections
 import json
 import logging
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -86,15 +84,6 @@ def batch_of(feeds: Mapping[str, np.ndarray], batch: int) -> dict[str, np.ndarra
     return {name: np.ascontiguousarray(np.resize(array, (batch, *array.shape[1:]))) for name, array in feeds.items()}
 
 
-def gpu_name() -> str:
-    """The GPU, its driver and memory, as nvidia-smi names them."""
-    if shutil.which("nvidia-smi") is None:
-        return "unknown (no nvidia-smi)"
-    answer = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                            capture_output=True, text=True, check=False)
-    return answer.stdout.strip().replace("\n", "; ") or "unknown"
-
-
 def measure(forms: Mapping[str, Path], feeds: Mapping[str, np.ndarray], batches: Sequence[int], provider: str,
             budget: float, folder: Path) -> dict:
     """Per form: "time" (batch -> median seconds and samples), "same" (batch -> the original's bits, or a
@@ -142,9 +131,10 @@ def render(results: Mapping[str, dict], *, model: Path, feeds: Mapping[str, np.n
                *(f"inference, batch {b} (to original)" for b in batches),
                *(f"outputs = original's, batch {b}" for b in batches)]
     rounds = min(r["time"][b]["samples"] for r in results.values() for b in batches)
+    gpu = "; ".join(harness.gpu_models("name,driver_version,memory.total")) or "unknown (no nvidia-smi)"
     lines = [
         f"## Time on a real GPU ({provider})", "",
-        f"`python -m tools.cuda_time {model.name}` on {model.name}, on **{gpu_name()}**, onnxruntime "
+        f"`python -m tools.cuda_time {model.name}` on {model.name}, on **{gpu}**, onnxruntime "
         f"{ort.__version__} ({provider}, its defaults, the optimizer at its default level). Forms as in "
         "the WebGPU section: original = quantize_dynamic as transformers.js's q8, lowered = `dql-pass lower` "
         "(no target), lowered TARGET = `dql-pass lower --target TARGET`, fp32 = the float model. Inputs: "

@@ -216,10 +216,11 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def gpu_models() -> list[str]:
-    """The names of the NVIDIA GPUs that ``nvidia-smi`` lists, none where it is absent or fails."""
+def gpu_models(fields: str = "name") -> list[str]:
+    """One line per NVIDIA GPU that ``nvidia-smi`` lists, its ``fields`` (``--query-gpu``) comma-separated;
+    none where it is absent or fails."""
     try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+        listed = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
                                 text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return []

@@ -47,7 +47,7 @@ def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
     """
     data = Path(tensor.path)
     if not data.is_file():
-        raise InputError(f"{path}: the external data file {data} is missing")
+        raise _not_a_data_file(path, data)
     offset = tensor.offset or 0
     size = (tensor.dtype.bitwidth * math.prod(tensor.shape.numpy()) + 7) // 8
     if tensor.length is not None and tensor.length != size:
@@ -64,6 +64,11 @@ def _checked(tensor: ir.ExternalTensor, path: Path) -> ir.ExternalTensor:
     )
 
 
+def _not_a_data_file(path: Path, data: Path) -> InputError:
+    what = "is not a regular file" if os.path.lexists(data) else "is missing"
+    return InputError(f"{path}: the external data file {data} {what}")
+
+
 def _check_external_files(model: ir.Model, path: Path) -> None:
     external = ExternalData.of(model)
     for value in external.values:
@@ -72,7 +77,7 @@ def _check_external_files(model: ir.Model, path: Path) -> None:
         node.attributes[attr.name] = ir.AttrTensor(attr.name, _checked(attr.value, path))
 
 
-_STORED_ELSEWHERE = re.compile(r"should be stored in (.+?), but it is not regular file")
+_STORED_ELSEWHERE = re.compile(r"should be stored in (.+?), but it is not regular file")  # onnx.checker's words
 
 
 def load_model(path: str | os.PathLike) -> ir.Model:
@@ -88,9 +93,8 @@ def load_model(path: str | os.PathLike) -> ir.Model:
         raise InputError(f"{path}: the model fails ONNX shape inference: {one_line(error)}") from None
     except onnx.checker.ValidationError as error:
         stored = _STORED_ELSEWHERE.search(str(error))
-        if stored:  # the checker's words for a data file that is missing, or a folder
-            what = "is not a regular file" if os.path.lexists(stored.group(1)) else "is missing"
-            raise InputError(f"{path}: the external data file {stored.group(1)} {what}") from None
+        if stored:  # the checker's words for a data file that is not there
+            raise _not_a_data_file(path, Path(stored.group(1))) from None
         raise InputError(f"{path}: not a valid ONNX model: {one_line(error)}") from None
     try:
         model = read_model(path)

@@ -1,10 +1,10 @@
 """Kept nodes: every node REWRITTEN keeps must read ORIGINAL's constants and carry its attributes.
 
 Rules: a node of ORIGINAL that REWRITTEN has in a graph where ORIGINAL has none like it (an If's
-branches swapped, a node moved out of a Loop's body) is a change: no rewrite of a DQL moves the nodes around it, and the
-sites and the model level would check the moved ones where they no longer are. A node that
-REWRITTEN keeps (same graph path, domain, type and name, or output names when it
-has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
+branches swapped, a node moved out of a Loop's body) is a change: no rewrite of a DQL moves the
+nodes around it, and the sites and the model level would check the moved ones where they no
+longer are. A node that REWRITTEN keeps (same graph path, domain, type and name, or output names
+when it has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
 constants, bit for bit, at every input where either model has a constant (an initializer that is
 also a graph input counts by its stored value: as deployed nothing feeds it), and carry the same
 attributes: a difference there is a mismatch whatever the inputs verify synthesizes (a change a bias
@@ -68,21 +68,24 @@ def _moved(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, st
     ``labels``: both models' graph paths. A rewrite that drops one of two nodes of the same identity
     (lower leaving a subgraph's copy alone) moves nothing; a move among graphs that all hold the
     identity, or a move with a rename, is left to the sites and the model level."""
-    def places(model: ir.Model) -> dict[tuple, dict[tuple, ir.Graph]]:
-        found: dict[tuple, dict[tuple, ir.Graph]] = collections.defaultdict(dict)
+    def places(model: ir.Model) -> dict[tuple, dict[tuple, ir.Node]]:
+        """Node identity -> place -> a node of that identity there."""
+        found: dict[tuple, dict[tuple, ir.Node]] = collections.defaultdict(dict)
         for graph, place in _places(model).items():
             for node in graph:
-                found[_identity(node)][place] = graph
+                found[_identity(node)][place] = node
         return found
+
+    def where(nodes) -> str:
+        return ", ".join(sorted(labels[node.graph] for node in nodes))
 
     before, after = places(original), places(rewritten)
     moved = []
     for identity, held in before.items():
-        new = [graph for place, graph in after.get(identity, {}).items() if place not in held]
+        new = [node for place, node in after.get(identity, {}).items() if place not in held]
         if new:
-            node = next(n for n in next(iter(held.values())) if _identity(n) == identity)
-            moved += [f"{described(node)} in {', '.join(sorted(labels[g] for g in held.values()))}: REWRITTEN has "
-                      f"it in {', '.join(sorted(labels[g] for g in new))}, where ORIGINAL has not"]
+            moved.append(f"{described(next(iter(held.values())))} in {where(held.values())}: REWRITTEN has it in "
+                         f"{where(new)}, where ORIGINAL has not")
     return moved
 
 
