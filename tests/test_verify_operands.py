@@ -457,8 +457,8 @@ def test_random_operands_and_the_reference_taken_a_block_at_a_time_are_those_of_
 
 
 def test_a_product_that_regroups_its_rows_in_pairs_fails(tmp_path):
-    """Exact for an even number of rows only (the model level runs batch 2): the lowered product's own
-    cases take an odd number."""
+    """Exact for an even number of rows only: the lowered product's own cases take an odd number (the
+    model level fails it too, at batch 3, where REWRITTEN does not run)."""
     lowered = tmp_path / "lowered.onnx"
     dql_pass.lower_file(MODELS / "mlp_dynamic.onnx", lowered)
     model = onnx.load(lowered)
@@ -472,7 +472,8 @@ def test_a_product_that_regroups_its_rows_in_pairs_fails(tmp_path):
     product.input[0], product.output[0] = "paired", "paired_out"
     model.graph.node.insert(at + 2, helper.make_node("Reshape", ["paired_out", "rows"], [out]))
     report = dql_pass.verify(MODELS / "mlp_dynamic.onnx", model)
-    assert report.verdict == "FAIL" and all(o.identical for o in report.outputs), report.format()
+    products = [s for s in report.sites if s.name.startswith("MatMulInteger")]
+    assert report.verdict == "FAIL" and [s.mismatches > 0 for s in products] == [True, False, False], report.format()
 
 
 @pytest.mark.parametrize("blocks", [True, False], ids=["blocks", "no blocks"])

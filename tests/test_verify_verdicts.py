@@ -112,3 +112,18 @@ def test_expand_verify_on_an_input_verify_cannot_make_writes_and_says_incomplete
     result = run_cli("expand", _save(model, tmp_path / "sequence_in.onnx"), "-o", output, "--verify")
     _assert_exit(result, 1, "INCOMPLETE")
     assert "cannot synthesize model input 'xs'" in result.stdout and output.exists()
+
+
+def test_a_bias_fitted_to_the_default_batch_fails(tmp_path):
+    # A rewrite that holds at one batch size only (a bias tiled for batch 2 under a new node name)
+    # gives ORIGINAL's outputs at that size: verify runs one random set at another batch.
+    rewritten = ir.from_proto(dql_pass.expand(onnx.load(MLP))[0])
+    add = next(node for node in rewritten.graph if node.name == "Add3")
+    bias = add.inputs[1].const_value.numpy()
+    tiled = ir.Value(name="B3_tiled", const_value=ir.tensor(np.tile(bias, (2, 1))))
+    rewritten.graph.initializers.add(tiled)
+    add.replace_input_with(1, tiled)
+    add.name = "Add3_tiled"
+    result = run_cli("verify", MLP, _save(rewritten, tmp_path / "tiled.onnx"))
+    _assert_exit(result, 1)
+    assert "sample 1" in result.stdout and "batch 3" in result.stdout

@@ -43,7 +43,7 @@ from dql_pass.verification.outputs import Sets, compare_outputs, size
 from dql_pass.verification.progress import advance
 from dql_pass.verification.report import OutputResult
 from dql_pass.verification.site_level import SiteTally
-from dql_pass.verification.synthesis import BATCH_SIZE, FALLBACK_BATCH
+from dql_pass.verification.synthesis import FALLBACK_BATCH, InputSets
 
 _ORT = runtimes.get("onnxruntime")
 
@@ -116,21 +116,32 @@ def _run_all(model: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> dict[str
     return {label: loaded.run(feeds) for label, feeds in sets.items()}
 
 
+class _OriginalFailure(Exception):
+    """ORT cannot run ORIGINAL on the input set ``label``."""
+
+    def __init__(self, label: str, error: runtimes.RuntimeFailure):
+        super().__init__(f"ORT cannot run ORIGINAL: {one_line(error)}")  # ORT's message is the clearest one-liner
+        self.label = label
+
+
 def _run_both(
     original: ir.Model, rewritten: ir.Model, names: tuple[Mapping[str, ir.DataType], Mapping[str, ir.DataType]],
     sets: Sets, runtime: runtimes.Runtime, reads: _Reads,
 ) -> tuple[Sets, Sets | runtimes.RuntimeFailure]:
     """ORIGINAL on ORT and REWRITTEN on ``runtime``, one input set at a time: ``reads`` sees each
     set's exposed values, then only the graph outputs are kept, so one set's values are held at a
-    time. ORIGINAL's failure is raised; REWRITTEN's is returned in place of its runs, ORIGINAL going
-    on (a failed rewrite is still compared with ORIGINAL's outputs). REWRITTEN is loaded once
-    ORIGINAL has run a set (ORIGINAL may not run at this batch)."""
+    time. ORIGINAL's failure is raised (:class:`_OriginalFailure`); REWRITTEN's is returned in
+    place of its runs, ORIGINAL going on (a failed rewrite is still compared with ORIGINAL's
+    outputs). REWRITTEN is loaded once ORIGINAL has run a set (ORIGINAL may not run at this batch)."""
     first, second, failure = _Loaded(original, names[0]), None, None
     expected_runs: dict[str, dict[str, object]] = {}
     actual_runs: dict[str, dict[str, object]] = {}
     for done, (label, feeds) in enumerate(sets.items()):
         advance("input sets", done, len(sets))
-        expected = first.run(feeds)
+        try:
+            expected = first.run(feeds)
+        except runtimes.RuntimeFailure as error:
+            raise _OriginalFailure(label, error) from error
         try:
             if failure is None:
                 second = second or _Loaded(rewritten, names[1], runtime)
@@ -169,26 +180,24 @@ def _zeroed(model: ir.Model) -> ir.Model:
 
 def _run_models(
     original: ir.Model, rewritten: ir.Model, names: tuple[Mapping[str, ir.DataType], Mapping[str, ir.DataType]],
-    sets: Sets, fallback: Callable[[], Sets] | None, runtime: runtimes.Runtime, reads: _Reads,
+    sets: InputSets, fallback: Callable[[int], InputSets] | None, runtime: runtimes.Runtime, reads: _Reads,
 ) -> tuple[Sets, Sets, Sets | runtimes.RuntimeFailure, list[str]]:
-    """Run both models on ``sets`` (see :func:`_run_both`), or on the ``fallback`` sets at batch 1 if
-    ORIGINAL cannot run those; the sets they ran, their graph outputs (REWRITTEN's failure in place
-    of its), and notes for the report."""
+    """Run both models on ``sets`` (see :func:`_run_both`), or where ORIGINAL cannot run a set, on the
+    ``fallback`` sets for the batch it failed at; the sets they ran, their graph outputs (REWRITTEN's
+    failure in place of its), and notes for the report."""
     original = _zeroed(original)
-    try:
-        return sets, *_run_both(original, rewritten, names, sets, runtime, reads), []
-    except runtimes.RuntimeFailure as error:  # ORT's message is the clearest one-liner available
-        failure = f"ORT cannot run ORIGINAL: {one_line(error)}"
-    if fallback is None:
-        raise InputError(failure)
-    reads.clear()
-    sets = fallback()
-    try:
-        expected_runs, actual_runs = _run_both(original, rewritten, names, sets, runtime, reads)
-    except runtimes.RuntimeFailure as error:
-        raise InputError(f"ORT cannot run ORIGINAL: {one_line(error)}") from None
-    note = f"ORIGINAL does not run at batch {BATCH_SIZE} ({failure}); both models ran at batch {FALLBACK_BATCH}"
-    return sets, expected_runs, actual_runs, [note]
+    notes = []
+    while True:
+        try:
+            return sets, *_run_both(original, rewritten, names, sets, runtime, reads), notes + sets.notes
+        except _OriginalFailure as failure:
+            batch, reason = sets.batches.get(failure.label, FALLBACK_BATCH), str(failure)
+            if fallback is None or batch == FALLBACK_BATCH:
+                raise InputError(reason) from None
+        reads.clear()
+        sets = fallback(batch)
+        notes.append(f"ORIGINAL does not run at batch {batch} ({reason}); both models ran at batch "
+                     f"{min(sets.batches.values())}")
 
 
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
@@ -322,8 +331,8 @@ def check_model(
     original: ir.Model,
     rewritten: ir.Model,
     tallies: Sequence[SiteTally],
-    sets: Sets,
-    fallback: Callable[[], Sets] | None,
+    sets: InputSets,
+    fallback: Callable[[int], InputSets] | None,
     zero_range: str,
     runtime: runtimes.Runtime = _ORT,
 ) -> ModelCheck:

@@ -4,7 +4,8 @@ Rules:
 
 - a symbolic dimension takes its ``dims`` size, or the size of that dimension in a given input,
   else :data:`BATCH_SIZE` when it is batch-like: its name says batch, or it is the first axis of
-  an input of rank 2 or more (a rewrite that fixed the batch to 1 fails), else :data:`OTHER_SIZE`
+  an input of rank 2 or more (a rewrite that fixed the batch to 1 fails), and :data:`OTHER_BATCH`
+  in the set ``sample 1`` (a rewrite fitted to one batch size fails), else :data:`OTHER_SIZE`
   (so does an unnamed one or a -1): small enough that a whole-model run of a transformer takes
   well under a second, large enough that every DQL site sees hundreds of elements;
   :func:`chosen_dims` names the sizes taken, for the report;
@@ -23,8 +24,8 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
-    "BATCH_SIZE", "FALLBACK_BATCH", "InputSets", "MAX_INPUT_BYTES", "OTHER_SIZE", "SPECIAL_SETS", "Unsynthesizable",
-    "batch_is_default", "check_dims", "chosen_dims", "input_sets",
+    "BATCH_SIZE", "FALLBACK_BATCH", "InputSets", "MAX_INPUT_BYTES", "OTHER_BATCH", "OTHER_SIZE", "SPECIAL_SETS",
+    "Unsynthesizable", "batch_is_default", "check_dims", "chosen_dims", "input_sets",
 ]
 
 import math
@@ -38,10 +39,11 @@ from dql_pass.errors import InputError
 from dql_pass.graph.walk import fed_inputs
 from dql_pass.op import DOMAINS
 
-# Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
-# short (docs/BENCHMARKS.md) and still gives a DQL site of hidden size 384 some 12,000 elements;
-# the catalogue checks every site on its own besides.
-BATCH_SIZE, FALLBACK_BATCH, OTHER_SIZE = 2, 1, 16
+# Batch 2 catches a batch fixed to 1, batch 3 in one set a rewrite fitted to batch 2. 16 for the
+# other dimensions keeps one run of a transformer short (docs/BENCHMARKS.md) and still gives a DQL
+# site of hidden size 384 some 12,000 elements; the catalogue checks every site on its own besides.
+BATCH_SIZE, OTHER_BATCH, FALLBACK_BATCH, OTHER_SIZE = 2, 3, 1, 16
+_OTHER_BATCH_SET = "sample 1"
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
@@ -213,14 +215,16 @@ def check_dims(graph_inputs: Sequence[ir.Value], dims: Mapping[str, int], option
 
 def input_sets(
     model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int],
-    batch: int = BATCH_SIZE,
+    batch: int = BATCH_SIZE, other_batch: int = OTHER_BATCH,
 ) -> InputSets:
-    """The input sets by label, each a feed for every graph input of ``model`` (made when asked for)."""
+    """The input sets by label, each a feed for every graph input of ``model`` (made when asked for),
+    a default batch ``batch`` in every set but ``sample 1``, which takes ``other_batch``."""
     graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
     sizes = {**_given_dims(model, inputs), **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
     shapes = {v.name: _shape(v, sizes, batch) for v in synthesized}
+    other = {v.name: _shape(v, sizes, other_batch) for v in synthesized} if other_batch != batch else shapes
     labels = [f"sample {i}" for i in range(samples)]
     if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized):
         labels += SPECIAL_SETS
@@ -229,27 +233,38 @@ def input_sets(
                          "give samples 1 or more")
     if not synthesized:  # every input is given: every set would be the same, so one run of them
         labels = ["given inputs"]
-    per_set = sum(math.prod(shapes[v.name]) * int(v.dtype.itemsize) for v in synthesized)
+    by_label = {label: other if label == _OTHER_BATCH_SET else shapes for label in labels}
+    made = sum(math.prod(s[v.name]) * int(v.dtype.itemsize) for s in by_label.values() for v in synthesized)
     given = sum(np.asarray(array).nbytes for array in inputs.values())
-    if per_set * len(labels) + given > MAX_INPUT_BYTES:
+    if made + given > MAX_INPUT_BYTES:
         raise InputError(
-            f"the inputs would need {(per_set * len(labels) + given) / 2**30:.1f} GiB ({len(labels)} input sets of "
-            f"{per_set / 2**30:.1f} GiB synthesized, {given / 2**30:.1f} GiB given), more than the "
+            f"the inputs would need {(made + given) / 2**30:.1f} GiB ({len(labels)} input sets, "
+            f"{made / 2**30:.1f} GiB synthesized, {given / 2**30:.1f} GiB given), more than the "
             f"{MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, fewer samples or smaller inputs"
         )
     highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
-    return InputSets(labels, graph_inputs, inputs, shapes, highs, seed)
+    sets = InputSets(labels, graph_inputs, inputs, by_label, highs, seed)
+    if batch_is_default(model, inputs, dims):
+        sets.batches = {label: other_batch if by_label[label] is not shapes else batch for label in labels}
+    if len(set(sets.batches.values())) > 1:
+        sets.notes.append(f"{_OTHER_BATCH_SET} ran at batch {other_batch}, the other sets at batch {batch}: a rewrite "
+                          "fitted to one batch size fails (--dim sets the batch of every set)")
+    return sets
 
 
 class InputSets(Mapping[str, dict[str, np.ndarray]]):
     """The input sets by label, each a feed for every graph input, made when asked for and not kept:
     a model-level run holds one set at a time. Set ``i`` is drawn from the generator's state after
-    sets ``0 .. i-1``, kept once known, so it has the same values whenever it is made."""
+    sets ``0 .. i-1``, kept once known, so it has the same values whenever it is made. ``batches``
+    is the batch each set took by default, by label (empty where the batch is given), ``notes`` what
+    a report should tell of the sets."""
 
     def __init__(self, labels: list[str], graph_inputs: list[ir.Value], given: Mapping[str, np.ndarray],
-                 shapes: Mapping[str, tuple[int, ...]], highs: Mapping[str, int], seed: int):
+                 shapes: Mapping[str, Mapping[str, tuple[int, ...]]], highs: Mapping[str, int], seed: int):
         self._labels, self._inputs, self._given = labels, graph_inputs, given
         self._shapes, self._highs = shapes, highs
+        self.batches: dict[str, int] = {}
+        self.notes: list[str] = []
         self._states = [np.random.default_rng(seed).bit_generator.state]  # the generator's state before set i
 
     def __len__(self) -> int:
@@ -276,7 +291,7 @@ class InputSets(Mapping[str, dict[str, np.ndarray]]):
         kind, truth = label if label in SPECIAL_SETS else "sample", index % 2 == 0 and label != "zeros"
         feeds = {
             v.name: np.asarray(self._given[v.name]) if v.name in self._given
-            else _synthesize(v, self._shapes[v.name], kind, truth, rng, self._highs.get(v.name, _INT_HIGH))
+            else _synthesize(v, self._shapes[label][v.name], kind, truth, rng, self._highs.get(v.name, _INT_HIGH))
             for v in self._inputs
         }
         if len(self._states) == index + 1:
