@@ -334,7 +334,7 @@ def large_cases() -> list[Case]:
     The catalogue's exact ties of ``tie_exact_fractional_scale``, repeated, with the two ends of
     their range last: a reduction that reads a prefix, or a scale that changes with the size, gets
     them wrong. And the two floats around every rounding boundary, for ranges below and above 0
-    (255 boundaries each: every quantized step on either side of the zero point), at four scales each.
+    (255 boundaries each: every quantized step on either side of the zero point), at six scales each.
     """
     ties = _exact_ties(-0.7, 1.3)
     ends, inner = ties[:2], ties[2:]  # the case starts with the ends of its range
@@ -345,9 +345,11 @@ def large_cases() -> list[Case]:
         found.append(Case(f"large_ties_{x.size}", "large", x.reshape(shape),
                           f"{x.size} exact ties, the range's ends last"))
     # Ranges below and above 0, of scales whose products with a slot's constant round differently: a
-    # wrong threshold that equals the right one at one scale shows at another.
-    for lo, hi in ((-0.7, 0.0), (-0.31, 0.0), (-1.9, 0.0), (-5.3, 0.0), (0.0, 1.3), (0.0, 0.47), (0.0, 3.7),
-                   (0.0, 9.1)):
+    # wrong threshold that equals the right one at one scale shows at another. Six a side, chosen so
+    # that a threshold off by one float, or a tie sent the wrong way, at any one of lean's 510 slots
+    # that matter shows at one of them (four a side missed about one slot in fifteen).
+    for lo, hi in ((-0.7, 0.0), (-0.31, 0.0), (-1.9, 0.0), (-5.3, 0.0), (-2.1, 0.0), (-0.69, 0.0), (0.0, 1.3),
+                   (0.0, 0.47), (0.0, 3.7), (0.0, 9.1), (0.0, 0.53), (0.0, 0.27)):
         x = _slot_boundaries(lo, hi)
         found.append(Case(f"boundaries_{lo or hi}", "large", x, f"the floats on both sides of each of the "
                           f"{(x.size - 2) // 2} rounding boundaries of [{lo}, {hi}]"))

@@ -66,9 +66,9 @@ def test_the_large_cases_repeat_the_catalogues_exact_ties_with_the_ends_last():
 
 
 def test_the_boundary_cases_straddle_every_rounding_step_on_each_side_of_the_zero_point():
-    """Each quantized step k -> k + 1 once on each side of its boundary, below and above 0, at four scales."""
+    """Each quantized step k -> k + 1 once on each side of its boundary, below and above 0, at six scales."""
     boundaries = [c for c in inputs.large_cases() if c.name.startswith("boundaries")]
-    assert len(boundaries) == 8
+    assert len(boundaries) == 12
     for case in boundaries:
         y, _, zero_point = dynamic_quantize_linear(case.x)
         steps = y[2:].astype(int).reshape(-1, 2)  # the range's ends first, then pairs around each boundary

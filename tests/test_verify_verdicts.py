@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 from helpers import (
     MODELS, Result, assert_bad_input, dangling_dql_rewrite, dql_model, embedding_model, run_cli,
     value_map,
@@ -127,3 +128,28 @@ def test_a_bias_fitted_to_the_default_batch_fails(tmp_path):
     result = run_cli("verify", MLP, _save(rewritten, tmp_path / "tiled.onnx"))
     _assert_exit(result, 1)
     assert "sample 1" in result.stdout and "batch 3" in result.stdout
+
+
+def _lean_table(model: onnx.ModelProto, kind: str) -> onnx.TensorProto:
+    """One of lean's per-slot tables in an expanded model: its half-ulp offsets ``d`` (-inf in the first
+    slots) or its predecessor factors ``phi`` (2^-24 in magnitude)."""
+    for tensor in model.graph.initializer:
+        table = numpy_helper.to_array(tensor)
+        phi = np.float32(2.0**-24 + 2.0**-47)
+        if table.size == 769 and (np.isneginf(table[0]) if kind == "d" else abs(table[0]) == phi):
+            return tensor
+    raise AssertionError(f"no table {kind}")
+
+
+@pytest.mark.parametrize(("kind", "slot"), [("d", 265), ("d", 569), ("d", 632), ("phi", 220), ("phi", 598)])
+def test_one_wrong_entry_of_a_lean_table_fails(kind, slot):
+    # A tie sent the wrong way (d zeroed) or a threshold one float off (no predecessor) at one slot:
+    # these five passed when the boundary cases took four scales a side.
+    original = dql_model(13)
+    rewritten, _ = dql_pass.expand(original, variant="lean")
+    tensor = _lean_table(rewritten, kind)
+    table = numpy_helper.to_array(tensor).copy()
+    table[slot] = 0
+    tensor.CopyFrom(numpy_helper.from_array(table, tensor.name))
+    report = dql_pass.verify(original, rewritten, samples=0)
+    assert report.verdict == "FAIL" and report.sites[0].mismatches, report.format()
