@@ -601,10 +601,11 @@ def test_a_rewrite_that_fails_on_a_later_input_set_only_fails(mlp):
     assert all(not o.identical for o in report.outputs)
 
 
-@pytest.mark.parametrize(("target", "failed", "ran"), [([4], 2, 1), ([-1, 8], 3, 2)], ids=["batch-one", "even-batch"])
-def test_an_original_that_fails_at_a_default_batch_runs_at_a_smaller_one_and_the_report_says_so(target, failed, ran):
+@pytest.mark.parametrize(("target", "failed", "ran"), [([4], [2], 1), ([-1, 8], [3], 2), ([-1, 12], [2, 1], 3)],
+                         ids=["batch-one", "even-batch", "batch-of-three"])
+def test_an_original_that_fails_at_a_default_batch_runs_at_another_and_the_report_says_so(target, failed, ran):
     """x [batch, 4] reshaped to ``target``: [4] runs at batch 1 only, [-1, 8] at an even batch only
-    (then every set runs at batch 2, not at 1, where it fails too)."""
+    (then every set runs at batch 2, not at 1, where it fails too), [-1, 12] at a multiple of 3."""
     shape = numpy_helper.from_array(np.array(target, np.int64), "shape")
     nodes = [
         helper.make_node("Reshape", ["x", "shape"], ["flat"]),
@@ -619,12 +620,24 @@ def test_an_original_that_fails_at_a_default_batch_runs_at_a_smaller_one_and_the
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     report = verify(model, dql_pass.expand(model)[0])
     assert report.passed, report.format()
-    (note,) = report.notes
-    assert (note.startswith(f"ORIGINAL does not run at batch {failed} (ORT cannot run ORIGINAL: ")
-            and note.endswith(f"both models ran at batch {ran}")), note
-    assert f"note: {note}" in report.format() and report.to_dict()["notes"] == [note]
+    assert len(report.notes) == len(failed), report.notes
+    for note, batch in zip(report.notes, failed):
+        assert note.startswith(f"ORIGINAL does not run with batch={batch} (ORT cannot run ORIGINAL: "), note
+        assert f"note: {note}" in report.format()
+    assert report.notes[-1].endswith(f"both models ran with batch={ran} in every set") and report.to_dict()["notes"]
     assert report.sites[0].model_level == f"checked on {len(report.input_sets)} input sets"
     assert report.dims == {"batch": ran}
+
+
+def test_a_batch_given_for_one_input_is_the_batch_of_the_others():
+    """Inputs that share the batch may name it apart: a given size for one, by --dim or by an array,
+    is every batch-like dimension's (a default of 1 for the other would broadcast and hide its rows)."""
+    model = ir.from_proto(dql_model(13, rank=2))
+    model.graph.inputs.append(ir.from_proto(helper.make_tensor_value_info("extra", TensorProto.FLOAT, ["n", 8])))
+    by_dim = input_sets(model, 3, 0, {}, {"d0": 4})
+    by_array = input_sets(model, 3, 0, {"x": np.zeros((4, 16), np.float32)}, {})
+    for sets in (by_dim, by_array):
+        assert {sets[label]["extra"].shape for label in sets} == {(4, 8)}
 
 
 def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
@@ -634,7 +647,7 @@ def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
     model.graph.inputs.extend(ir.from_proto(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "d1"]))
                               for n in ("a", "b"))
     given = input_sets(model, 1, 0, {"a": np.zeros((3, 5), np.float32)}, {})
-    assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(2, 5), (3, 5), (3, 5)]
+    assert [given["sample 0"][n].shape for n in ("x", "a", "b")] == [(3, 5), (3, 5), (3, 5)]
     assert input_sets(model, 1, 0, {}, {})["sample 0"]["b"].shape == (2, 16)
 
 
@@ -709,7 +722,8 @@ def test_a_size_dependent_defect_fails_at_small_model_shapes():
     assert report.verdict == "FAIL" and row.classes == {"near tie": 2}, row.classes
     assert report.dims == {"d0": 2, "d1": 16}
     report = verify(model, _site_size_rewrite(model, "double"), samples=0, dims={"d1": 1000})
-    assert report.sites[0].classes == {"near tie": 2, "model input": 4}, report.sites[0].classes
+    # Three of the four sets: the third runs at batch 1, 1,000 elements, below where the defect shows.
+    assert report.sites[0].classes == {"near tie": 2, "model input": 3}, report.sites[0].classes
     assert not any(o.identical for o in report.outputs if o.name != "y_zero_point")
 
 
@@ -761,6 +775,13 @@ def test_token_ids_reach_every_row_of_the_table_they_index():
     sets = input_sets(model, 2, 0, {}, {"sequence": 128})
     ids = np.concatenate([s["input_ids"].ravel() for s in sets.values()])  # sample 1 at batch 3
     assert ids.min() >= 0 and ids.max() < 1000 and ids.max() > 900 and ids.shape == ((2 + 3) * 128,)
+    assert sets.notes == ["sample 1 with batch=3; the other sets with batch=2: a rewrite fitted to one size, or "
+                          "wrong at odd sizes or at batch 1 only, fails (--dim sets a size for every set)"]
+    three = input_sets(model, 3, 0, {}, {})
+    assert [three[label]["input_ids"].shape for label in three] == [(2, 16), (3, 17), (1, 16)]
+    assert three.notes[0].startswith("sample 1 with batch=3, sequence=17; sample 2 with batch=1; the other sets with "
+                                     "batch=2, sequence=16: ")
+    assert not input_sets(model, 3, 0, {}, {"batch": 2, "sequence": 16}).notes
     assert input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {})["negative"]["x"].max() < 0
     heavy = input_sets(ir.from_proto(dql_model(13)), 0, 0, {}, {"d0": 128})["heavy tails"]["x"]
     assert (np.abs(heavy) > 6).any() and (np.abs(heavy) < 1).any()

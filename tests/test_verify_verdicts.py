@@ -115,9 +115,13 @@ def test_expand_verify_on_an_input_verify_cannot_make_writes_and_says_incomplete
     assert "cannot synthesize model input 'xs'" in result.stdout and output.exists()
 
 
-def test_a_bias_fitted_to_the_default_batch_fails(tmp_path):
+@pytest.mark.parametrize(("samples", "note"), [
+    ("2", "sample 1 with batch=3; zeros with batch=1; the other sets with batch=2: "),
+    ("0", "negative with batch=3; positive with batch=1; the other sets with batch=2: "),
+])
+def test_a_bias_fitted_to_the_default_batch_fails(tmp_path, samples, note):
     # A rewrite that holds at one batch size only (a bias tiled for batch 2 under a new node name)
-    # gives ORIGINAL's outputs at that size: verify runs one random set at another batch.
+    # gives ORIGINAL's outputs at that size: verify runs the second set at batch 3, whatever the samples.
     rewritten = ir.from_proto(dql_pass.expand(onnx.load(MLP))[0])
     add = next(node for node in rewritten.graph if node.name == "Add3")
     bias = add.inputs[1].const_value.numpy()
@@ -125,9 +129,43 @@ def test_a_bias_fitted_to_the_default_batch_fails(tmp_path):
     rewritten.graph.initializers.add(tiled)
     add.replace_input_with(1, tiled)
     add.name = "Add3_tiled"
-    result = run_cli("verify", MLP, _save(rewritten, tmp_path / "tiled.onnx"))
+    result = run_cli("verify", MLP, _save(rewritten, tmp_path / "tiled.onnx"), "--samples", samples)
     _assert_exit(result, 1)
-    assert "sample 1" in result.stdout and "batch 3" in result.stdout
+    assert f"note: {note}" in result.stdout
+
+
+def test_an_output_squeezed_at_batch_one_fails(tmp_path):
+    # Squeeze without axes: the output loses its batch axis when the batch is 1 (the third set).
+    rewritten = ir.from_proto(dql_pass.expand(onnx.load(MLP))[0])
+    output = rewritten.graph.outputs[0]
+    axes = ir.Value(name="axes", const_value=ir.tensor(np.array([0], np.int64)))
+    rewritten.graph.initializers.add(axes)
+    unsqueezed = ir.node("Unsqueeze", [output, axes])
+    squeezed = ir.node("Squeeze", [unsqueezed.outputs[0]])
+    rewritten.graph.extend([unsqueezed, squeezed])
+    output.name, squeezed.outputs[0].name = "relu3_inner", output.name
+    squeezed.outputs[0].type, squeezed.outputs[0].shape = output.type, output.shape
+    rewritten.graph.outputs[0] = squeezed.outputs[0]
+    result = run_cli("verify", MLP, _save(rewritten, tmp_path / "squeezed.onnx"))
+    _assert_exit(result, 1)
+
+
+def test_a_rewrite_fitted_to_the_default_sequence_length_fails(tmp_path):
+    # Zeros added to the token ids along a sequence of 16 (a position table cut to the size that
+    # verify's other sets take), upstream of the DQL site, so that only the model level sees it.
+    original = embedding_model(16)
+    rewritten = ir.from_proto(dql_pass.expand(original)[0])
+    ids = value_map(rewritten)["ids"]
+    zeros = ir.Value(name="positions", const_value=ir.tensor(np.zeros(16, np.int32)))
+    rewritten.graph.initializers.add(zeros)
+    add = ir.node("Add", [ids, zeros])
+    ir.convenience.replace_all_uses_with(ids, add.outputs[0])
+    add.replace_input_with(0, ids)
+    rewritten.graph.insert_after(ids.producer(), add)
+    result = run_cli("verify", _save(original, tmp_path / "ids.onnx"), _save(rewritten, tmp_path / "fitted.onnx"))
+    _assert_exit(result, 1)
+    assert "site mismatches" in result.stdout and " 0 site mismatches" in result.stdout  # the sites pass
+    assert "note: sample 1 with batch=3, sequence=17; the other sets with batch=2, sequence=16: " in result.stdout
 
 
 def _lean_table(model: onnx.ModelProto, kind: str) -> onnx.TensorProto:

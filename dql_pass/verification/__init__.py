@@ -45,8 +45,7 @@ from dql_pass.op import check_choice
 from dql_pass.verification.extract import Scopes, original_sites
 from dql_pass.verification.kept import kept_differences
 from dql_pass.verification.synthesis import (
-    BATCH_SIZE, FALLBACK_BATCH, MAX_INPUT_BYTES, OTHER_BATCH, InputSets, Unsynthesizable, batch_is_default,
-    chosen_dims, input_sets,
+    MAX_INPUT_BYTES, InputSets, Sizes, Unsynthesizable, chosen_dims, input_sets,
 )
 from dql_pass.verification.lowered import check_lowered
 from dql_pass.verification.model_level import check_model, not_checked
@@ -115,17 +114,14 @@ def _checked_options(zero_range: str, runtime: str, samples: int, dims: Mapping[
 
 def _fallback(
     model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]
-) -> Callable[[int], InputSets] | None:
-    """For an ORIGINAL that does not run at a default batch, the input sets at a smaller one: every set
-    at the default batch where the other batch failed, else at batch 1; none where the batch is given."""
-    if not batch_is_default(model, inputs, dims):
-        return None
+) -> Callable[[Sizes], InputSets]:
+    """The input sets with every default size at the given ones, for an ORIGINAL that does not run at
+    the default sizes."""
 
-    def smaller(failed: int) -> InputSets:
-        batch = BATCH_SIZE if failed == OTHER_BATCH else FALLBACK_BATCH
-        return input_sets(model, samples, seed, inputs, dims, batch, batch)
+    def at(sizes: Sizes) -> InputSets:
+        return input_sets(model, samples, seed, inputs, dims, (sizes,))
 
-    return smaller
+    return at
 
 
 def _verify(

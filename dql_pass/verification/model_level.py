@@ -43,7 +43,7 @@ from dql_pass.verification.outputs import Sets, compare_outputs, size
 from dql_pass.verification.progress import advance
 from dql_pass.verification.report import OutputResult
 from dql_pass.verification.site_level import SiteTally
-from dql_pass.verification.synthesis import FALLBACK_BATCH, InputSets
+from dql_pass.verification.synthesis import InputSets, Sizes, next_sizes
 
 _ORT = runtimes.get("onnxruntime")
 
@@ -180,24 +180,26 @@ def _zeroed(model: ir.Model) -> ir.Model:
 
 def _run_models(
     original: ir.Model, rewritten: ir.Model, names: tuple[Mapping[str, ir.DataType], Mapping[str, ir.DataType]],
-    sets: InputSets, fallback: Callable[[int], InputSets] | None, runtime: runtimes.Runtime, reads: _Reads,
+    sets: InputSets, fallback: Callable[[Sizes], InputSets], runtime: runtimes.Runtime, reads: _Reads,
 ) -> tuple[Sets, Sets, Sets | runtimes.RuntimeFailure, list[str]]:
-    """Run both models on ``sets`` (see :func:`_run_both`), or where ORIGINAL cannot run a set, on the
-    ``fallback`` sets for the batch it failed at; the sets they ran, their graph outputs (REWRITTEN's
-    failure in place of its), and notes for the report."""
+    """Run both models on ``sets`` (see :func:`_run_both`), or where ORIGINAL cannot run a set at its
+    default sizes, on the ``fallback`` sets at smaller ones; the sets they ran, their graph outputs
+    (REWRITTEN's failure in place of its), and notes for the report."""
     original = _zeroed(original)
-    notes = []
+    notes, failed = [], set()
     while True:
         try:
             return sets, *_run_both(original, rewritten, names, sets, runtime, reads), notes + sets.notes
         except _OriginalFailure as failure:
-            batch, reason = sets.batches.get(failure.label, FALLBACK_BATCH), str(failure)
-            if fallback is None or batch == FALLBACK_BATCH:
+            label, reason = failure.label, str(failure)
+            failed.add(sets.sizes.get(label))
+            sizes = next_sizes(failed) if label in sets.sizes else None
+            if sizes is None:
                 raise InputError(reason) from None
         reads.clear()
-        sets = fallback(batch)
-        notes.append(f"ORIGINAL does not run at batch {batch} ({reason}); both models ran at batch "
-                     f"{min(sets.batches.values())}")
+        where, sets = sets.spelled(label), fallback(sizes)
+        notes.append(f"ORIGINAL does not run with {where} ({reason}); both models ran with "
+                     f"{sets.spelled(next(iter(sets)))} in every set")
 
 
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
@@ -332,7 +334,7 @@ def check_model(
     rewritten: ir.Model,
     tallies: Sequence[SiteTally],
     sets: InputSets,
-    fallback: Callable[[int], InputSets] | None,
+    fallback: Callable[[Sizes], InputSets],
     zero_range: str,
     runtime: runtimes.Runtime = _ORT,
 ) -> ModelCheck:

@@ -3,12 +3,12 @@
 Rules:
 
 - a symbolic dimension takes its ``dims`` size, or the size of that dimension in a given input,
-  else :data:`BATCH_SIZE` when it is batch-like: its name says batch, or it is the first axis of
-  an input of rank 2 or more (a rewrite that fixed the batch to 1 fails), and :data:`OTHER_BATCH`
-  in the set ``sample 1`` (a rewrite fitted to one batch size fails), else :data:`OTHER_SIZE`
-  (so does an unnamed one or a -1): small enough that a whole-model run of a transformer takes
-  well under a second, large enough that every DQL site sees hundreds of elements;
-  :func:`chosen_dims` names the sizes taken, for the report;
+  else a default size: one when it is batch-like (its name says batch, or it is the first axis of
+  an input of rank 2 or more; the size of a batch-like dimension given, where one is), another for
+  the others (an unnamed one or a -1 too); the sets take :data:`MIXED_SIZES` by position, so that a
+  rewrite fitted to one size, or wrong at odd sizes or at batch 1 only, fails; :func:`next_sizes`
+  says what every set takes where ORIGINAL does not run at those; :func:`chosen_dims` names the
+  sizes taken, for the report;
 - inputs named like a mask are ones; other booleans (If conditions) are True in even-numbered
   sets and False in odd-numbered ones and in the all-zero set, so both branches run; integers named
   like token types or segments are zeros, like positions ``0, 1, ...`` along the last axis, other
@@ -24,12 +24,12 @@ Rules:
 from __future__ import annotations
 
 __all__ = [
-    "BATCH_SIZE", "FALLBACK_BATCH", "InputSets", "MAX_INPUT_BYTES", "OTHER_BATCH", "OTHER_SIZE", "SPECIAL_SETS",
-    "Unsynthesizable", "batch_is_default", "check_dims", "chosen_dims", "input_sets",
+    "InputSets", "MAX_INPUT_BYTES", "MIXED_SIZES", "SPECIAL_SETS", "Sizes", "Unsynthesizable", "check_dims",
+    "chosen_dims", "input_sets", "next_sizes",
 ]
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 
 import numpy as np
 import onnx_ir as ir
@@ -39,11 +39,14 @@ from dql_pass.errors import InputError
 from dql_pass.graph.walk import fed_inputs
 from dql_pass.op import DOMAINS
 
-# Batch 2 catches a batch fixed to 1, batch 3 in one set a rewrite fitted to batch 2. 16 for the
-# other dimensions keeps one run of a transformer short (docs/BENCHMARKS.md) and still gives a DQL
-# site of hidden size 384 some 12,000 elements; the catalogue checks every site on its own besides.
-BATCH_SIZE, OTHER_BATCH, FALLBACK_BATCH, OTHER_SIZE = 2, 3, 1, 16
-_OTHER_BATCH_SET = "sample 1"
+Sizes = tuple[int, int]  # the default size of a batch-like dimension, and of any other symbolic one
+# Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
+# short (docs/BENCHMARKS.md) and still gives a DQL site of hidden size 384 some 12,000 elements;
+# the catalogue checks every site on its own besides. The second set takes 3 and 17 (odd, not a
+# power of 2), the third batch 1 (where an axis of size 1 gets squeezed away), the others 2 and 16;
+# where ORIGINAL does not run at those, every set takes 2 and 16, else batch 1, else 3 and 17.
+MIXED_SIZES: tuple[Sizes, ...] = ((2, 16), (3, 17), (1, 16))
+_UNIFORM_SIZES: tuple[Sizes, ...] = ((2, 16), (1, 16), (3, 17))
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
@@ -64,16 +67,16 @@ def _is_mask(value: ir.Value) -> bool:
     return "mask" in value.name.lower()
 
 
-def _dim_size(dim: int | ir.SymbolicDim, axis: int, rank: int, dims: Mapping[str, int], batch: int) -> int:
+def _dim_size(dim: int | ir.SymbolicDim, axis: int, rank: int, dims: Mapping[str, int], sizes: Sizes) -> int:
     if isinstance(dim, int) and dim >= 0:
         return dim
     name = None if isinstance(dim, int) else dim.value  # exporters write -1 for an unknown size
     if name is not None and name in dims:
         return dims[name]
-    return batch if _batch_like(dim, axis, rank) else OTHER_SIZE
+    return sizes[0] if _batch_like(dim, axis, rank) else sizes[1]
 
 
-def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, ...]:
+def _shape(value: ir.Value, dims: Mapping[str, int], sizes: Sizes) -> tuple[int, ...]:
     """The shape of a synthesized input; :class:`Unsynthesizable` for an input of another kind."""
     dtype = value.dtype
     if not isinstance(value.type, ir.TensorType) or value.shape is None or not (
@@ -81,7 +84,7 @@ def _shape(value: ir.Value, dims: Mapping[str, int], batch: int) -> tuple[int, .
     ):
         raise Unsynthesizable(f"cannot synthesize model input {value.name!r} of type {value.type}, "
                               f"shape {value.shape}; give it in inputs")
-    return tuple(_dim_size(d, axis, len(value.shape), dims, batch) for axis, d in enumerate(value.shape))
+    return tuple(_dim_size(d, axis, len(value.shape), dims, sizes) for axis, d in enumerate(value.shape))
 
 
 def _is_op(node: ir.Node, op_type: str) -> bool:
@@ -167,27 +170,45 @@ def _given_dims(model: ir.Model, inputs: Mapping[str, np.ndarray]) -> dict[str, 
     return found
 
 
-def batch_is_default(model: ir.Model, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> bool:
-    """Whether a synthesized input has a batch dimension that takes the default size."""
-    sizes = {**_given_dims(model, inputs), **dims}
-    return any(
-        not isinstance(d, int) and _batch_like(d, axis, len(v.shape)) and d.value not in sizes
-        for v in fed_inputs(model.graph) if v.name not in inputs and v.shape is not None
-        for axis, d in enumerate(v.shape)
+def _takes_a_default(value: ir.Value, fixed: Mapping[str, int]) -> bool:
+    return value.shape is not None and any(
+        isinstance(d, ir.SymbolicDim) and d.value not in fixed or isinstance(d, int) and d < 0 for d in value.shape
     )
+
+
+def next_sizes(failed: Set[Sizes]) -> Sizes | None:
+    """The sizes for every set where ORIGINAL does not run at those in ``failed``; None past them all."""
+    return next((sizes for sizes in _UNIFORM_SIZES if sizes not in failed), None)
+
+
+def _given_batch(graph_inputs: Sequence[ir.Value], fixed: Mapping[str, int]) -> int | None:
+    """The size of a batch-like dimension that ``fixed`` sizes: inputs that share the batch may name
+    it apart (an exporter's ``batch`` and ``n``), and a size of 1 would broadcast where theirs does not."""
+    return next((fixed[d.value] for v in graph_inputs if v.shape is not None for axis, d in enumerate(v.shape)
+                 if isinstance(d, ir.SymbolicDim) and d.value in fixed and _batch_like(d, axis, len(v.shape))), None)
+
+
+def _named_sizes(graph_inputs: Sequence[ir.Value], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """The size each symbolic dimension takes in ``shapes`` (by input name), by its name (an unnamed
+    one as ``input[axis]``)."""
+    named = {}
+    for value in graph_inputs:
+        if value.shape is None or value.name not in shapes or len(shapes[value.name]) != value.shape.rank():
+            continue
+        for axis, (dim, size) in enumerate(zip(value.shape, shapes[value.name])):
+            if not (isinstance(dim, int) and dim >= 0):
+                named.setdefault((None if isinstance(dim, int) else dim.value) or f"{value.name}[{axis}]", size)
+    return named
 
 
 def chosen_dims(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
     """The size each symbolic dimension of the model's inputs took in ``feeds``, by its name (an
     unnamed one as ``input[axis]``)."""
-    chosen = {}
-    for value in fed_inputs(model.graph):
-        if value.shape is None or value.name not in feeds or np.ndim(feeds[value.name]) != value.shape.rank():
-            continue
-        for axis, (dim, size) in enumerate(zip(value.shape, np.shape(feeds[value.name]))):
-            if not (isinstance(dim, int) and dim >= 0):
-                chosen.setdefault((None if isinstance(dim, int) else dim.value) or f"{value.name}[{axis}]", size)
-    return chosen
+    return _named_sizes(fed_inputs(model.graph), {name: np.shape(array) for name, array in feeds.items()})
+
+
+def _spelled(named: Mapping[str, int]) -> str:
+    return ", ".join(f"{name}={size}" for name, size in named.items())
 
 
 def _check_options(graph_inputs: list[ir.Value], inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
@@ -215,16 +236,16 @@ def check_dims(graph_inputs: Sequence[ir.Value], dims: Mapping[str, int], option
 
 def input_sets(
     model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int],
-    batch: int = BATCH_SIZE, other_batch: int = OTHER_BATCH,
+    sizes: Sequence[Sizes] = MIXED_SIZES,
 ) -> InputSets:
-    """The input sets by label, each a feed for every graph input of ``model`` (made when asked for),
-    a default batch ``batch`` in every set but ``sample 1``, which takes ``other_batch``."""
+    """The input sets by label, each a feed for every graph input of ``model`` (made when asked for);
+    a dimension that takes a default size takes ``sizes[i]`` in set ``i``, ``sizes[0]`` past them."""
     graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
-    sizes = {**_given_dims(model, inputs), **dims}
+    fixed = {**_given_dims(model, inputs), **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
-    shapes = {v.name: _shape(v, sizes, batch) for v in synthesized}
-    other = {v.name: _shape(v, sizes, other_batch) for v in synthesized} if other_batch != batch else shapes
+    batch = _given_batch(graph_inputs, fixed)
+    taken = [(batch or b, other) for b, other in sizes]  # a given batch is every batch-like dimension's
     labels = [f"sample {i}" for i in range(samples)]
     if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized):
         labels += SPECIAL_SETS
@@ -233,7 +254,9 @@ def input_sets(
                          "give samples 1 or more")
     if not synthesized:  # every input is given: every set would be the same, so one run of them
         labels = ["given inputs"]
-    by_label = {label: other if label == _OTHER_BATCH_SET else shapes for label in labels}
+    nominal = {label: sizes[i] if i < len(sizes) else sizes[0] for i, label in enumerate(labels)}
+    shaped = {n: {v.name: _shape(v, fixed, t) for v in synthesized} for n, t in zip(sizes, taken)}
+    by_label = {label: shaped[nominal[label]] for label in labels}
     made = sum(math.prod(s[v.name]) * int(v.dtype.itemsize) for s in by_label.values() for v in synthesized)
     given = sum(np.asarray(array).nbytes for array in inputs.values())
     if made + given > MAX_INPUT_BYTES:
@@ -244,26 +267,34 @@ def input_sets(
         )
     highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
     sets = InputSets(labels, graph_inputs, inputs, by_label, highs, seed)
-    if batch_is_default(model, inputs, dims):
-        sets.batches = {label: other_batch if by_label[label] is not shapes else batch for label in labels}
-    if len(set(sets.batches.values())) > 1:
-        sets.notes.append(f"{_OTHER_BATCH_SET} ran at batch {other_batch}, the other sets at batch {batch}: a rewrite "
-                          "fitted to one batch size fails (--dim sets the batch of every set)")
+    if any(_takes_a_default(v, fixed) for v in synthesized):
+        sets.sizes = nominal
+        sets.named = {label: _named_sizes(graph_inputs, by_label[label]) for label in labels}
+        first = sets.named[labels[0]]
+        varied = {label: {n: size for n, size in named.items() if first.get(n) != size}
+                  for label, named in sets.named.items()}
+        if any(varied.values()):
+            usual = {n: size for n, size in first.items() if any(n in v for v in varied.values())}
+            ran = "; ".join(f"{label} with {_spelled(v)}" for label, v in varied.items() if v)
+            sets.notes.append(f"{ran}; the other sets with {_spelled(usual)}: a rewrite fitted to one size, or "
+                              "wrong at odd sizes or at batch 1 only, fails (--dim sets a size for every set)")
     return sets
 
 
 class InputSets(Mapping[str, dict[str, np.ndarray]]):
     """The input sets by label, each a feed for every graph input, made when asked for and not kept:
     a model-level run holds one set at a time. Set ``i`` is drawn from the generator's state after
-    sets ``0 .. i-1``, kept once known, so it has the same values whenever it is made. ``batches``
-    is the batch each set took by default, by label (empty where the batch is given), ``notes`` what
-    a report should tell of the sets."""
+    sets ``0 .. i-1``, kept once known, so it has the same values whenever it is made. Where a
+    dimension takes a default size, ``sizes`` are the default sizes of each set and ``named`` the
+    size of each symbolic dimension there, by label (both empty otherwise); ``notes`` say what a
+    report should tell of the sets."""
 
     def __init__(self, labels: list[str], graph_inputs: list[ir.Value], given: Mapping[str, np.ndarray],
                  shapes: Mapping[str, Mapping[str, tuple[int, ...]]], highs: Mapping[str, int], seed: int):
         self._labels, self._inputs, self._given = labels, graph_inputs, given
         self._shapes, self._highs = shapes, highs
-        self.batches: dict[str, int] = {}
+        self.sizes: dict[str, Sizes] = {}
+        self.named: dict[str, dict[str, int]] = {}
         self.notes: list[str] = []
         self._states = [np.random.default_rng(seed).bit_generator.state]  # the generator's state before set i
 
@@ -283,6 +314,10 @@ class InputSets(Mapping[str, dict[str, np.ndarray]]):
 
     def __contains__(self, label: object) -> bool:
         return label in self._labels
+
+    def spelled(self, label: str) -> str:
+        """The sizes of the symbolic dimensions in set ``label``: ``batch=2, sequence=16``."""
+        return _spelled(self.named.get(label, {}))
 
     def _make(self, index: int) -> dict[str, np.ndarray]:
         label = self._labels[index]
