@@ -191,3 +191,23 @@ def test_one_wrong_entry_of_a_lean_table_fails(kind, slot):
     tensor.CopyFrom(numpy_helper.from_array(table, tensor.name))
     report = dql_pass.verify(original, rewritten, samples=0)
     assert report.verdict == "FAIL" and report.sites[0].mismatches, report.format()
+
+
+def test_a_division_narrowed_to_float16_is_not_a_pass_on_ort():
+    # ORT's CPU provider runs the float16 Div in float32 and drops the Casts around it, so both
+    # models agree there bit for bit; a runtime that computes in float16 would not.
+    rewritten = ir.from_proto(dql_pass.expand(onnx.load(MLP))[0])
+    div = next(node for node in rewritten.graph if node.op_type == "Div")
+    for index, value in enumerate(list(div.inputs)):
+        narrow = ir.node("Cast", [value], attributes={"to": ir.DataType.FLOAT16})
+        rewritten.graph.insert_before(div, narrow)
+        div.replace_input_with(index, narrow.outputs[0])
+    quotient = div.outputs[0]
+    wide = ir.node("Cast", [quotient], attributes={"to": ir.DataType.FLOAT})
+    ir.convenience.replace_all_uses_with(quotient, wide.outputs[0])
+    wide.replace_input_with(0, quotient)
+    rewritten.graph.insert_after(div, wide)
+    quotient.type = None
+    report = dql_pass.verify(MLP, rewritten)
+    assert report.verdict == "INCOMPLETE" and f"float16 or bfloat16 at 1 node ORIGINAL does not ('{div.name}')" in (
+        report.model_not_checked), report.format()

@@ -49,6 +49,7 @@ from dql_pass.verification.synthesis import (
 )
 from dql_pass.verification.lowered import check_lowered
 from dql_pass.verification.model_level import check_model, not_checked
+from dql_pass.verification.narrowed import narrowed_nodes
 from dql_pass.verification.progress import Callback, reporting
 from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport
 from dql_pass.verification.site_level import check_sites
@@ -124,6 +125,16 @@ def _fallback(
     return at
 
 
+def _narrowed(original: ir.Model, rewritten: ir.Model, runtime: str) -> str | None:
+    """Why ORT's verdict does not hold for REWRITTEN, where it computes in float16 or bfloat16."""
+    nodes = narrowed_nodes(original, rewritten) if runtime == "onnxruntime" else []
+    if not nodes:
+        return None
+    return (f"REWRITTEN computes in float16 or bfloat16 at {len(nodes)} node{'s' * (len(nodes) != 1)} ORIGINAL does "
+            f"not ({', '.join(map(repr, nodes[:3]))}{', ...' * (len(nodes) > 3)}), which ORT's CPU provider runs "
+            f"in float32: `--runtime reference` checks {'them' if len(nodes) != 1 else 'it'}")
+
+
 def _verify(
     original: onnx.ModelProto | ir.Model | str | os.PathLike,
     rewritten: onnx.ModelProto | ir.Model | str | os.PathLike,
@@ -153,11 +164,13 @@ def _verify(
             check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
         lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
     kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)
+    narrowed = _narrowed(original_model, rewritten_model, runtime)
+    model_not_checked = "; ".join(reason for reason in (check.not_checked, narrowed) if reason)
     report = VerifyReport(
         original=original_label, rewritten=rewritten_label, zero_range=zero_range,
         sites=[t.result for t in tallies] + lowered, outputs=check.outputs, input_sets=list(check.sets),
         model_error=check.error, seconds=time.perf_counter() - start, notes=check.notes,
-        model_not_checked=check.not_checked, runtime=runtime, kept_differences=kept,
+        model_not_checked=model_not_checked or None, runtime=runtime, kept_differences=kept,
         dims=chosen_dims(original_model, next(iter(check.sets.values()), {})), cannot_run=check.cannot_run,
         from_ort=check.from_ort,
     )
