@@ -29,10 +29,11 @@ from __future__ import annotations
 
 __all__ = ["MAX_INPUT_BYTES", "OutputResult", "SiteResult", "VerifyReport", "verify"]
 
+import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -45,7 +46,7 @@ from dql_pass.op import check_choice
 from dql_pass.verification.extract import Scopes, original_sites
 from dql_pass.verification.kept import kept_differences
 from dql_pass.verification.synthesis import (
-    MAX_INPUT_BYTES, InputSets, Sizes, Unsynthesizable, chosen_dims, input_sets,
+    MAX_INPUT_BYTES, Unsynthesizable, chosen_dims, input_sets,
 )
 from dql_pass.verification.lowered import check_lowered
 from dql_pass.verification.model_level import check_model, not_checked
@@ -113,18 +114,6 @@ def _checked_options(zero_range: str, runtime: str, samples: int, dims: Mapping[
     return runner
 
 
-def _fallback(
-    model: ir.Model, samples: int, seed: int, inputs: Mapping[str, np.ndarray], dims: Mapping[str, int]
-) -> Callable[[Sizes], InputSets]:
-    """The input sets with every default size at the given ones, for an ORIGINAL that does not run at
-    the default sizes."""
-
-    def at(sizes: Sizes) -> InputSets:
-        return input_sets(model, samples, seed, inputs, dims, (sizes,))
-
-    return at
-
-
 def _narrowed(original: ir.Model, rewritten: ir.Model, runtime: str) -> str | None:
     """Why ORT's verdict does not hold for REWRITTEN, where it computes in float16 or bfloat16."""
     nodes = narrowed_nodes(original, rewritten) if runtime == "onnxruntime" else []
@@ -160,7 +149,7 @@ def _verify(
         if sets is None:
             check = not_checked(tallies, unsynthesizable)
         else:
-            fallback = _fallback(original_model, samples, seed, inputs, dims)
+            fallback = functools.partial(input_sets, original_model, samples, seed, inputs, dims)
             check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
         lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
     kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)

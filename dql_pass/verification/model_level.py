@@ -180,7 +180,7 @@ def _zeroed(model: ir.Model) -> ir.Model:
 
 def _run_models(
     original: ir.Model, rewritten: ir.Model, names: tuple[Mapping[str, ir.DataType], Mapping[str, ir.DataType]],
-    sets: InputSets, fallback: Callable[[Sizes], InputSets], runtime: runtimes.Runtime, reads: _Reads,
+    sets: InputSets, fallback: Callable[[Sequence[Sizes]], InputSets], runtime: runtimes.Runtime, reads: _Reads,
 ) -> tuple[Sets, Sets, Sets | runtimes.RuntimeFailure, list[str]]:
     """Run both models on ``sets`` (see :func:`_run_both`), or where ORIGINAL cannot run a set at its
     default sizes, on the ``fallback`` sets at smaller ones; the sets they ran, their graph outputs
@@ -198,8 +198,9 @@ def _run_models(
                 raise InputError(reason) from None
         reads.clear()
         where, sets = sets.spelled(label), fallback(sizes)
+        ran = "in every set" if len(sizes) == 1 else "in the first set (the last note says the others)"
         notes.append(f"ORIGINAL does not run with {where} ({reason}); both models ran with "
-                     f"{sets.spelled(next(iter(sets)))} in every set")
+                     f"{sets.spelled(next(iter(sets)))} {ran}")
 
 
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
@@ -334,7 +335,7 @@ def check_model(
     rewritten: ir.Model,
     tallies: Sequence[SiteTally],
     sets: InputSets,
-    fallback: Callable[[Sizes], InputSets],
+    fallback: Callable[[Sequence[Sizes]], InputSets],
     zero_range: str,
     runtime: runtimes.Runtime = _ORT,
 ) -> ModelCheck:

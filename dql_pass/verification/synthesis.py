@@ -7,7 +7,7 @@ Rules:
   an input of rank 2 or more; the size of a batch-like dimension given, where one is), another for
   the others (an unnamed one or a -1 too); the sets take :data:`MIXED_SIZES` by position, so that a
   rewrite fitted to one size, or wrong at odd sizes or at batch 1 only, fails; :func:`next_sizes`
-  says what every set takes where ORIGINAL does not run at those; :func:`chosen_dims` names the
+  says what the sets take where ORIGINAL does not run at those; :func:`chosen_dims` names the
   sizes taken, for the report;
 - inputs named like a mask are ones; other booleans (If conditions) are True in even-numbered
   sets and False in odd-numbered ones and in the all-zero set, so both branches run; integers named
@@ -43,10 +43,13 @@ Sizes = tuple[int, int]  # the default size of a batch-like dimension, and of an
 # Batch 2 catches a batch fixed to 1. 16 for the other dimensions keeps one run of a transformer
 # short (docs/BENCHMARKS.md) and still gives a DQL site of hidden size 384 some 12,000 elements;
 # the catalogue checks every site on its own besides. The second set takes 3 and 17 (odd, not a
-# power of 2), the third batch 1 (where an axis of size 1 gets squeezed away), the others 2 and 16;
-# where ORIGINAL does not run at those, every set takes 2 and 16, else batch 1, else 3 and 17.
+# power of 2), the third batch 1 (where an axis of size 1 gets squeezed away), the others 2 and 16.
 MIXED_SIZES: tuple[Sizes, ...] = ((2, 16), (3, 17), (1, 16))
-_UNIFORM_SIZES: tuple[Sizes, ...] = ((2, 16), (1, 16), (3, 17))
+# What the sets take in turn where ORIGINAL does not run at some sizes: the first that has none of
+# them (a model that takes even batches only still runs two batch sizes, a U-Net 16 only still two).
+_ATTEMPTS: tuple[tuple[Sizes, ...], ...] = (
+    MIXED_SIZES, ((2, 16), (4, 16), (1, 16)), ((2, 16), (4, 16)), ((2, 16),), ((1, 16),), ((3, 17),),
+)
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
@@ -176,9 +179,10 @@ def _takes_a_default(value: ir.Value, fixed: Mapping[str, int]) -> bool:
     )
 
 
-def next_sizes(failed: Set[Sizes]) -> Sizes | None:
-    """The sizes for every set where ORIGINAL does not run at those in ``failed``; None past them all."""
-    return next((sizes for sizes in _UNIFORM_SIZES if sizes not in failed), None)
+def next_sizes(failed: Set[Sizes]) -> tuple[Sizes, ...] | None:
+    """The sizes of the sets (see :func:`input_sets`) where ORIGINAL does not run at those in
+    ``failed``; None past every attempt."""
+    return next((sizes for sizes in _ATTEMPTS if not failed.intersection(sizes)), None)
 
 
 def _given_batch(graph_inputs: Sequence[ir.Value], fixed: Mapping[str, int]) -> int | None:
