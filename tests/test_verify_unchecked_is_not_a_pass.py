@@ -186,6 +186,19 @@ def test_a_kept_node_whose_constant_or_attribute_changed_fails_whatever_the_inpu
     assert "kept node changed: " in report.format()
 
 
+@pytest.mark.parametrize("change, verdict", [(0.0, "PASS"), (1.0, "FAIL")])
+def test_a_broadcast_constant_given_a_leading_axis_is_kept_unless_a_value_changed(change, verdict):
+    # The Add's bias [6] stored as [1, 6] (as some converters write it) computes the same; a value
+    # changed too is a kept node changed (Relu masks the output on every input verify makes).
+    original = _masked_matmul()
+    reshaped = _masked_matmul()
+    bias = numpy_helper.to_array(reshaped.graph.initializer[0]).reshape(1, 6).copy()
+    bias[0, 3] += change
+    reshaped.graph.initializer[0].CopyFrom(numpy_helper.from_array(bias, "bias"))
+    report = dql_pass.verify(original, reshaped)
+    assert report.verdict == verdict and len(report.kept_differences) == (verdict == "FAIL"), report.format()
+
+
 def test_a_kept_node_reading_a_changed_weight_through_an_identity_fails():
     original = _masked_matmul()
     changed = _masked_matmul(weight_change=1)

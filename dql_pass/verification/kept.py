@@ -6,9 +6,10 @@ nodes around it, and the sites and the model level would check the moved ones wh
 longer are. A node that REWRITTEN keeps (same graph path, domain, type and name, or output names
 when it has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
 constants, bit for bit, at every input where either model has a constant (an initializer that is
-also a graph input counts by its stored value: as deployed nothing feeds it), and carry the same
-attributes: a difference there is a mismatch whatever the inputs verify synthesizes (a change a bias
-and Relu mask on all of them). A value REWRITTEN computes from constants alone is run to compare it.
+also a graph input counts by its stored value: as deployed nothing feeds it; a broadcasting op's
+constant may gain or lose leading axes of size 1), and carry the same attributes: a difference
+there is a mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of
+them). A value REWRITTEN computes from constants alone is run to compare it.
 """
 
 from __future__ import annotations
@@ -137,6 +138,23 @@ def _deployed(value: ir.Value | None) -> np.ndarray | None:
     return array
 
 
+# Ops that broadcast their inputs both ways: a constant given leading axes of size 1 computes the same
+# values (and where it lengthens the output's shape, the model level sees that on every input).
+_BROADCASTING = frozenset(("", op) for op in (
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Sum", "Mean", "Where", "And", "Or", "Xor", "Equal",
+    "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+))
+
+
+def _without_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[next((i for i, size in enumerate(shape) if size != 1), len(shape)):]
+
+
+def _same_but_leading_ones(expected: np.ndarray, actual: np.ndarray) -> bool:
+    return (expected.dtype == actual.dtype and expected.tobytes() == actual.tobytes()
+            and _without_leading_ones(expected.shape) == _without_leading_ones(actual.shape))
+
+
 def _input_difference(name: str, expected: np.ndarray, actual: np.ndarray | None, absent: bool) -> str | None:
     """How REWRITTEN's input ``name`` of a kept node (``actual``) differs from ORIGINAL's constant."""
     if absent:
@@ -175,6 +193,8 @@ def kept_differences(
             elif expected is not None:
                 if actual is None and b is not None:
                     actual = _folded(rewritten, b, runtime)
+                if op_key(node) in _BROADCASTING and actual is not None and _same_but_leading_ones(expected, actual):
+                    continue
                 problem = _input_difference(f"input {i} ({a.name!r})", expected, actual, b is None)
                 found += [f"{label}: {problem}"] if problem else []
         found += [
