@@ -623,13 +623,14 @@ def test_an_original_that_fails_at_a_default_batch_runs_at_another_and_the_repor
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     report = verify(model, dql_pass.expand(model)[0])
     assert report.passed, report.format()
-    assert len(report.notes) == len(failed) + bool(others), report.notes
-    for note, batch in zip(report.notes, failed):
-        assert note.startswith(f"ORIGINAL does not run with batch={batch} (ORT cannot run ORIGINAL: "), note
-        assert f"note: {note}" in report.format()
-    ran_in = "in every set" if others is None else "in the first set (the last note says the others)"
-    assert report.notes[len(failed) - 1].endswith(f"both models ran with batch={ran} {ran_in}"), report.notes
-    assert others is None or report.notes[-1].startswith(others), report.notes
+    note, *rest = report.notes
+    tried = "; nor ".join(f"with batch={batch} (ORT cannot run ORIGINAL: " for batch in failed)
+    assert note.startswith(f"ORIGINAL does not run {tried.split(' (')[0]} (ORT cannot run ORIGINAL: "), note
+    assert all(f"with batch={batch} (ORT cannot run ORIGINAL: " in note for batch in failed), note
+    assert note.count("; nor with ") == len(failed) - 1 and f"note: {note}" in report.format()
+    took = f"batch={ran} in every set" if others is None else "the sizes the next note gives"
+    assert note.endswith(f": both models ran with {took}"), note
+    assert [r[:len(others)] for r in rest] == ([others] if others else []), rest
     assert report.sites[0].model_level == f"checked on {len(report.input_sets)} input sets"
     assert report.dims == {"batch": ran}
 
@@ -643,6 +644,14 @@ def test_a_batch_given_for_one_input_is_the_batch_of_the_others():
     by_array = input_sets(model, 3, 0, {"x": np.zeros((4, 16), np.float32)}, {})
     for sets in (by_dim, by_array):
         assert {sets[label]["extra"].shape for label in sets} == {(4, 8)}
+    empty = input_sets(model, 3, 0, {}, {"d0": 0})
+    assert {empty[label]["extra"].shape for label in empty} == {(0, 8)}
+    # Where an input names its batch, only that name counts: an LSTM's first axis is its sequence.
+    lstm = ir.from_proto(dql_model(13, rank=2))
+    lstm.graph.inputs.append(ir.from_proto(helper.make_tensor_value_info("steps", TensorProto.FLOAT,
+                                                                         ["seq", "batch", 8])))
+    sets = input_sets(lstm, 3, 0, {}, {"seq": 64})
+    assert [sets[label]["steps"].shape[:2] for label in list(sets)[:3]] == [(64, 2), (64, 3), (64, 1)]
 
 
 def test_synthesized_inputs_take_the_sizes_of_the_given_ones():
@@ -780,8 +789,8 @@ def test_token_ids_reach_every_row_of_the_table_they_index():
     sets = input_sets(model, 2, 0, {}, {"sequence": 128})
     ids = np.concatenate([s["input_ids"].ravel() for s in sets.values()])  # sample 1 at batch 3
     assert ids.min() >= 0 and ids.max() < 1000 and ids.max() > 900 and ids.shape == ((2 + 3) * 128,)
-    assert sets.notes == ["sample 1 with batch=3; the other sets with batch=2: a rewrite fitted to one size, or "
-                          "wrong at odd sizes or at batch 1 only, fails (--dim sets a size for every set)"]
+    assert sets.notes == ["sample 1 with batch=3; the other sets with batch=2: a rewrite fitted to one size fails "
+                          "(--dim sets a size for every set)"]
     three = input_sets(model, 3, 0, {}, {})
     assert [three[label]["input_ids"].shape for label in three] == [(2, 16), (3, 17), (1, 16)]
     assert three.notes[0].startswith("sample 1 with batch=3, sequence=17; sample 2 with batch=1; the other sets with "

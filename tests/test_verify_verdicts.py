@@ -211,3 +211,21 @@ def test_a_division_narrowed_to_float16_is_not_a_pass_on_ort():
     report = dql_pass.verify(MLP, rewritten)
     assert report.verdict == "INCOMPLETE" and f"float16 or bfloat16 at 1 node ORIGINAL does not ('{div.name}')" in (
         report.model_not_checked), report.format()
+
+
+def test_float16_nodes_of_original_renamed_in_rewritten_are_original_s_own():
+    # Counted by op type, not matched by name: a tool that renames every node narrows nothing.
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Relu", ["h"], ["r"], name="relu16"),
+             helper.make_node("Cast", ["r"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("DynamicQuantizeLinear", ["f"], ["y", "s", "z"], name="dql")]
+    outputs = [helper.make_tensor_value_info(n, t, shape) for n, t, shape in (
+        ("y", TensorProto.UINT8, ["batch", 8]), ("s", TensorProto.FLOAT, []), ("z", TensorProto.UINT8, []))]
+    graph = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              outputs)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rewritten = ir.from_proto(dql_pass.expand(original)[0])
+    for i, node in enumerate(rewritten.graph):
+        node.name = f"renamed_{i}"
+    report = dql_pass.verify(original, rewritten)
+    assert report.verdict == "PASS", report.format()

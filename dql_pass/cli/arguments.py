@@ -20,8 +20,9 @@ _SHARE = ("an output in the input's folder refers to the input's external data f
           "what it keeps into its own (fast for large models; the output then needs those files). "
           "Default: the output and the data file written for it stand alone")
 _DIM = ("size of symbolic dimension NAME (repeatable; default: its size in an --input array, else 2 for "
-        "a batch-like one (named batch, or an input's first axis), else 16; 3 and 17 in the second input "
-        "set, batch 1 in the third; others where ORIGINAL does not run at those)")
+        "a batch-like one (named batch, or the first axis of an input of rank 2 or more; a batch given "
+        "for one is every one's), else 16; 3 and 17 in the second input set, batch 1 in the third; others "
+        "where ORIGINAL does not run at those)")
 _VERIFY = "run `dql-pass verify INPUT OUTPUT` on the result; exit 1 if it finds a mismatch"
 
 

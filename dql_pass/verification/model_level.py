@@ -186,21 +186,26 @@ def _run_models(
     default sizes, on the ``fallback`` sets at smaller ones; the sets they ran, their graph outputs
     (REWRITTEN's failure in place of its), and notes for the report."""
     original = _zeroed(original)
-    notes, failed = [], set()
+    failures: list[str] = []  # where ORIGINAL did not run, and ORT's reason
+    failed: set[Sizes] = set()
     while True:
         try:
-            return sets, *_run_both(original, rewritten, names, sets, runtime, reads), notes + sets.notes
+            runs = _run_both(original, rewritten, names, sets, runtime, reads)
+            break
         except _OriginalFailure as failure:
-            label, reason = failure.label, str(failure)
-            failed.add(sets.sizes.get(label))
-            sizes = next_sizes(failed) if label in sets.sizes else None
+            if failure.label not in sets.sizes:
+                raise InputError(str(failure)) from None
+            failures.append(f"with {sets.spelled(failure.label)} ({failure})")
+            failed.add(sets.sizes[failure.label])
+            sizes = next_sizes(failed)
             if sizes is None:
-                raise InputError(reason) from None
+                raise InputError(f"ORIGINAL does not run {'; nor '.join(failures)}") from None
         reads.clear()
-        where, sets = sets.spelled(label), fallback(sizes)
-        ran = "in every set" if len(sizes) == 1 else "in the first set (the last note says the others)"
-        notes.append(f"ORIGINAL does not run with {where} ({reason}); both models ran with "
-                     f"{sets.spelled(next(iter(sets)))} {ran}")
+        sets = fallback(sizes)
+    if not failures:
+        return sets, *runs, sets.notes
+    ran = "the sizes the next note gives" if sets.notes else f"{sets.spelled(next(iter(sets)))} in every set"
+    return sets, *runs, [f"ORIGINAL does not run {'; nor '.join(failures)}: both models ran with {ran}", *sets.notes]
 
 
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
@@ -281,7 +286,7 @@ def _refused(
 class _Reads:
     """What each exposed site's readers read, against the reference on the site's input (on another
     runtime, that input as REWRITTEN computes it there, where it still has it), set by set as the
-    models run; told to the tallies once every set has run (ORIGINAL may yet fail and run at batch 1)."""
+    models run; told to the tallies once every set has run (ORIGINAL may yet fail and run at other sizes)."""
 
     def __init__(self, exposed: Sequence[SiteTally], zero_range: str, runtime: runtimes.Runtime):
         self.exposed, self.zero_range, self.runtime = exposed, zero_range, runtime

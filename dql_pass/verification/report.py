@@ -93,8 +93,9 @@ class VerifyReport:
 
     The verdict (:func:`verdict`) is decided by the sites' rows, the final outputs, ``model_error``
     (REWRITTEN did not run: a mismatch), ``kept_differences`` (each a mismatch),
-    ``model_not_checked`` (why the model level compared nothing: an input that cannot be
-    synthesized, input sets that give no element to compare; INCOMPLETE at best) and ``cannot_run``
+    ``model_not_checked`` (why the model level compared nothing, or nothing it could trust: an
+    input that cannot be synthesized, input sets that give no element to compare, float16 nodes
+    that ORT computes in float32; INCOMPLETE at best) and ``cannot_run``
     (the runtime runs neither model: its own verdict). The other fields describe what was run.
     """
 

@@ -186,10 +186,14 @@ def next_sizes(failed: Set[Sizes]) -> tuple[Sizes, ...] | None:
 
 
 def _given_batch(graph_inputs: Sequence[ir.Value], fixed: Mapping[str, int]) -> int | None:
-    """The size of a batch-like dimension that ``fixed`` sizes: inputs that share the batch may name
-    it apart (an exporter's ``batch`` and ``n``), and a size of 1 would broadcast where theirs does not."""
-    return next((fixed[d.value] for v in graph_inputs if v.shape is not None for axis, d in enumerate(v.shape)
-                 if isinstance(d, ir.SymbolicDim) and d.value in fixed and _batch_like(d, axis, len(v.shape))), None)
+    """The size ``fixed`` gives a batch-like dimension: inputs that share the batch may name it apart
+    (an exporter's ``batch`` and ``n``), and a default of 1 would broadcast where theirs does not.
+    Where a dimension is named batch, only such a one counts (an LSTM's first axis is its sequence)."""
+    dims = [(d, axis, len(v.shape)) for v in graph_inputs if v.shape is not None for axis, d in enumerate(v.shape)
+            if isinstance(d, ir.SymbolicDim) and d.value]
+    named = any("batch" in d.value.lower() for d, _, _ in dims)
+    return next((fixed[d.value] for d, axis, rank in dims if d.value in fixed
+                 and ("batch" in d.value.lower() if named else _batch_like(d, axis, rank))), None)
 
 
 def _named_sizes(graph_inputs: Sequence[ir.Value], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
@@ -248,8 +252,7 @@ def input_sets(
     _check_options(graph_inputs, inputs, dims)
     fixed = {**_given_dims(model, inputs), **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
-    batch = _given_batch(graph_inputs, fixed)
-    taken = [(batch or b, other) for b, other in sizes]  # a given batch is every batch-like dimension's
+    batch = _given_batch(graph_inputs, fixed)  # a given batch is every batch-like dimension's
     labels = [f"sample {i}" for i in range(samples)]
     if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized):
         labels += SPECIAL_SETS
@@ -258,9 +261,10 @@ def input_sets(
                          "give samples 1 or more")
     if not synthesized:  # every input is given: every set would be the same, so one run of them
         labels = ["given inputs"]
-    nominal = {label: sizes[i] if i < len(sizes) else sizes[0] for i, label in enumerate(labels)}
-    shaped = {n: {v.name: _shape(v, fixed, t) for v in synthesized} for n, t in zip(sizes, taken)}
-    by_label = {label: shaped[nominal[label]] for label in labels}
+    defaults = {label: sizes[i] if i < len(sizes) else sizes[0] for i, label in enumerate(labels)}
+    shapes_of = {size: {v.name: _shape(v, fixed, (size[0] if batch is None else batch, size[1])) for v in synthesized}
+                 for size in set(defaults.values())}
+    by_label = {label: shapes_of[defaults[label]] for label in labels}
     made = sum(math.prod(s[v.name]) * int(v.dtype.itemsize) for s in by_label.values() for v in synthesized)
     given = sum(np.asarray(array).nbytes for array in inputs.values())
     if made + given > MAX_INPUT_BYTES:
@@ -272,7 +276,7 @@ def input_sets(
     highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
     sets = InputSets(labels, graph_inputs, inputs, by_label, highs, seed)
     if any(_takes_a_default(v, fixed) for v in synthesized):
-        sets.sizes = nominal
+        sets.sizes = defaults
         sets.named = {label: _named_sizes(graph_inputs, by_label[label]) for label in labels}
         first = sets.named[labels[0]]
         varied = {label: {n: size for n, size in named.items() if first.get(n) != size}
@@ -280,8 +284,8 @@ def input_sets(
         if any(varied.values()):
             usual = {n: size for n, size in first.items() if any(n in v for v in varied.values())}
             ran = "; ".join(f"{label} with {_spelled(v)}" for label, v in varied.items() if v)
-            sets.notes.append(f"{ran}; the other sets with {_spelled(usual)}: a rewrite fitted to one size, or "
-                              "wrong at odd sizes or at batch 1 only, fails (--dim sets a size for every set)")
+            sets.notes.append(f"{ran}; the other sets with {_spelled(usual)}: a rewrite fitted to one size fails "
+                              "(--dim sets a size for every set)")
     return sets
 
 
