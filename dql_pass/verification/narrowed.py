@@ -1,13 +1,14 @@
 """Narrowed precision: what ORT's CPU provider cannot check.
 
-ORT's CPU provider has few float16 or bfloat16 kernels: it runs such a node in float32 between Casts
-it inserts, then removes a Cast pair it finds around them, the model's own Cast from float32 to
-float16 included, even with every optimisation off. A REWRITTEN that computes in float16 therefore
-gives on ORT what it would give in float32, and matches ORIGINAL there though it does not on a
-runtime that computes in float16 (ONNX's reference, WebGPU). Rules: a node computes in a narrow
-float when it is not a Cast and reads or writes a value of that type, or the output of a Cast to
-it; as many of each op type as ORIGINAL has are ORIGINAL's own, run the same way in both (counted,
-not matched by name: a tool that renames nodes changes nothing).
+ORT's CPU provider (native, and onnxruntime-web's wasm) has few float16 or bfloat16 kernels: it
+runs such a node in float32 between Casts it inserts, then removes a Cast pair it finds around
+them, the model's own Cast from float32 to float16 included, even with every optimisation off. A
+REWRITTEN that computes in float16 therefore gives on ORT what it would give in float32, and
+matches ORIGINAL there though it does not on a runtime that computes in float16 (ONNX's reference,
+WebGPU). Rules: a node computes in a narrow float when it is not a Cast and reads or writes a value
+of that type, or the output of a Cast to it; as many of each op type as ORIGINAL has are
+ORIGINAL's own, run the same way in both (counted, not matched by name: a tool that renames nodes
+changes nothing).
 """
 
 from __future__ import annotations
