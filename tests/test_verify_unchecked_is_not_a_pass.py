@@ -199,6 +199,22 @@ def test_a_broadcast_constant_given_a_leading_axis_is_kept_unless_a_value_change
     assert report.verdict == verdict and len(report.kept_differences) == (verdict == "FAIL"), report.format()
 
 
+def test_a_node_retyped_under_its_name_fails():
+    # Add 'add' as Sub 'add' of the negated bias, one entry off: Relu masks it on every input verify
+    # makes, and the kept-node check, which pairs nodes of one type, saw no kept node to compare.
+    original = _masked_matmul()
+    retyped = _masked_matmul()
+    add = next(node for node in retyped.graph.node if node.name == "add")
+    add.op_type = "Sub"
+    bias = -numpy_helper.to_array(retyped.graph.initializer[0])
+    bias[3] += 1.0
+    retyped.graph.initializer[0].CopyFrom(numpy_helper.from_array(bias, "bias"))
+    report = dql_pass.verify(original, retyped)
+    assert all(o.identical for o in report.outputs)
+    assert report.verdict == "FAIL" and report.kept_differences == ["Add 'add' in main: REWRITTEN has a Sub under "
+                                                                    "its name"], report.format()
+
+
 def test_a_kept_node_reading_a_changed_weight_through_an_identity_fails():
     original = _masked_matmul()
     changed = _masked_matmul(weight_change=1)

@@ -3,13 +3,15 @@
 Rules: a node of ORIGINAL that REWRITTEN has in a graph where ORIGINAL has none like it (an If's
 branches swapped, a node moved out of a Loop's body) is a change: no rewrite of a DQL moves the
 nodes around it, and the sites and the model level would check the moved ones where they no
-longer are. A node that REWRITTEN keeps (same graph path, domain, type and name, or output names
-when it has no name, or else the same input and output names; live in REWRITTEN) must read ORIGINAL's
-constants, bit for bit, at every input where either model has a constant (an initializer that is
-also a graph input counts by its stored value: as deployed nothing feeds it; a broadcasting op's
-constant may gain or lose leading axes of size 1), and carry the same attributes: a difference
-there is a mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of
-them). A value REWRITTEN computes from constants alone is run to compare it.
+longer are. So is a named node of ORIGINAL whose name REWRITTEN gives there only to nodes of
+another type (but a DQL or an integer op that lower rewrites). A node that REWRITTEN keeps (same
+graph path, domain, type and name, or output names when it has no name, or else the same input and
+output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
+either model has a constant (an initializer that is also a graph input counts by its stored value:
+as deployed nothing feeds it; a broadcasting op's constant may gain or lose leading axes of size
+1), and carry the same attributes: a difference there is a mismatch whatever the inputs verify
+synthesizes (a change a bias and Relu mask on all of them). A value REWRITTEN computes from
+constants alone is run to compare it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dql_pass.compare import bit_difference
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, op_key, subgraphs
+from dql_pass.lowering.rules import RULES
+from dql_pass.op import is_dql
 from dql_pass.verification.extract import Scopes
 
 
@@ -90,6 +94,29 @@ def _moved(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, st
     return moved
 
 
+def _retyped(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, str]) -> list[str]:
+    """The named nodes of ORIGINAL whose name REWRITTEN gives, at the same place, only to nodes of
+    another type: no rewrite of a DQL changes what a node around it is (DQL and the integer ops
+    that lower rewrites may take another form under their names)."""
+    def named(model: ir.Model) -> dict[tuple, list[ir.Node]]:
+        found: dict[tuple, list[ir.Node]] = collections.defaultdict(list)
+        for graph, place in _places(model).items():
+            for node in graph:
+                if node.name:
+                    found[place, node.name].append(node)
+        return found
+
+    after = named(rewritten)
+    retyped = []
+    for key, (node, *others) in named(original).items():
+        types = {op_key(twin) for twin in after.get(key, [])}
+        if others or not types or op_key(node) in types or is_dql(node) or op_key(node) in _LOWERED:
+            continue
+        retyped.append(f"{described(node)} in {labels[node.graph]}: REWRITTEN has a "
+                       f"{' or a '.join(sorted(op for _, op in types))} under its name")
+    return retyped
+
+
 def _tensor(tensor: ir.TensorProtocol) -> tuple:
     array = tensor.numpy()
     return str(array.dtype), array.shape, array.tobytes()
@@ -138,6 +165,7 @@ def _deployed(value: ir.Value | None) -> np.ndarray | None:
     return array
 
 
+_LOWERED = frozenset(("", op) for op in RULES)  # what lower may rewrite under the same name
 # Ops that broadcast their inputs both ways: a constant given leading axes of size 1 computes the same
 # values (and where it lengthens the output's shape, the model level sees that on every input).
 _BROADCASTING = frozenset(("", op) for op in (
@@ -179,6 +207,7 @@ def kept_differences(
     kept, wired = _kept_nodes(scopes.labels), _kept_nodes(scopes.labels, _wiring)
     original_labels = {graph: label for graph, (label, _) in graph_scopes(original).items()}
     found = _moved(original, rewritten, {**original_labels, **scopes.labels})
+    found += _retyped(original, rewritten, original_labels)
     for key, node in _kept_nodes(original_labels).items():
         twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node

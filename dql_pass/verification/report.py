@@ -168,7 +168,7 @@ class VerifyReport:
         if unchecked:
             text += f"; {unchecked} sites not checked on {self.runtime}"
         if self.kept_differences:
-            text += f"; {len(self.kept_differences)} constants, attributes or places of kept nodes differ"
+            text += f"; {len(self.kept_differences)} constants, attributes, types or places of kept nodes differ"
         if self.model_not_checked:
             text += f"; model level not checked: {self.model_not_checked}"
         if self.model_error:
