@@ -184,7 +184,7 @@ def test_accepts_own_expansion_of_a_built_model(variant, mode):
     (row,) = report.sites
     comparable = sum(c.comparable for c in cases())
     assert row.cases == comparable + len(large_cases()) + len(report.input_sets)
-    assert report.input_sets == ["sample 0", "sample 1", "zeros", "negative", "positive", "heavy tails"]
+    assert report.input_sets == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
 
 
 def test_unknown_sizes_written_as_minus_one_get_a_default():
@@ -309,7 +309,7 @@ def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model
     (failed,) = [s for s in report.sites if not s.passed]
     assert failed.graph == _branch_path(model, 0, "else_branch") and "zero range" in failed.classes
     # The all-zero set runs the else branches: the zero range reaches the final outputs.
-    assert report.input_sets == ["sample 0", "sample 1", "zeros", "negative", "positive", "heavy tails"]
+    assert report.input_sets == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
     assert [o.name for o in report.outputs if not o.identical] == ["b0"]
 
 
@@ -473,7 +473,7 @@ def test_real_model_features_token_ids_masks_contrib_ops_external_data(tmp_path)
     dql_pass.save_model(dql_pass.expand(original)[0], rewritten)
     report = verify(original, rewritten, dims={"sequence": 5})
     assert report.passed, report.format()
-    assert report.input_sets == ["sample 0", "sample 1"]  # no float input: no all-zero set
+    assert report.input_sets == ["sample 0", "sample 1", "sample 2"]  # no float input: no all-zero set
     ids = np.full((1, 5), 99, np.int64)  # outside the 16-row embedding: ORT refuses ORIGINAL
     with pytest.raises(dql_pass.InputError, match="ORT cannot run ORIGINAL"):
         verify(original, rewritten, inputs={"input_ids": ids})
@@ -678,7 +678,7 @@ def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
 
 
 def test_inputs_too_large_to_synthesize_are_bad_input(mlp):
-    with pytest.raises(dql_pass.InputError, match=r"would need 143\.1 GiB \(6 input sets, 143\.1 GiB synthesized"):
+    with pytest.raises(dql_pass.InputError, match=r"would need 166\.9 GiB \(7 input sets, 166\.9 GiB synthesized"):
         verify(mlp, mlp, dims={"batch": 100_000_000})
 
 

@@ -34,7 +34,7 @@ def test_verify_picks_small_shapes_whatever_the_dimensions_are_called_and_names_
     report = dql_pass.verify(original, expanded)
     assert report.verdict == "PASS"
     assert report.dims == {"b": 2, "s": 16}
-    assert "over 6 input sets (b=2, s=16)" in report.summary
+    assert "over 7 input sets (b=2, s=16)" in report.summary
 
 
 def test_dims_given_on_expand_and_lower_verify_are_used(transformer, tmp_path):

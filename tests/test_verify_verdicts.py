@@ -76,7 +76,7 @@ def test_a_zeroed_embedding_row_beyond_sixteen_fails(tmp_path):
 def test_inputs_too_large_to_synthesize_are_bad_input():
     result = run_cli("verify", MLP, MLP, "--dim", "batch=100000000")
     _assert_exit(result, 2)
-    assert "would need 143.1 GiB" in result.stderr
+    assert "would need 166.9 GiB" in result.stderr
 
 
 def test_a_sequence_output_is_compared_not_a_traceback(tmp_path):
@@ -165,7 +165,8 @@ def test_a_rewrite_fitted_to_the_default_sequence_length_fails(tmp_path):
     result = run_cli("verify", _save(original, tmp_path / "ids.onnx"), _save(rewritten, tmp_path / "fitted.onnx"))
     _assert_exit(result, 1)
     assert "site mismatches" in result.stdout and " 0 site mismatches" in result.stdout  # the sites pass
-    assert "note: sample 1 with batch=3, sequence=17; the other sets with batch=2, sequence=16: " in result.stdout
+    assert ("note: sample 1 with batch=3, sequence=17; sample 2 with batch=1; the other sets with batch=2, "
+            "sequence=16: ") in result.stdout
 
 
 def _lean_table(model: onnx.ModelProto, kind: str) -> onnx.TensorProto:

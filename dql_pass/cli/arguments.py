@@ -117,9 +117,9 @@ def fuse(parser: argparse.ArgumentParser) -> None:
 def verify(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("original", help="the model with DynamicQuantizeLinear")
     parser.add_argument("rewritten", help="the rewritten model, by dql-pass or any other tool")
-    parser.add_argument("--samples", type=whole_number, default=2, help="random input sets for the model level "
-                        "(default 2), besides all-zero, all-negative, all-positive and heavy-tailed sets when there "
-                        "is a float input")
+    parser.add_argument("--samples", type=whole_number, default=3, help="random input sets for the model level "
+                        "(default 3: at batch 2, 3 and 1), besides all-zero, all-negative, all-positive and "
+                        "heavy-tailed sets when there is a float input")
     parser.add_argument("--seed", type=whole_number, default=0,
                         help="seed of the random catalogue cases and model inputs")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",

@@ -73,7 +73,7 @@ def verify(
     original: onnx.ModelProto | ir.Model | str | os.PathLike,
     rewritten: onnx.ModelProto | ir.Model | str | os.PathLike,
     *,
-    samples: int = 2,
+    samples: int = 3,
     seed: int = 0,
     inputs: Mapping[str, np.ndarray] | None = None,
     dims: Mapping[str, int] | None = None,
