@@ -57,59 +57,63 @@ def _kept_nodes(
     return {key: node for key, node in found.items() if node is not None}
 
 
-def _places(model: ir.Model) -> dict[ir.Graph, tuple]:
-    """The main graph and its subgraphs by where they are: for each subgraph the type and output names
-    of the node that holds it and the attribute, so that a rewrite renaming that node keeps it.
-    Functions are left out: a rewrite may add its own (expand's function mode) or rename one."""
+def _placed(model: ir.Model) -> list[tuple[tuple, ir.Node]]:
+    """Every node of the main graph and its subgraphs with where its graph is: for a subgraph the
+    type and output names of the node that holds it and the attribute, so that a rewrite renaming
+    that node keeps it. Functions are left out: a rewrite may add its own (expand's function mode)
+    or rename one."""
     places: dict[ir.Graph, tuple] = {model.graph: ("main",)}
+    placed = []
     for node in ir.traversal.RecursiveGraphIterator(model.graph):  # parents before their subgraphs
+        placed.append((places[node.graph], node))
         for attr_name, graph in subgraphs(node):
             places[graph] = (*places[node.graph], node.op_type, tuple(v.name for v in node.outputs), attr_name)
-    return places
+    return placed
 
 
-def _moved(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, str]) -> list[str]:
-    """The nodes of ORIGINAL that REWRITTEN has in a graph where ORIGINAL has none of that identity;
-    ``labels``: both models' graph paths. A rewrite that drops one of two nodes of the same identity
-    (lower leaving a subgraph's copy alone) moves nothing; a move among graphs that all hold the
-    identity, or a move with a rename, is left to the sites and the model level."""
-    def places(model: ir.Model) -> dict[tuple, dict[tuple, ir.Node]]:
+def _moved(before: list[tuple[tuple, ir.Node]], after: list[tuple[tuple, ir.Node]],
+           labels: Mapping[ir.Graph, str]) -> list[str]:
+    """The nodes of ORIGINAL (``before``, see :func:`_placed`) that REWRITTEN (``after``) has in a
+    graph where ORIGINAL has none of that identity; ``labels``: both models' graph paths. A rewrite
+    that drops one of two nodes of the same identity (lower leaving a subgraph's copy alone) moves
+    nothing; a move among graphs that all hold the identity, or a move with a rename, is left to the
+    sites and the model level."""
+    def by_identity(placed: list[tuple[tuple, ir.Node]]) -> dict[tuple, dict[tuple, ir.Node]]:
         """Node identity -> place -> a node of that identity there."""
         found: dict[tuple, dict[tuple, ir.Node]] = collections.defaultdict(dict)
-        for graph, place in _places(model).items():
-            for node in graph:
-                found[_identity(node)][place] = node
+        for place, node in placed:
+            found[_identity(node)][place] = node
         return found
 
     def where(nodes) -> str:
         return ", ".join(sorted(labels[node.graph] for node in nodes))
 
-    before, after = places(original), places(rewritten)
+    original, rewritten = by_identity(before), by_identity(after)
     moved = []
-    for identity, held in before.items():
-        new = [node for place, node in after.get(identity, {}).items() if place not in held]
+    for identity, held in original.items():
+        new = [node for place, node in rewritten.get(identity, {}).items() if place not in held]
         if new:
             moved.append(f"{described(next(iter(held.values())))} in {where(held.values())}: REWRITTEN has it in "
                          f"{where(new)}, where ORIGINAL has not")
     return moved
 
 
-def _retyped(original: ir.Model, rewritten: ir.Model, labels: Mapping[ir.Graph, str]) -> list[str]:
-    """The named nodes of ORIGINAL whose name REWRITTEN gives, at the same place, only to nodes of
-    another type: no rewrite of a DQL changes what a node around it is (DQL and the integer ops
-    that lower rewrites may take another form under their names)."""
-    def named(model: ir.Model) -> dict[tuple, list[ir.Node]]:
+def _retyped(before: list[tuple[tuple, ir.Node]], after: list[tuple[tuple, ir.Node]],
+             labels: Mapping[ir.Graph, str]) -> list[str]:
+    """The named nodes of ORIGINAL (``before``, see :func:`_placed`) whose name REWRITTEN (``after``)
+    gives, at the same place, only to nodes of another type: no rewrite of a DQL changes what a node
+    around it is (DQL and the integer ops that lower rewrites may take another form under their names)."""
+    def named(placed: list[tuple[tuple, ir.Node]]) -> dict[tuple, list[ir.Node]]:
         found: dict[tuple, list[ir.Node]] = collections.defaultdict(list)
-        for graph, place in _places(model).items():
-            for node in graph:
-                if node.name:
-                    found[place, node.name].append(node)
+        for place, node in placed:
+            if node.name:
+                found[place, node.name].append(node)
         return found
 
-    after = named(rewritten)
+    rewritten = named(after)
     retyped = []
-    for key, (node, *others) in named(original).items():
-        types = {op_key(twin) for twin in after.get(key, [])}
+    for key, (node, *others) in named(before).items():
+        types = {op_key(twin) for twin in rewritten.get(key, [])}
         if others or not types or op_key(node) in types or is_dql(node) or op_key(node) in _LOWERED:
             continue
         retyped.append(f"{described(node)} in {labels[node.graph]}: REWRITTEN has a "
@@ -206,8 +210,8 @@ def kept_differences(
     alive = scopes.live_nodes
     kept, wired = _kept_nodes(scopes.labels), _kept_nodes(scopes.labels, _wiring)
     original_labels = {graph: label for graph, (label, _) in graph_scopes(original).items()}
-    found = _moved(original, rewritten, {**original_labels, **scopes.labels})
-    found += _retyped(original, rewritten, original_labels)
+    before, after = _placed(original), _placed(rewritten)  # one walk of each model for both checks
+    found = _moved(before, after, {**original_labels, **scopes.labels}) + _retyped(before, after, original_labels)
     for key, node in _kept_nodes(original_labels).items():
         twin = kept.get(key, wired.get((key[0], _wiring(node))))  # a rename alone does not make it another node
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
