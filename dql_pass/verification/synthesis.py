@@ -274,36 +274,23 @@ def input_sets(
             f"{MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, fewer samples or smaller inputs"
         )
     highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
-    sets = InputSets(labels, graph_inputs, inputs, by_label, highs, seed)
-    if any(_takes_a_default(v, fixed) for v in synthesized):
-        sets.sizes = defaults
-        sets.named = {label: _named_sizes(graph_inputs, by_label[label]) for label in labels}
-        first = sets.named[labels[0]]
-        varied = {label: {n: size for n, size in named.items() if first.get(n) != size}
-                  for label, named in sets.named.items()}
-        if any(varied.values()):
-            usual = {n: size for n, size in first.items() if any(n in v for v in varied.values())}
-            ran = "; ".join(f"{label} with {_spelled(v)}" for label, v in varied.items() if v)
-            sets.notes.append(f"{ran}; the other sets with {_spelled(usual)}: a rewrite fitted to one size fails "
-                              "(--dim sets a size for every set)")
-    return sets
+    defaulted = any(_takes_a_default(v, fixed) for v in synthesized)
+    return InputSets(labels, graph_inputs, inputs, by_label, highs, seed, defaults if defaulted else {})
 
 
 class InputSets(Mapping[str, dict[str, np.ndarray]]):
     """The input sets by label, each a feed for every graph input, made when asked for and not kept:
     a model-level run holds one set at a time. Set ``i`` is drawn from the generator's state after
     sets ``0 .. i-1``, kept once known, so it has the same values whenever it is made. Where a
-    dimension takes a default size, ``sizes`` are the default sizes of each set and ``named`` the
-    size of each symbolic dimension there, by label (both empty otherwise); ``notes`` say what a
-    report should tell of the sets."""
+    dimension takes a default size, ``sizes`` are the default sizes of each set, by label (empty
+    otherwise)."""
 
     def __init__(self, labels: list[str], graph_inputs: list[ir.Value], given: Mapping[str, np.ndarray],
-                 shapes: Mapping[str, Mapping[str, tuple[int, ...]]], highs: Mapping[str, int], seed: int):
+                 shapes: Mapping[str, Mapping[str, tuple[int, ...]]], highs: Mapping[str, int], seed: int,
+                 sizes: Mapping[str, Sizes]):
         self._labels, self._inputs, self._given = labels, graph_inputs, given
         self._shapes, self._highs = shapes, highs
-        self.sizes: dict[str, Sizes] = {}
-        self.named: dict[str, dict[str, int]] = {}
-        self.notes: list[str] = []
+        self.sizes = sizes
         self._states = [np.random.default_rng(seed).bit_generator.state]  # the generator's state before set i
 
     def __len__(self) -> int:
@@ -323,9 +310,27 @@ class InputSets(Mapping[str, dict[str, np.ndarray]]):
     def __contains__(self, label: object) -> bool:
         return label in self._labels
 
+    def _named(self, label: str) -> dict[str, int]:
+        return _named_sizes(self._inputs, self._shapes[label])
+
     def spelled(self, label: str) -> str:
         """The sizes of the symbolic dimensions in set ``label``: ``batch=2, sequence=16``."""
-        return _spelled(self.named.get(label, {}))
+        return _spelled(self._named(label))
+
+    @property
+    def notes(self) -> list[str]:
+        """What a report should tell of the sets: which took other default sizes than the first."""
+        if not self.sizes:
+            return []
+        first = self._named(self._labels[0])
+        varied = {label: {n: size for n, size in self._named(label).items() if first.get(n) != size}
+                  for label in self._labels}
+        if not any(varied.values()):
+            return []
+        usual = {n: size for n, size in first.items() if any(n in v for v in varied.values())}
+        ran = "; ".join(f"{label} with {_spelled(v)}" for label, v in varied.items() if v)
+        return [f"{ran}; the other sets with {_spelled(usual)}: a rewrite fitted to one size fails "
+                "(--dim sets a size for every set)"]
 
     def _make(self, index: int) -> dict[str, np.ndarray]:
         label = self._labels[index]
