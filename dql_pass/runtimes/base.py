@@ -163,6 +163,9 @@ class Runtime:
     # Ops that load but run off the runtime's accelerator (op: the input types), measured; expand says so.
     no_kernel: dict[str, str] = {}
     where: str | None = None  # what a model loaded on it runs in, when that is not the Python process
+    # Where the runtime computes a float16 node in float32, dropping the model's own Casts around it,
+    # so that it cannot tell a rewrite narrowed to float16 from the original: the measured reason.
+    widens_float16: str | None = None
     # Seconds one load or run may take, where the adapter limits them (a browser, a converter in a
     # process of its own); None: the adapter's own limits. Past it: RuntimeTimeout.
     timeout: float | None = None

@@ -114,18 +114,15 @@ def _checked_options(zero_range: str, runtime: str, samples: int, dims: Mapping[
     return runner
 
 
-# Runtimes that run ORT's CPU provider, which computes float16 nodes in float32 (measured on both).
-_ORT_CPU = ("onnxruntime", "wasm")
-
-
-def _narrowed(original: ir.Model, rewritten: ir.Model, runtime: str) -> str | None:
-    """Why ORT's verdict does not hold for REWRITTEN, where it computes in float16 or bfloat16."""
-    nodes = narrowed_nodes(original, rewritten) if runtime in _ORT_CPU else []
+def _narrowed(original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime) -> str | None:
+    """Why the runtime's verdict does not hold for REWRITTEN, where it computes in float16 or bfloat16
+    and the runtime widens that to float32."""
+    nodes = narrowed_nodes(original, rewritten) if runtime.widens_float16 else []
     if not nodes:
         return None
     return (f"REWRITTEN computes in float16 or bfloat16 at {len(nodes)} node{'s' * (len(nodes) != 1)} ORIGINAL does "
-            f"not ({', '.join(map(repr, nodes[:3]))}{', ...' * (len(nodes) > 3)}), which ORT's CPU provider runs "
-            f"in float32: `--runtime reference` checks {'them' if len(nodes) != 1 else 'it'}")
+            f"not ({', '.join(map(repr, nodes[:3]))}{', ...' * (len(nodes) > 3)}), which {runtime.name} runs in "
+            f"float32: `--runtime reference` checks {'them' if len(nodes) != 1 else 'it'}")
 
 
 def _verify(
@@ -157,7 +154,7 @@ def _verify(
             check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
         lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
     kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)
-    narrowed = _narrowed(original_model, rewritten_model, runtime)
+    narrowed = _narrowed(original_model, rewritten_model, runner)
     model_not_checked = "; ".join(reason for reason in (check.not_checked, narrowed) if reason)
     report = VerifyReport(
         original=original_label, rewritten=rewritten_label, zero_range=zero_range,

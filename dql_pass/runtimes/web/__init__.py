@@ -181,5 +181,6 @@ class WebGpu(WebRuntime):
 class Wasm(WebRuntime):
     name = "wasm"
     provider = "wasm"
+    widens_float16 = "onnxruntime-web's wasm runs ORT's CPU provider, which computes a float16 node in float32"
     bundle = BUNDLES["wasm"]
     variant = "quantizelinear"  # every form is exact here, as on ORT's CPU provider; this one is the smallest
