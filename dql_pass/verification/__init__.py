@@ -154,13 +154,12 @@ def _verify(
             check = check_model(original_model, rewritten_model, tallies, sets, fallback, zero_range, runner)
         lowered = check_lowered(original_model, rewritten_model, seed, runner, scopes)
     kept = kept_differences(original_model, rewritten_model, runtimes.get("onnxruntime"), scopes)
-    narrowed = _narrowed(original_model, rewritten_model, runner)
-    model_not_checked = "; ".join(reason for reason in (check.not_checked, narrowed) if reason)
     report = VerifyReport(
         original=original_label, rewritten=rewritten_label, zero_range=zero_range,
         sites=[t.result for t in tallies] + lowered, outputs=check.outputs, input_sets=list(check.sets),
         model_error=check.error, seconds=time.perf_counter() - start, notes=check.notes,
-        model_not_checked=model_not_checked or None, runtime=runtime, kept_differences=kept,
+        model_not_checked=check.not_checked, narrowed=_narrowed(original_model, rewritten_model, runner),
+        runtime=runtime, kept_differences=kept,
         dims=chosen_dims(original_model, next(iter(check.sets.values()), {})), cannot_run=check.cannot_run,
         from_ort=check.from_ort,
     )

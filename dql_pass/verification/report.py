@@ -94,8 +94,9 @@ class VerifyReport:
     The verdict (:func:`verdict`) is decided by the sites' rows, the final outputs, ``model_error``
     (REWRITTEN did not run: a mismatch), ``kept_differences`` (each a mismatch),
     ``model_not_checked`` (why the model level compared nothing, or nothing it could trust: an
-    input that cannot be synthesized, input sets that give no element to compare, float16 nodes
-    that ORT computes in float32; INCOMPLETE at best) and ``cannot_run``
+    input that cannot be synthesized, input sets that give no element to compare; INCOMPLETE at
+    best), ``narrowed`` (nodes REWRITTEN computes in float16 that the runtime computes in float32:
+    no value through them is checked; INCOMPLETE at best) and ``cannot_run``
     (the runtime runs neither model: its own verdict). The other fields describe what was run.
     """
 
@@ -109,6 +110,7 @@ class VerifyReport:
     seconds: float = 0.0
     notes: list[str] = dataclasses.field(default_factory=list)
     model_not_checked: str | None = None
+    narrowed: str | None = None
     runtime: str = "onnxruntime"
     # Constant inputs and attributes of nodes REWRITTEN keeps that differ from ORIGINAL's: each a mismatch.
     kept_differences: list[str] = dataclasses.field(default_factory=list)
@@ -132,7 +134,7 @@ class VerifyReport:
     @property
     def verdict(self) -> str:
         return verdict(mismatches=self.mismatches, sites_checked=all(s.passed for s in self.sites),
-                       model_not_checked=self.model_not_checked, cannot_run=self.cannot_run)
+                       not_checked=self.model_not_checked or self.narrowed, cannot_run=self.cannot_run)
 
     @property
     def exit_code(self) -> int:
@@ -171,6 +173,8 @@ class VerifyReport:
             text += f"; {len(self.kept_differences)} constants, attributes, types or places of kept nodes differ"
         if self.model_not_checked:
             text += f"; model level not checked: {self.model_not_checked}"
+        if self.narrowed:
+            text += f"; not checked on {self.runtime}: {self.narrowed}"
         if self.model_error:
             text += f"; {self.model_error}"
         return text
@@ -248,11 +252,11 @@ class VerifyReport:
         }
 
 
-def verdict(*, mismatches: int, sites_checked: bool, model_not_checked: str | None, cannot_run: str | None) -> str:
-    """PASS when nothing differs, every site was checked and the model level compared something;
+def verdict(*, mismatches: int, sites_checked: bool, not_checked: str | None, cannot_run: str | None) -> str:
+    """PASS when nothing differs, every site was checked and nothing else is ``not_checked``;
     FAIL on any mismatch; else CANNOT RUN where the runtime running neither model is all that kept
     the check from a PASS, and INCOMPLETE otherwise."""
-    if not mismatches and sites_checked and model_not_checked is None:
+    if not mismatches and sites_checked and not_checked is None:
         return "PASS"
     if mismatches:
         return "FAIL"
