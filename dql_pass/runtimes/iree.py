@@ -57,7 +57,8 @@ class Iree(Runtime):
                         "range or scale quantizes as zero (x/0 is inf, 0/0 NaN)", outputs=OUTPUTS),
         KnownDifference(("arithmetic", "float64", "residual", "portable"), None,
                         "measured: IREE 3.13 compiles Cast(float32 -> uint8) into int8's range: 128 to 255 become "
-                        "127 (a one-node Cast model gives it too)", outputs=("y", "y_zero_point")),
+                        "127 (a one-node Cast model gives it too: its ONNX import lowers the Cast to "
+                        "arith.fptosi f32 to i8, a signed conversion)", outputs=("y", "y_zero_point")),
         KnownDifference(("native",), "zero range",
                         "measured: IREE's DynamicQuantizeLinear gives an all-zero or empty input the scale 0 "
                         "(ORT: 1.0)", outputs=("y_scale",)),
