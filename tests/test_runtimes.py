@@ -18,6 +18,7 @@ from helpers import LEFT_OUT_OF_CI, independent_inputs, installed, reciprocal_re
 import dql_pass
 from dql_pass import decomposition, inputs, runtimes
 from dql_pass.compare import WORST, SiteDifference, compare_site
+from dql_pass.runtimes.base import RuntimeFailure
 from dql_pass.files import read_model
 from dql_pass.graph.walk import ops_used
 from dql_pass.op import MIN_OPSET, one_node_model
@@ -132,6 +133,10 @@ def test_an_initializer_listed_among_the_inputs_is_not_fed(name):
     session = runtime.load(model)
     assert session.input_names == ["x"]
     assert session.run({"x": np.arange(3, dtype=_F)})[0].tobytes() == np.arange(1, 4, dtype=_F).tobytes()
+    # An input not fed is the runtime's refusal, which verify reports (a REWRITTEN that takes an input
+    # ORIGINAL does not): the compiling adapters raised a KeyError, a traceback.
+    with pytest.raises(RuntimeFailure, match="the model takes inputs it was not given: x"):
+        session.run({"w": np.ones(3, _F)})
 
 
 @pytest.mark.parametrize("name", every_runtime())

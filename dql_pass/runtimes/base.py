@@ -137,6 +137,14 @@ class Session:
         :class:`RuntimeFailure` when the runtime refuses."""
         raise NotImplementedError
 
+    def fed(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The arrays of ``feeds`` for the model's inputs, in their order; :class:`RuntimeFailure`
+        naming those it lacks (a REWRITTEN that takes an input ORIGINAL does not, say)."""
+        missing = [name for name in self.input_names if name not in feeds]
+        if missing:
+            raise RuntimeFailure(f"the model takes inputs it was not given: {', '.join(missing)}")
+        return [feeds[name] for name in self.input_names]
+
     def close(self) -> None:
         """Release what the session holds now, not when it is collected (a web session hands its page
         on when recycling); by default there is nothing to release."""

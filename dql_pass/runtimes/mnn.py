@@ -183,7 +183,7 @@ class _MnnSession(Session):
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         if not self._worker.alive():  # the last run crashed it
             self._worker = self._start()
-        got = self._worker.ask([np.require(feeds[name], requirements="C") for name in self.input_names])
+        got = self._worker.ask([np.require(array, requirements="C") for array in self.fed(feeds)])
         by_name = {name: conform(_widened(a, t), t) for name, a, t in zip(self.output_names, got, self._types)}
         return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
 

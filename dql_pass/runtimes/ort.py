@@ -43,10 +43,8 @@ class _OrtSession(Session):
         self._session = session
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
-        fed = {name: array for name, array in feeds.items() if name in self.input_names}
-        missing = [name for name in self.input_names if name not in fed]
-        if missing:  # ORT says so with a builtin ValueError, which failures_of would take for a bug of ours
-            raise RuntimeFailure(f"the model takes inputs it was not given: {', '.join(missing)}")
+        # Checked first: ORT says so with a builtin ValueError, which failures_of would take for a bug of ours.
+        fed = dict(zip(self.input_names, self.fed(feeds)))
         with failures_of("onnxruntime"):
             try:
                 return self._session.run(None if outputs is None else list(outputs), fed)

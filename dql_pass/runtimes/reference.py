@@ -27,7 +27,8 @@ class _ReferenceSession(Session):
         # onnx.reference raises whatever its NumPy code raises: all of it is the runtime's refusal.
         with np.errstate(all="ignore"), warnings.catch_warnings(), failures_of():
             warnings.simplefilter("ignore")
-            return self._evaluator.run(None if outputs is None else list(outputs), dict(feeds))
+            fed = dict(zip(self.input_names, self.fed(feeds)))
+            return self._evaluator.run(None if outputs is None else list(outputs), fed)
 
 
 class OnnxReference(Runtime):

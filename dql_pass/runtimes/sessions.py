@@ -135,7 +135,7 @@ class ShapeCachedSession(Session):
         self._origin = origin
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
-        arrays = [np.asarray(feeds[name]) for name in self.input_names]
+        arrays = [np.asarray(array) for array in self.fed(feeds)]
         signature = tuple((a.shape, a.dtype) for a in arrays)
         with failures_of(self._origin):
             if signature not in self._compiled:

@@ -45,7 +45,7 @@ class _TorchSession(Session):
         import torch
 
         # A copy: torch.from_numpy shares memory and warns about arrays that are not writable.
-        tensors = [torch.from_numpy(np.array(feeds[name])) for name in self.input_names]
+        tensors = [torch.from_numpy(np.array(array)) for array in self.fed(feeds)]
         threads = torch.get_num_threads()
         try:
             if self._threads > 0:

@@ -168,10 +168,8 @@ class WebSession(Session):
         if not self._finalizer.alive:
             raise RuntimeFailure("the session is closed")
         sent = {}
-        for name in self.input_names:
-            if name not in feeds:
-                raise RuntimeFailure(f"no feed for the input {name}")
-            array = np.asarray(feeds[name])  # tobytes() below is in C order; ascontiguousarray would make 0-d 1-d
+        for name, array in zip(self.input_names, self.fed(feeds)):
+            array = np.asarray(array)  # tobytes() below is in C order; ascontiguousarray would make 0-d 1-d
             if array.dtype not in _TYPES:
                 raise RuntimeFailure(f"onnxruntime-web has no tensor type for {array.dtype}")
             sent[name] = {"type": _TYPES[array.dtype], "dims": list(array.shape),
