@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +67,28 @@ def test_fuse_onto_the_inputs_data_is_refused(tmp_path, how):
     assert_bad_input(write(how, "fuse", source, tmp_path / "e.onnx.data"),
                      "would overwrite the input or its external data")
     assert files_of(tmp_path) == before
+
+
+def test_the_input_reached_through_a_bind_mount_is_refused(tmp_path):
+    """The input's folder mounted again elsewhere: its path there resolves to no input file, but
+    replacing that name replaces the input (and an output named as its data file, the data)."""
+    source_folder, view = tmp_path / "src", tmp_path / "view"
+    source_folder.mkdir(), view.mkdir()
+    source = quantized_model(source_folder / "m.onnx", "m.onnx.data")
+    before = files_of(source_folder)
+    script = (f"mount --bind {source_folder} {view} || exit 99; "
+              f"{sys.executable} -m dql_pass lower {source} -o {view / 'm.onnx'}; echo $?; "
+              f"{sys.executable} -m dql_pass lower {source} -o {view / 'm.onnx.data'}; echo $?")
+    try:  # a mount namespace of its own, gone with the process: nothing stays mounted
+        run = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                             capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here to make a mount namespace")
+    if run.returncode == 99 or "unshare failed" in run.stderr:
+        pytest.skip(f"cannot bind-mount here (not root, or no mount namespace): {run.stderr.strip()}")
+    assert run.stdout.split() == ["2", "2"], run.stderr
+    assert "the output path is the input path" in run.stderr and "would overwrite the input" in run.stderr
+    assert files_of(source_folder) == before
 
 
 def test_save_model_protects_the_source_it_did_not_load(tmp_path):

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     )
     from dql_pass.files.safe import (  # noqa: F401
         FolderLock, atomic_path, check_not_system, check_output_path, data_file_name, default_file_mode,
-        directory_entry, fsync, is_data_file, put_folder, signals_deferred, staged, sweep, tidy_up,
+        directory_entry, entries_of, fsync, is_data_file, put_folder, signals_deferred, staged, sweep, tidy_up,
     )
     from dql_pass.files.tensors import ExternalData, external_tensors, in_memory  # noqa: F401
 

@@ -27,7 +27,7 @@ import onnx_ir as ir
 from dql_pass.errors import InputError, one_line
 from dql_pass.files.protobuf import AROUND_DATA, TooLarge, check_size, save_streamed, serialized
 from dql_pass.files.safe import (
-    FolderLock, check_output_path, data_file_name, default_file_mode, directory_entry, fsync, is_data_file,
+    FolderLock, check_output_path, data_file_name, default_file_mode, directory_entry, entries_of, fsync, is_data_file,
     signals_deferred, staged, tidy_up,
 )
 from dql_pass.files.tensors import ExternalData, Slot, external_tensors, in_memory, slots, stand_ins
@@ -246,14 +246,14 @@ def save_model(
     # The input as it is on disk, not what is left of it in the model: lower and fuse drop weights.
     inputs = set(_data_files(model))
     if source is not None:
-        if entry in (Path(source).resolve(), directory_entry(Path(source))):
+        if entry in entries_of(entry.parent, (Path(source).resolve(), directory_entry(Path(source)))):
             raise InputError(f"{path}: the output path is the input path; choose another output")
         try:
             inputs |= _input_files(model, source)
         except Exception as error:  # a source that is gone, or not a model
             raise InputError(
                 f"{path}: cannot write the output: cannot read the input {source}: {one_line(error)}") from None
-    if entry in inputs:
+    if entry in entries_of(entry.parent, inputs):
         raise InputError(f"{path}: writing there would overwrite the input or its external data; choose another output")
     folder = entry.parent
     try:

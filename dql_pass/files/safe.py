@@ -11,7 +11,8 @@ from __future__ import annotations
 
 __all__ = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
-    "directory_entry", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep", "tidy_up",
+    "directory_entry", "entries_of", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep",
+    "tidy_up",
 ]
 
 import contextlib
@@ -29,7 +30,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from dql_pass.errors import InputError, one_line
@@ -116,6 +117,22 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
 def directory_entry(path: Path) -> Path:
     """The directory entry ``path`` names: its folder resolved, its last part kept even if a link."""
     return path.parent.resolve() / path.name
+
+
+def entries_of(folder: Path, paths: Iterable[Path]) -> set[Path]:
+    """The ``paths`` whose folder is ``folder`` itself, however reached (a bind mount, another link
+    above it), as ``folder / name``: replacing that name there replaces them."""
+    try:
+        here = os.stat(folder)
+    except OSError:
+        return set()
+    found = set()
+    for path in paths:
+        with contextlib.suppress(OSError):  # a folder gone since: nothing of it here
+            there = os.stat(path.parent)
+            if (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
+                found.add(folder / path.name)
+    return found
 
 
 def _read_umask() -> int:
@@ -375,6 +392,7 @@ def sweep(folder: Path, name: str, keep: set[Path]) -> None:
     holds locked is in flight, and kept. Links are never ours.
     """
     data, stage, temporary = _data_pattern(name), _stage_pattern(name), _temporary_pattern(name)
+    keep = entries_of(folder, keep)
     entries = list(os.scandir(folder))
     unused = {folder / e.name for e in entries if data.fullmatch(e.name) and e.is_file(follow_symlinks=False)} - keep
     unused -= referred_to(folder, entries, unused, skip=keep | {folder / name})
