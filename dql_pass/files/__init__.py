@@ -16,7 +16,8 @@ from dql_pass.lazy import exports
 
 _SAFE = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
-    "directory_entry", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep", "tidy_up",
+    "directory_entry", "entries_of", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep",
+    "tidy_up",
 ]
 _MODELS = ["as_ir_model", "load_model", "model_form", "read_model", "save_model"]
 _TENSORS = ["ExternalData", "external_tensors", "in_memory"]
