@@ -186,6 +186,11 @@ def test_run_tests_counts_per_op_and_runtime_and_writes_a_divergence_report(smal
     assert "onnxruntime 1." in (report / "ISSUE.md").read_text()
     # An existing report folder is never written over.
     assert main(["run-tests", str(copy), "--runtime", "onnxruntime", "--report-dir", str(reports)]) == 2
+    # A report folder under a link to a folder: its stage goes beside it in the folder itself (a traceback, once).
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    assert main(["run-tests", str(copy), "--runtime", "onnxruntime", "--report-dir", str(tmp_path / "link" / "r")]) == 1
+    assert (tmp_path / "real" / "r" / "onnxruntime__DequantizeLinear" / "ISSUE.md").is_file()
 
 
 def test_first_differences_show_the_bits():

@@ -193,6 +193,12 @@ def test_a_special_manifest_is_bad_input(suite, make, reason):
 # --- gen-tests: what it did not write is never lost ---
 
 
+def test_gen_tests_under_a_symlink_loop_is_bad_input(tmp_path):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    assert_bad_input(run_cli("gen-tests", tmp_path / "a" / "suite"), "is not a folder")
+
+
 def test_gen_tests_keeps_a_file_the_user_added(suite):
     notes = suite / SPEC / "test_data_set_0" / "notes.txt"
     notes.write_text("mine")

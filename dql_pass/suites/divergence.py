@@ -39,7 +39,8 @@ def check_report_dir(path: str | os.PathLike) -> Path:
         raise InputError(f"{target}: exists and is not an empty folder; choose a new folder for the reports")
     if not target.parent.is_dir():
         raise InputError(f"{target}: {target.parent} is not a folder")
-    return target
+    # Its folder resolved (a link above it, /proc/self/cwd): the stage beside it and its lock need the folder itself.
+    return target.parent.resolve() / target.name
 
 
 def _bits(value: np.generic) -> str:

@@ -290,7 +290,7 @@ def generate_suite(
     if not outdir.name:
         raise InputError(f"{outdir}: cannot write a suite there; choose a folder")
     check_not_system(outdir, "suite folder")
-    if outdir.parent.exists() and not outdir.parent.is_dir():
+    if os.path.lexists(outdir.parent) and not outdir.parent.is_dir():  # a file, or a link to none (a loop)
         raise InputError(f"{outdir}: {outdir.parent} is not a folder")
     _check_replaceable(outdir, force)
     created = _missing_folders(outdir.parent)
