@@ -171,4 +171,7 @@ def run() -> None:
         sys.stderr.flush()
     except KeyboardInterrupt as interrupt:  # before main, or while flushing
         code = interrupts.report(interrupt)
+    sessions = sys.modules.get("dql_pass.runtimes.sessions")  # loaded where a runtime ran: never loaded here
+    if sessions is not None:
+        sessions.release_held()  # os._exit runs no finalizer: the sessions' model copies go first
     os._exit(code)

@@ -51,7 +51,7 @@ from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import (
     TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
 )
-from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, output_types
+from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, hold, output_types
 
 CONVERT_SECONDS = 600.0  # a MiniLM converts in seconds; a hung converter is stopped
 RUN_SECONDS = 600.0
@@ -254,5 +254,4 @@ class Mnn(Runtime):
                                   self.timeout or RUN_SECONDS)
             kept = files.pop_all()
         # A new worker reads the file again: the folder lives as long as the session.
-        weakref.finalize(session, kept.close)
-        return session
+        return hold(session, kept)

@@ -6,14 +6,15 @@ where dimensions stay symbolic).
 from __future__ import annotations
 
 __all__ = [
-    "Compiled", "ShapeCachedSession", "as_file", "as_proto", "compiled_per_rank", "conform", "fed_inputs",
-    "output_types", "whole_proto", "with_ranks", "with_shapes",
+    "Compiled", "ShapeCachedSession", "as_file", "as_proto", "compiled_per_rank", "conform", "fed_inputs", "hold",
+    "output_types", "release_held", "whole_proto", "with_ranks", "with_shapes",
 ]
 
 import contextlib
 import math
 import os
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,6 +81,25 @@ def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.M
         model = files.read_model(model)
     with _tensors_in_memory(files.ExternalData.of(model), limit=math.inf):
         return ir.serde.serialize_model(model)
+
+
+_HELD: list[weakref.finalize] = []
+
+
+def hold(session: Session, files: contextlib.ExitStack) -> Session:
+    """``session``, with ``files`` (its private copy of the model, read again for each new input
+    shape) closed when it is collected, or by :func:`release_held`."""
+    _HELD[:] = [finalizer for finalizer in _HELD if finalizer.alive]
+    _HELD.append(weakref.finalize(session, files.close))
+    return session
+
+
+def release_held() -> None:
+    """Close what every live session holds. The command line ends by ``os._exit``, which runs no
+    finalizer, with the cyclic GC off, which never collects a session that a caught failure's
+    traceback still references: its copy would stay in the temporary folder."""
+    while _HELD:
+        _HELD.pop()()
 
 
 @contextlib.contextmanager

@@ -13,11 +13,10 @@ __all__ = ["Tinygrad"]
 
 import contextlib
 import itertools
-import weakref
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of
-from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, output_types
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, hold, output_types
 
 
 
@@ -62,7 +61,10 @@ class Tinygrad(Runtime):
         import onnx
         from tinygrad.helpers import Context
 
-        settings = {"DEV": "CPU"} | ({"NUM_CPU_THREADS": threads} if threads > 0 else {})
+        # No kernel cache (a database it would write in ~/.cache/tinygrad), and kernels compiled here, not
+        # in a pool of processes that it spawns, which read neither setting and outlive the command.
+        settings = {"DEV": "CPU", "CACHELEVEL": 0, "PARALLEL": 0}
+        settings |= {"NUM_CPU_THREADS": threads} if threads > 0 else {}
         with Context(**settings):
             # Its import asks for the default device: unset, tinygrad would pick the first one it
             # can open (a GPU, say) and write it to os.environ["DEV"].
@@ -101,5 +103,4 @@ class Tinygrad(Runtime):
         session = ShapeCachedSession(
             list(probe.graph_inputs), list(probe.graph_outputs), output_types(proto), compile,
         )
-        weakref.finalize(session, kept.close)
-        return session
+        return hold(session, kept)

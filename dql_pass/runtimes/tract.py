@@ -10,14 +10,13 @@ from __future__ import annotations
 __all__ = ["Tract"]
 
 import contextlib
-import weakref
 from collections.abc import Iterator
 
 import numpy as np
 
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
-from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, hold, output_types
 
 
 
@@ -105,5 +104,4 @@ class Tract(Runtime):
         outputs = [value.name for value in proto.graph.output]
         session = ShapeCachedSession(inputs, outputs, output_types(proto), compile, "tract")
         # Each new input shape reads the file again: a temporary copy lives as long as the session.
-        weakref.finalize(session, kept.close)
-        return session
+        return hold(session, kept)

@@ -38,7 +38,6 @@ import importlib.util
 import os
 import subprocess
 import tempfile
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +48,7 @@ from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import (TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout,
                                     Session)
-from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types, with_shapes
+from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, hold, output_types, with_shapes
 
 # onnx is imported where used: listing the adapters needs none of it.
 if TYPE_CHECKING:
@@ -289,8 +288,7 @@ class LiteRt(Runtime):
             return run
 
         session = ShapeCachedSession(inputs, outputs, output_types(proto), compile)
-        weakref.finalize(session, files.close)
-        return session
+        return hold(session, files)
 
 
 class LiteRtXnnpack(LiteRt):
