@@ -231,3 +231,16 @@ def test_float16_nodes_of_original_renamed_in_rewritten_are_original_s_own():
         node.name = f"renamed_{i}"
     report = dql_pass.verify(original, rewritten)
     assert report.verdict == "PASS", report.format()
+
+
+def test_an_original_ort_cannot_load_leaves_the_model_level_not_checked():
+    """A custom op of another domain: the sites are still checked, the model level cannot be (a traceback, once)."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dql"),
+             helper.make_node("Custom", ["s"], ["o"], domain="com.example")]
+    graph = helper.make_graph(nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 4]),
+                               helper.make_tensor_value_info("o", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)])
+    report = dql_pass.verify(model, model)
+    assert report.verdict == "INCOMPLETE" and report.sites[0].cases and not report.mismatches, report.format()
+    assert report.model_not_checked.startswith("ORT cannot load ORIGINAL: "), report.format()

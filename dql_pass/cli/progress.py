@@ -71,4 +71,7 @@ def show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
         note(f"next: REWRITTEN does not compute what ORIGINAL does (the lines above say where); `dql-pass expand "
              f"{shlex.quote(report.original)} -o OUT{target} --verify` (lower, for the integer ops too) writes one "
              "that does")
+    elif report.verdict == "INCOMPLETE" and not args.quiet:
+        note("next: nothing differs, but not everything was checked: the summary says what and why, and where "
+             "an option checks it, which")
     return report.exit_code, report.to_dict()

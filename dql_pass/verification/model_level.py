@@ -349,7 +349,11 @@ def check_model(
     exposed = _exposed_tallies(tallies, rewritten)
     names = _exposed_names(exposed, rewritten, runtime is not _ORT)
     reads = _Reads(exposed, zero_range, runtime)
-    sets, expected_runs, actual_runs, notes = _run_models(original, rewritten, names, sets, fallback, runtime, reads)
+    try:
+        sets, expected_runs, actual_runs, notes = _run_models(
+            original, rewritten, names, sets, fallback, runtime, reads)
+    except runtimes.RuntimeFailure as error:  # ORT does not load ORIGINAL (a custom op, say): run failures are caught
+        return not_checked(tallies, f"ORT cannot load ORIGINAL: {one_line(error)}")
     if isinstance(actual_runs, runtimes.RuntimeTimeout):  # slow, not refused: nothing compared, no fault found
         return not_checked(tallies, f"REWRITTEN did not finish on {runtime.name}: {one_line(actual_runs)}")
     if isinstance(actual_runs, runtimes.RuntimeFailure):
