@@ -153,3 +153,15 @@ def test_a_missing_external_data_file_is_named_as_missing(tmp_path):
                      f"the external data file {tmp_path / 'm.data'} is missing")
     (tmp_path / "m.data").mkdir()
     assert_bad_input(run_cli("lower", source, "-o", tmp_path / "o.onnx"), "m.data is not a regular file")
+
+
+@pytest.mark.parametrize("command", [
+    ["expand", "{long}", "-o", "o.onnx"], ["fuse", "{long}", "-o", "o.onnx"], ["advise", "{long}"],
+    ["verify", "{model}", "{long}"], ["gen-tests", "{long}"], ["run-tests", "{long}"],
+])
+def test_a_path_part_past_the_systems_limit_is_one_line(tmp_path, monkeypatch, command):
+    """A name of 256 bytes: the system refuses it (ENAMETOOLONG) wherever a command first looks at it."""
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 256
+    run = run_cli(*(part.format(long=long, model=MODELS / "mlp_dynamic.onnx") for part in command))
+    assert_bad_input(run, long)

@@ -136,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, MissingDependency) as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        if error.filename is None:
+            raise
+        # A path no check above could name a file with (a part past 255 bytes, say): the system's word for it.
+        print(f"dql-pass: error: {error.filename}: {error.strerror}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as interrupt:  # the temporary files are gone by now: every write undoes itself
         return interrupts.report(interrupt)
 
