@@ -165,3 +165,11 @@ def test_a_path_part_past_the_systems_limit_is_one_line(tmp_path, monkeypatch, c
     long = "a" * 256
     run = run_cli(*(part.format(long=long, model=MODELS / "mlp_dynamic.onnx") for part in command))
     assert_bad_input(run, long)
+
+
+def test_more_input_sets_than_verify_can_hold_are_refused_before_one_is_made(tmp_path):
+    """10^8 sets of a small input: refused by their count at once (it made a label for each first, 7 GiB and on)."""
+    rewritten = tmp_path / "r.onnx"
+    assert run_cli("expand", MODELS / "mlp_dynamic.onnx", "-o", rewritten).returncode == 0
+    run = run_cli("verify", MODELS / "mlp_dynamic.onnx", rewritten, "--samples", "100000000", timeout=20)
+    assert_bad_input(run, "(100,000,004 input sets")

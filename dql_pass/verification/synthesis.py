@@ -51,6 +51,7 @@ _ATTEMPTS: tuple[tuple[Sizes, ...], ...] = (
     MIXED_SIZES, ((2, 16), (4, 16), (1, 16)), ((2, 16), (4, 16)), ((2, 16),), ((1, 16),), ((3, 17),),
 )
 MAX_INPUT_BYTES = 4 << 30  # every input array verify holds: the synthesized sets and the given arrays
+_SET_BYTES = 1 << 10  # what an input set's label, shapes and outputs' bookkeeping hold besides its arrays, at least
 SPECIAL_SETS = ("zeros", "negative", "positive", "heavy tails")
 _INT_HIGH = 16  # token ids where the model does not tell the size of the table they index
 # Ops that hand token ids on unchanged, on the way to the Gather that reads them.
@@ -253,26 +254,27 @@ def input_sets(
     fixed = {**_given_dims(model, inputs), **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
     batch = _given_batch(graph_inputs, fixed)  # a given batch is every batch-like dimension's
-    labels = [f"sample {i}" for i in range(samples)]
-    if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized):
-        labels += SPECIAL_SETS
-    if not labels and synthesized:
+    special = SPECIAL_SETS if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized) else []
+    if not samples and not special and synthesized:
         raise InputError("samples=0 leaves no input set: ORIGINAL has no float input for the constructed sets; "
                          "give samples 1 or more")
-    if not synthesized:  # every input is given: every set would be the same, so one run of them
-        labels = ["given inputs"]
-    defaults = {label: sizes[i] if i < len(sizes) else sizes[0] for i, label in enumerate(labels)}
+    count = samples + len(special) if synthesized else 1  # every input given: every set would be the same
     shapes_of = {size: {v.name: _shape(v, fixed, (size[0] if batch is None else batch, size[1])) for v in synthesized}
-                 for size in set(defaults.values())}
-    by_label = {label: shapes_of[defaults[label]] for label in labels}
-    made = sum(math.prod(s[v.name]) * int(v.dtype.itemsize) for s in by_label.values() for v in synthesized)
+                 for size in {*sizes[:count], sizes[0]}}
+    nbytes = {size: sum(math.prod(shapes[v.name]) * int(v.dtype.itemsize) for v in synthesized)
+              for size, shapes in shapes_of.items()}
+    # Counted before a set is made, or a label listed: --samples 10**8 of a small input is refused at once.
+    made = sum(nbytes[size] for size in sizes[:count]) + max(count - len(sizes), 0) * nbytes[sizes[0]]
     given = sum(np.asarray(array).nbytes for array in inputs.values())
-    if made + given > MAX_INPUT_BYTES:
+    if made + given + count * _SET_BYTES > MAX_INPUT_BYTES:
         raise InputError(
-            f"the inputs would need {(made + given) / 2**30:.1f} GiB ({len(labels)} input sets, "
+            f"the inputs would need {(made + given + count * _SET_BYTES) / 2**30:.1f} GiB ({count:,} input sets, "
             f"{made / 2**30:.1f} GiB synthesized, {given / 2**30:.1f} GiB given), more than the "
             f"{MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, fewer samples or smaller inputs"
         )
+    labels = [*(f"sample {i}" for i in range(samples)), *special] if synthesized else ["given inputs"]
+    defaults = {label: sizes[i] if i < len(sizes) else sizes[0] for i, label in enumerate(labels)}
+    by_label = {label: shapes_of[defaults[label]] for label in labels}
     highs = {v.name: _table_rows(v) or _INT_HIGH for v in synthesized if v.dtype.is_integer()}
     defaulted = any(_takes_a_default(v, fixed) for v in synthesized)
     return InputSets(labels, graph_inputs, inputs, by_label, highs, seed, defaults if defaulted else {})
