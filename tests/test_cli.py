@@ -657,3 +657,15 @@ def test_a_fail_of_another_tools_rewrite_says_how_to_get_one_that_passes(tmp_pat
     assert main(["verify", str(MLP), str(tmp_path / "broken.onnx")]) == 1
     assert f"next: REWRITTEN does not compute what ORIGINAL does (the lines above say where); `dql-pass expand {MLP} " \
            "-o OUT --verify`" in capsys.readouterr().err
+
+
+def test_the_runtime_timeout_help_gives_the_adapters_own_limits():
+    from dql_pass.cli.parser import build
+    from dql_pass.runtimes import litert, mnn, web
+
+    option = next(a for a in build()._subparsers._group_actions[0].choices["verify"]._actions
+                  if "--runtime-timeout" in a.option_strings)
+    limits = (f"webgpu and wasm: {web.WebRuntime.load_timeout:g} to load, {web.WebRuntime.run_timeout:g} to run; "
+              f"mnn: {mnn.CONVERT_SECONDS:g} to convert, {mnn.RUN_SECONDS:g} to run; "
+              f"litert: {litert.LiteRt.conversion_timeout:g} to convert")
+    assert limits in " ".join(option.help.split())
