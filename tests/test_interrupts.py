@@ -111,3 +111,38 @@ def test_a_signal_while_the_command_line_loads_ends_it_with_one_line(tmp_path, e
     assert (run.returncode, run.stderr) == (128 + getattr(signal, name), "dql-pass: interrupted\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "in.onnx"]
 
+
+
+def _cli_running(main_body: str, **options) -> subprocess.CompletedProcess:
+    """``cli.run()`` in a fresh process, its command replaced by ``main_body`` (returning the exit code)."""
+    code = ("import socket, sys\nfrom dql_pass.cli import process\ndef main(argv=None):\n"
+            + textwrap.indent(textwrap.dedent(main_body), "    ") + "\nprocess.main = main\nprocess.run()\n")
+    return subprocess.run([sys.executable, "-c", code], preexec_fn=signals_as_by_default, timeout=60, **options)
+
+
+def test_a_peer_that_closes_its_socket_is_an_error_the_command_sees_not_its_death():
+    """The web server writing to a browser stopped by a timeout: with SIGPIPE at its default the command died,
+    exit 141 and no verdict."""
+    run = _cli_running("""
+        page, browser = socket.socketpair()
+        browser.close()
+        try:
+            page.sendall(b"x" * (1 << 20))
+        except BrokenPipeError:
+            return 0
+        return 5
+    """, capture_output=True, text=True)
+    assert run.returncode == 0, (run.returncode, run.stderr)
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`dql-pass run-tests SUITE | head`: the exit code SIGPIPE would give, and no traceback."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    run = _cli_running("""
+        for _ in range(100000):
+            print("PASS test_a_long_line_of_a_long_report")
+        return 0
+    """, stdout=writer, stderr=subprocess.PIPE, text=True)
+    os.close(writer)
+    assert run.returncode == 128 + signal.SIGPIPE and run.stderr == "", (run.returncode, run.stderr)

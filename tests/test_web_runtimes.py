@@ -164,7 +164,7 @@ def test_a_failed_run_is_the_runtimes_refusal_and_the_next_run_starts_afresh(nam
         session.run({"x": np.ones(4, _F)})  # 4 and 3 do not broadcast
     assert session.run({"x": np.ones(3, _F)})[0].tolist() == [1.0, 2.0, 3.0]
     assert session.browser_pid != first
-    with pytest.raises(runtimes.RuntimeFailure, match="no feed for the input x"):
+    with pytest.raises(runtimes.RuntimeFailure, match="the model takes inputs it was not given: x"):
         session.run({})
 
 
@@ -190,7 +190,8 @@ def test_a_model_that_does_not_load_is_a_refusal_and_leaves_no_browser(monkeypat
 def test_the_page_reaches_no_host_but_its_server():
     session = _session("wasm", "native", 1)
     browser = session._page.browser
-    assert browser.evaluate("fetch('/page.mjs').then(r => r.status)") == 200
+    assert browser.evaluate("fetch('./page.mjs').then(r => r.status)") == 200
+    assert browser.evaluate("fetch('/page.mjs').then(r => r.status)") == 404  # only under the server's secret
     assert browser.evaluate("fetch('http://example.com/').then(() => 'reached', () => 'refused')") == "refused"
 
 
@@ -426,3 +427,32 @@ def test_recycling_hands_on_no_page_whose_call_was_interrupted(monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             runtime.load(one_node_model(["n"], 21))
         assert runtime._idle == {}
+
+
+def test_the_server_serves_only_under_its_secret_and_quietly_to_a_browser_that_goes_away(tmp_path, capfd):
+    """Any user of the machine reaches 127.0.0.1: a model copy (private weights) is not served at a path one can
+    guess. A browser stopped mid-download (a timeout) printed the server's traceback on stderr."""
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    from dql_pass.runtimes.web.browser import Server
+
+    weights = tmp_path / "model.onnx.data"
+    weights.write_bytes(os.urandom(16 << 20))
+    server = Server()
+    try:
+        url = server.serve("/m1/model.onnx.data", weights)
+        assert urllib.request.urlopen(url).read() == weights.read_bytes()
+        for guess in ("/m1/model.onnx.data", "/", url.removeprefix(server.origin)[:-1]):
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                urllib.request.urlopen(server.origin + guess)
+        with socket.create_connection(server.origin.removeprefix("http://").split(":")) as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            client.sendall(f"GET {url.removeprefix(server.origin)} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            client.recv(1)
+        time.sleep(0.5)  # the server's thread meets the reset
+    finally:
+        server.close()
+    assert "Traceback" not in capfd.readouterr().err

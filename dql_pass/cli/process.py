@@ -167,9 +167,6 @@ def run() -> None:
     # freeing them object by object at exit takes as long as writing them; the OS frees at once.
     try:
         gc.disable()
-        if hasattr(signal, "SIGPIPE"):
-            # Die quietly when the reader goes away (`| head`), as command-line tools do.
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         interrupts.install()
         _open_closed_streams()
         code = main()
@@ -177,6 +174,11 @@ def run() -> None:
         sys.stderr.flush()
     except KeyboardInterrupt as interrupt:  # before main, or while flushing
         code = interrupts.report(interrupt)
+    except BrokenPipeError:
+        # The reader went away (`| head`): end quietly, as SIGPIPE would have ended it. SIGPIPE itself stays
+        # ignored (Python's default): at its default, a browser page or a worker that closes its end of a socket
+        # or pipe would kill the command, silently, mid-write (what their adapters report as their failure).
+        code = 128 + getattr(signal, "SIGPIPE", 13)
     sessions = sys.modules.get("dql_pass.runtimes.sessions")  # loaded where a runtime ran: never loaded here
     if sessions is not None:
         sessions.release_held()  # os._exit runs no finalizer: the sessions' model copies go first

@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -50,10 +51,13 @@ class BrowserTimeout(BrowserFailure):
 
 
 class Server:
-    """An HTTP server on 127.0.0.1 (an ephemeral port) that serves only the files it is given."""
+    """An HTTP server on 127.0.0.1 (an ephemeral port) that serves only the files it is given, under
+    a secret first part of the path: any user of the machine reaches the port, and the model copies
+    it serves may hold private weights (mode 0600 on disk)."""
 
     def __init__(self) -> None:
         self._files: dict[str, Path] = {}
+        self._secret = "/" + secrets.token_urlsafe(24)
         files = self._files
 
         import http.server  # here, not at the top: listing the runtimes should not load a web server
@@ -70,24 +74,32 @@ class Server:
                     self.send_header("Content-Length", str(os.fstat(file.fileno()).st_size))
                     self.send_header("Cache-Control", "no-store")
                     self.end_headers()
-                    shutil.copyfileobj(file, self.wfile)
+                    try:
+                        shutil.copyfileobj(file, self.wfile)
+                    except (BrokenPipeError, ConnectionResetError):  # the browser stopped (a timeout, a crash)
+                        _log.debug("server: %s: the browser went away", self.path)
 
             def log_message(self, format: str, *args: Any) -> None:
                 _log.debug("server: " + format, *args)
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Quiet(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # Its default prints a traceback to stderr: a browser stopped mid-request is not ours to report.
+                _log.debug("server: a request from %s failed", client_address, exc_info=True)
+
+        self._server = Quiet(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="dql_pass web server", daemon=True).start()
         self.origin = f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def serve(self, url_path: str, path: Path) -> str:
-        """Serve ``path`` at ``url_path``; its full URL."""
-        self._files[url_path] = Path(path)
-        return self.origin + url_path
+        """Serve ``path`` at ``url_path`` (below the secret part); its full URL."""
+        self._files[self._secret + url_path] = Path(path)
+        return self.origin + self._secret + url_path
 
     def forget(self, url_path: str) -> None:
         """Serve nothing at ``url_path`` any more."""
-        self._files.pop(url_path, None)
+        self._files.pop(self._secret + url_path, None)
 
     def close(self) -> None:
         self._server.shutdown()

@@ -50,7 +50,7 @@ class Page:
     def __init__(self, verbose: bool) -> None:
         self.verbose = verbose  # the log level onnxruntime-web was started with
         self.server = Server()
-        self.server.serve("/", _PAGE.with_name("blank.html"))
+        self.url = self.server.serve("/", _PAGE.with_name("blank.html"))  # the page's own URLs are relative to it
         self.server.serve("/page.mjs", _PAGE)
         for file in dist().iterdir():
             self.server.serve(f"/ort/{file.name}", file)
@@ -63,7 +63,7 @@ class Page:
         """A fresh browser on the page."""
         self.stop()
         try:
-            self.browser = Browser(_executable(), self.server.origin + "/")
+            self.browser = Browser(_executable(), self.url)
         except BrowserFailure as error:
             raise RuntimeFailure(f"Chromium did not start: {error}") from None
 
@@ -103,7 +103,7 @@ class WebSession(Session):
         data = path.with_name(path.name + ".data")
         self._served = [folder + "model.onnx", *([folder + data.name] if data.exists() else [])]
         self._options = {
-            "bundle": f"/ort/{runtime.bundle}", "provider": runtime.provider,
+            "bundle": f"./ort/{runtime.bundle}", "provider": runtime.provider,
             "model": self._page.server.serve(self._served[0], path),
             "externalData": ([{"path": data.name, "data": self._page.server.serve(self._served[1], data)}]
                              if data.exists() else None),
@@ -142,7 +142,7 @@ class WebSession(Session):
         browser = self._page.browser
         browser.console[:] = []
         try:
-            loaded = self._call(f"(await import('/page.mjs')).load({json.dumps(self._options)})",
+            loaded = self._call(f"(await import('./page.mjs')).load({json.dumps(self._options)})",
                                 self._runtime.load_timeout)
         finally:
             self.log, browser.console[:] = list(browser.console), []
@@ -177,7 +177,7 @@ class WebSession(Session):
         wanted = list(self.output_names if outputs is None else outputs)
         if not self._page.alive():
             self._start()
-        answer = self._call(f"(await import('/page.mjs')).run({json.dumps(sent)}, {json.dumps(wanted)})",
+        answer = self._call(f"(await import('./page.mjs')).run({json.dumps(sent)}, {json.dumps(wanted)})",
                             self._runtime.run_timeout)
         got, self.last_run, self.last_run_seconds = answer["outputs"], GpuCalls(**answer["gpu"]), answer["seconds"]
         results = []
