@@ -172,3 +172,18 @@ def test_a_stale_name_or_link_is_found():
     ]
     assert _broken(ROOT / "docs" / "api.md",
                    "`dql_pass.inputs.cases()` [v](verify.md) [s](SEMANTICS.md#the-formula-to-the-bit)") == []
+
+
+def test_the_suites_page_names_every_variant_and_counts_every_form():
+    """It said six forms and 1,686 folders long after lean made seven."""
+    from dql_pass import inputs, suites, variants
+
+    text = (Path(__file__).parent.parent / "docs" / "suites.md").read_text()
+    usage = re.search(r"--variants ([a-z0-9,]+)\]", text).group(1).split(",")
+    assert sorted(usage) == sorted(["native", *variants.NAMES])
+    table = re.search(r"```\nform .*?\n(.*?)\n(\d+) passed", text, re.S)
+    rows = [line.split() for line in table.group(1).splitlines()]
+    assert sorted(row[0] for row in rows) == sorted(usage)
+    opsets = len(suites.DEFAULT_OPSETS)
+    per_form = {int(row[1]) for row in rows}  # every case at every opset, and the large input at the newest
+    assert per_form == {len(inputs.cases()) * opsets + 1} and int(table.group(2)) == per_form.pop() * len(rows)
