@@ -162,7 +162,7 @@ class VerifyReport:
         )
         if self.runtime != "onnxruntime":
             known = sum(sum(s.known.values()) for s in self.sites)
-            text += f"; REWRITTEN ran on {self.runtime}"
+            text += f"; REWRITTEN on {self.runtime}"  # whether it ran there, the rest says
             text += f", {known} known differences of {self.runtime}" if known else ""
         if unreachable:
             text += f"; {unreachable} sites not reachable, not checked"
