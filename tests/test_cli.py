@@ -659,6 +659,17 @@ def test_a_fail_of_another_tools_rewrite_says_how_to_get_one_that_passes(tmp_pat
            "-o OUT --verify`" in capsys.readouterr().err
 
 
+def test_fuse_gen_tests_and_a_failing_run_tests_say_what_to_do_next(tmp_path, capsys):
+    expanded, fused, suite = tmp_path / "e.onnx", tmp_path / "f.onnx", tmp_path / "suite"
+    assert main(["expand", str(MLP), "-o", str(expanded), "-q"]) == 0
+    assert main(["fuse", str(expanded), "-o", str(fused)]) == 0
+    assert f"next: dql-pass verify {expanded} {fused} checks it" in capsys.readouterr().err
+    assert main(["gen-tests", str(suite), "--opsets", "13", "--variants", "native", "--no-large"]) == 0
+    assert f"next: dql-pass run-tests {suite} --runtime NAME runs it" in capsys.readouterr().err
+    assert main(["run-tests", str(suite), "--runtime", "reference", "--raw"]) == 1  # its empty-input difference
+    assert f"next: dql-pass run-tests {suite} --runtime reference --report-dir DIR writes" in capsys.readouterr().err
+
+
 def test_the_runtime_timeout_help_gives_the_adapters_own_limits():
     from dql_pass.cli.parser import build
     from dql_pass.runtimes import litert, mnn, web

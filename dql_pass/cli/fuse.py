@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from dql_pass.cli.output import say
+import shlex
+
+from dql_pass.cli.output import note, say
 
 
 def run(args: argparse.Namespace) -> tuple[int, dict]:
@@ -12,4 +14,6 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
 
     result = dql_pass.fuse_file(args.input, args.output, share_data=args.share_data)
     say(args, result.format())
+    if not args.quiet:
+        note(f"next: {shlex.join(['dql-pass', 'verify', args.input, args.output])} checks it bit for bit")
     return 0, result.to_dict()

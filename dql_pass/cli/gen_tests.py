@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from dql_pass.cli.output import say
+import shlex
+
+from dql_pass.cli.output import note, say
 
 
 def _items(text: str) -> list[str]:
@@ -21,4 +23,7 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
         ops=_items(args.ops), size=args.size, family_opsets=args.opsets,
     )
     say(args, suite.format())
+    if not args.quiet:
+        note(f"next: {shlex.join(['dql-pass', 'run-tests', args.outdir])} --runtime NAME runs it on a runtime "
+             "(dql-pass run-tests --help lists them); docs/suites.md has the layout, to run it elsewhere")
     return 0, suite.to_dict()

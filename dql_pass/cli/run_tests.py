@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from dql_pass.cli.output import say
+import shlex
+
+from dql_pass.cli.output import note, say
 
 
 def run(args: argparse.Namespace) -> tuple[int, dict]:
@@ -17,6 +19,9 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
     report = dql_pass.run_suite(args.outdir, names[0], raw=args.raw,
                                 progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
     say(args, report.format())
+    if not report.ok and not args.quiet:
+        note(f"next: {shlex.join(['dql-pass', 'run-tests', args.outdir, '--runtime', names[0]])} --report-dir DIR "
+             "writes a report a runtime's maintainers can act on (each failing test's files, the differing bits)")
     return (0 if report.ok else 1), report.to_dict(raw=args.raw)
 
 

@@ -269,7 +269,9 @@ def run_suite(
     runtimes.get(runtime).check_installed()
     path = Path(outdir)
     if not path.is_dir():
-        raise InputError(f"{path}: no such folder")
+        if path.exists():
+            raise InputError(f"{path}: not a folder; give a suite folder (dql-pass gen-tests DIR makes one)")
+        raise InputError(f"{path}: no such folder; give a suite folder, or make one with dql-pass gen-tests {path}")
     root = path.resolve()
     manifest = read_manifest(path, root)
     # Any model.onnx, even one that is not a regular file, makes a test folder: its test then fails with the reason.
