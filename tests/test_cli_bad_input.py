@@ -173,3 +173,17 @@ def test_more_input_sets_than_verify_can_hold_are_refused_before_one_is_made(tmp
     assert run_cli("expand", MODELS / "mlp_dynamic.onnx", "-o", rewritten).returncode == 0
     run = run_cli("verify", MODELS / "mlp_dynamic.onnx", rewritten, "--samples", "100000000", timeout=20)
     assert_bad_input(run, "(100,000,004 input sets")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--dim", "batch=2", "--dim", "batch=3"], "--dim batch is given twice (2 and 3)"),
+    (["--input", "input={array}", "--dim", "batch=5"], "dims['batch'] = 5, but the given input arrays have batch = 2"),
+])
+def test_sizes_given_two_ways_that_disagree_are_refused(tmp_path, options, message):
+    """They were taken silently: the last --dim won, and a --dim that a given array contradicts did nothing."""
+    array = tmp_path / "x.npy"
+    np.save(array, np.ones((2, 64), np.float32))
+    rewritten = tmp_path / "r.onnx"
+    assert run_cli("expand", MODELS / "mlp_dynamic.onnx", "-o", rewritten).returncode == 0
+    run = run_cli("verify", MODELS / "mlp_dynamic.onnx", rewritten, *(o.format(array=array) for o in options))
+    assert_bad_input(run, message)

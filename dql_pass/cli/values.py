@@ -18,6 +18,8 @@ def pairs(items: Sequence[str], option: str) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise InputError(f"{option} {item!r}: expected NAME=VALUE")
+        if name in found and found[name] != value:
+            raise InputError(f"{option} {name} is given twice ({found[name]} and {value}); give it once")
         found[name] = value
     return found
 

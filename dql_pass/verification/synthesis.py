@@ -251,7 +251,12 @@ def input_sets(
     a dimension that takes a default size takes ``sizes[i]`` in set ``i``, ``sizes[0]`` past them."""
     graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
-    fixed = {**_given_dims(model, inputs), **dims}
+    given = _given_dims(model, inputs)
+    for name, size in dims.items():
+        if given.get(name, size) != size:
+            raise InputError(f"dims[{name!r}] = {size}, but the given input arrays have {name} = {given[name]}: "
+                             "give one size, by the arrays or by dims")
+    fixed = {**given, **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
     batch = _given_batch(graph_inputs, fixed)  # a given batch is every batch-like dimension's
     special = SPECIAL_SETS if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized) else []
