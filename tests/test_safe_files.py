@@ -13,7 +13,7 @@ import textwrap
 
 import onnx
 import pytest
-from helpers import files_of, quantized_model
+from helpers import MODELS, files_of, quantized_model
 
 import dql_pass
 from dql_pass import files, suites
@@ -65,6 +65,15 @@ def test_a_stage_that_a_killed_gen_tests_left_is_swept_by_the_next_run(tmp_path,
     assert [p.name.endswith(".stage") for p in tmp_path.iterdir()] == [True]
     suites.generate_suite(outdir, **ONE_FOLDER)
     assert [p.name for p in tmp_path.iterdir()] == [outdir.name]
+
+
+def test_a_folder_named_like_a_stage_but_not_made_as_one_is_kept(tmp_path):
+    """The sweep removes a stage whole: a user's folder `.m.onnx.notes.stage` went with everything in it."""
+    notes = tmp_path / ".m.onnx.notes.stage"
+    notes.mkdir()
+    (notes / "n.txt").write_text("mine")
+    dql_pass.expand_file(MODELS / "mlp_dynamic.onnx", tmp_path / "m.onnx")
+    assert (notes / "n.txt").read_text() == "mine"
 
 
 def test_a_failed_write_never_removes_a_file_that_holds_the_new_data_name(tmp_path, monkeypatch):

@@ -227,7 +227,8 @@ def _stage_prefix(name: str) -> str:
 
 
 def _stage_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"{re.escape(_stage_prefix(name))}[^/]*{re.escape(_STAGE)}")
+    # mkdtemp's own random part, 8 of [a-z0-9_]: no wider, since the sweep removes a stage whole, with what it holds.
+    return re.compile(rf"{re.escape(_stage_prefix(name))}[a-z0-9_]{{8}}{re.escape(_STAGE)}")
 
 
 def _temporary_name(name: str) -> str:
