@@ -543,3 +543,21 @@ def test_run_tests_counts_each_form_and_outcome_and_raw_shows_what_known_differe
     out = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(out) if line.split()[:5] == ["form", "PASS", "FAIL", "XFAIL", "SKIP"])
     assert sorted(line.split()[0] for line in out[header + 1:header + 3]) == ["arithmetic", "native"]
+
+
+def test_a_divergence_report_is_one_folder_a_form_with_wrong_outputs_apart_from_refusals(tmp_path):
+    """onnx.reference, --raw: its own DynamicQuantizeLinear raises on an empty input and answers another zero range,
+    and its QuantizeLinear sends x / 0 to 0. One report lumped them together as the op's, 'differing from the spec'."""
+    from dql_pass.suites import divergence, matrix
+
+    suite = tmp_path / "dql"
+    suites.generate_suite(suite, opsets=(13,), variants=("native", "quantizelinear"), include_large=False,
+                          names=("zeros", "empty", "underflow_scale", "spec_example"))
+    written = divergence.write_reports(tmp_path / "reports", suite, matrix.run_matrix(suite, ["reference"], raw=True))
+    assert [p.name for p in written] == ["reference__DynamicQuantizeLinear",
+                                         "reference__DynamicQuantizeLinear__expanded_quantizelinear"]
+    native, expanded = ((p / "ISSUE.md").read_text() for p in written)
+    assert "Cases with other outputs (1):\n\n- test_dynamicquantizelinear_zeros_opset13" in native
+    assert "Cases that did not load or run (1):\n\n- test_dynamicquantizelinear_empty_opset13" in native
+    assert "ONNX Runtime's CPU kernel's, bit for bit" in native and "spec" not in native.split("```")[0]
+    assert "as dql_pass's quantizelinear expansion" in expanded and "did not load or run" not in expanded

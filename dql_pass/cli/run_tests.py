@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
                                 progress=None if args.quiet else lambda outcome: print(outcome.line(), flush=True))
     say(args, report.format())
     if not report.ok and not args.quiet:
-        note(f"next: {shlex.join(['dql-pass', 'run-tests', args.outdir, '--runtime', names[0]])} --report-dir DIR "
+        again = ["dql-pass", "run-tests", args.outdir, "--runtime", names[0], *(["--raw"] if args.raw else [])]
+        note(f"next: {shlex.join(again)} --report-dir DIR "
              "writes a report a runtime's maintainers can act on (each failing test's files, the differing bits)")
     return (0 if report.ok else 1), report.to_dict(raw=args.raw)
 

@@ -1,6 +1,8 @@
-"""Divergence reports: for each runtime x op that fails, a folder a runtime's maintainers can act on.
+"""Divergence reports: for each runtime x op x form that fails, a folder a runtime's maintainers can act on.
 
-Each folder ``<runtime>__<op>/`` holds the smallest failing test folder as it is in the suite
+Each folder ``<runtime>__<op>/`` (the op's own node), or ``<runtime>__<op>__expanded_<variant>/`` (the op as
+dql_pass writes it with other ops: a failure there is one of those ops), holds the smallest failing test folder as it
+is in the suite
 (ONNX's backend-test layout: ``model.onnx``, ``test_data_set_0/input_N.pb`` and the expected
 ``output_N.pb``), the runtime's outputs beside them (``actual/output_N.pb``), ``differences.txt``
 (the first differing values with their bits) and ``ISSUE.md``, a short text ready for the
@@ -24,7 +26,7 @@ from dql_pass import runtimes
 from dql_pass.compare import same_bits
 from dql_pass.errors import InputError
 from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged
-from dql_pass.suites.layout import DATA_SET
+from dql_pass.suites.layout import DATA_SET, read_manifest
 from dql_pass.suites.matrix import Matrix
 from dql_pass.suites.run import Mismatch, Outcome
 
@@ -72,47 +74,73 @@ def _smallest(failures: Sequence[Outcome], suite: Path) -> Outcome:
     return min(failures, key=lambda o: (o.mismatch is None, _size(suite / o.name), o.name))
 
 
-def _issue(runtime: str, op: str, chosen: Outcome, failures: Sequence[Outcome], total: int, lines: list[str]) -> str:
+def _listed(outcomes: Sequence[Outcome], heading: str) -> str:
+    if not outcomes:
+        return ""
+    listing = "\n".join(f"- {o.name}: {o.detail}" for o in sorted(outcomes, key=lambda o: o.name)[:20])
+    more = f"\n- ... and {len(outcomes) - 20} more" if len(outcomes) > 20 else ""
+    return f"\n{heading} ({len(outcomes)}):\n\n{listing}{more}\n"
+
+
+def _issue(
+    runtime: str, op: str, form: str, chosen: Outcome, failures: Sequence[Outcome], total: int, lines: list[str],
+    entry: dict,
+) -> str:
     adapter = runtimes.get(runtime)
     opset = chosen.name.rsplit("_opset", 1)[-1]
     found = chosen.mismatch
     what = found.text if found is not None else chosen.detail
-    listing = "\n".join(f"- {o.name}: {o.detail}" for o in sorted(failures, key=lambda o: o.name)[:20])
-    more = f"\n- ... and {len(failures) - 20} more" if len(failures) > 20 else ""
+    wrong = [o for o in failures if o.mismatch is not None]
+    refused = [o for o in failures if o.mismatch is None]
+    subject = op if form in ("native", "?") else f"{op} as dql_pass's {form} expansion (other ops, the same outputs)"
+    problem = f"gives other outputs than ORT's kernel for {subject}" if wrong else f"does not load or run {subject}"
+    title = "outputs differ from ORT's kernel" if wrong else "does not load or run"
     shown = "\n".join(lines) if lines else "(the runtime did not run it: see above)"
-    return f"""# {op}: outputs differ from the ONNX spec on {runtime} {adapter.version()}
+    policy = (f"\nThe expected values of this case follow the zero-range policy `{entry.get('policy')}` (an "
+              "all-zero or empty input's scale: ORT's kernel gives 1.0, ONNX's reference 1/255); `gen-tests "
+              "--zero-range` writes the other.\n" if entry.get("policy_dependent") else "")
+    return f"""# {op}: {title} on {runtime} {adapter.version()}
 
-{runtime} {adapter.version()} gives other outputs than the ONNX specification for {op} (opset {opset}) on
-{len(failures)} of {total} conformance cases written by dql_pass. The smallest failing case is `{chosen.name}`:
+{runtime} {adapter.version()} {problem} (opset {opset}) on {len(failures)} of {total} conformance cases written by
+dql_pass. The expected outputs are ONNX Runtime's CPU kernel's, bit for bit (dql_pass's NumPy
+reference of it). The smallest failing case is `{chosen.name}`:
 
     {what}
-
-First differing values (expected from the spec, with their bits):
+{policy}
+First differing values (expected, then what {runtime} gave, with their bits):
 
 ```
 {shown}
 ```
 
-To reproduce: the folder `{chosen.name}/` is in ONNX's backend-test layout (`model.onnx`, `{DATA_SET}/input_N.pb`,
-the expected `{DATA_SET}/output_N.pb`); `actual/output_N.pb` holds what {runtime} gave. It runs with onnx's
-backend-test runner, or:
+To reproduce: the folder `{chosen.name}/` is in ONNX's backend-test layout
+(`model.onnx`, `{DATA_SET}/input_N.pb`, the expected `{DATA_SET}/output_N.pb`); `actual/output_N.pb` holds what
+{runtime} gave. `dql-pass run-tests .
+--runtime {runtime} --raw`, in this folder, runs this one case; onnx's backend-test runner runs it too; or, with any
+runtime:
 
 ```python
 import onnx, numpy as np
 from onnx import numpy_helper
-model = onnx.load("{chosen.name}/model.onnx")
-feeds = {{i.name: numpy_helper.to_array(onnx.load_tensor(f"{chosen.name}/{DATA_SET}/input_{{n}}.pb"))
+case = "{chosen.name}"
+model = onnx.load(f"{{case}}/model.onnx")
+feeds = {{i.name: numpy_helper.to_array(onnx.load_tensor(f"{{case}}/{DATA_SET}/input_{{n}}.pb"))
          for n, i in enumerate(model.graph.input)}}
-expected = numpy_helper.to_array(onnx.load_tensor("{chosen.name}/{DATA_SET}/output_0.pb"))
+expected = [numpy_helper.to_array(onnx.load_tensor(f"{{case}}/{DATA_SET}/output_{{n}}.pb"))
+            for n in range(len(model.graph.output))]
+got = ...  # the runtime's outputs for feeds, one array per graph output
+for output, e, g in zip(model.graph.output, expected, got):
+    g = np.asarray(g)
+    same = g.dtype == e.dtype and g.shape == e.shape and g.tobytes() == e.tobytes()
+    print(output.name, "same" if same else "DIFFERS")
 ```
-
-Every failing case of {op} on {runtime}:
-
-{listing}{more}
-"""
+{_listed(wrong, "Cases with other outputs")}{_listed(refused, "Cases that did not load or run")}"""
 
 
-def _write_one(folder: Path, suite: Path, runtime: str, op: str, failures: Sequence[Outcome], total: int) -> None:
+def _write_one(
+    folder: Path, suite: Path, runtime: str, op: str, form: str, failures: Sequence[Outcome], total: int,
+    manifest: dict[str, dict],
+) -> None:
     chosen = _smallest(failures, suite)
     folder.mkdir()
     shutil.copytree(suite / chosen.name, folder / chosen.name, symlinks=False)
@@ -125,25 +153,29 @@ def _write_one(folder: Path, suite: Path, runtime: str, op: str, failures: Seque
                 numpy_helper.from_array(np.asarray(actual), name).SerializeToString())
             lines += [f"{name}: " + line for line in first_differences(found.expected[name], np.asarray(actual))]
     (folder / "differences.txt").write_text("\n".join(lines or [chosen.detail]) + "\n")
-    (folder / "ISSUE.md").write_text(_issue(runtime, op, chosen, failures, total, lines))
+    (folder / "ISSUE.md").write_text(
+        _issue(runtime, op, form, chosen, failures, total, lines, manifest.get(chosen.name, {})))
 
 
 def write_reports(report_dir: str | os.PathLike, suite_dir: str | os.PathLike, found: Matrix) -> list[Path]:
     """Write one report folder per runtime x op with failures under ``report_dir``; the folders written."""
     target = check_report_dir(report_dir)
     suite = Path(suite_dir)
-    groups: dict[tuple[str, str], list[Outcome]] = {}
-    totals: dict[tuple[str, str], int] = {}
+    manifest = read_manifest(suite, suite.resolve())
+    groups: dict[tuple[str, str, str], list[Outcome]] = {}
+    totals: dict[tuple[str, str, str], int] = {}
     for runtime, report in found.reports.items():
         for outcome in report.outcomes if report is not None else []:
-            totals[runtime, outcome.op] = totals.get((runtime, outcome.op), 0) + 1
+            key = (runtime, outcome.op, outcome.form)
+            totals[key] = totals.get(key, 0) + 1
             if outcome.status == "FAIL" and (suite / outcome.name).is_dir():
-                groups.setdefault((runtime, outcome.op), []).append(outcome)
+                groups.setdefault(key, []).append(outcome)
     written = []
     with staged(target.parent, target.name, mode=default_file_mode(folder=True)) as stage:
-        for (runtime, op), failures in sorted(groups.items()):
-            _write_one(stage / f"{runtime}__{op}", suite, runtime, op, failures, totals[runtime, op])
-            written.append(target / f"{runtime}__{op}")
+        for (runtime, op, form), failures in sorted(groups.items()):
+            name = f"{runtime}__{op}" + ("" if form in ("native", "?") else f"__expanded_{form}")
+            _write_one(stage / name, suite, runtime, op, form, failures, totals[runtime, op, form], manifest)
+            written.append(target / name)
         with FolderLock(target.parent):
             check_report_dir(target)  # again: the folder may have changed meanwhile
             if target.exists():
