@@ -681,3 +681,15 @@ def test_the_runtime_timeout_help_gives_the_adapters_own_limits():
               f"mnn: {mnn.CONVERT_SECONDS:g} to convert, {mnn.RUN_SECONDS:g} to run; "
               f"litert: {litert.LiteRt.conversion_timeout:g} to convert")
     assert limits in " ".join(option.help.split())
+
+
+def test_run_tests_on_several_runtimes_says_how_far_it_is(tmp_path, capsys, monkeypatch):
+    """It printed nothing until the end: 16 minutes with IREE, which compiles every model."""
+    from dql_pass.cli.progress import Progress
+
+    monkeypatch.setattr(Progress, "_EVERY", 0.0)  # a line at each test, not every 2 s
+    suite = tmp_path / "suite"
+    assert main(["gen-tests", str(suite), "--opsets", "13", "--variants", "native", "--no-large", "-q"]) == 0
+    assert main(["run-tests", str(suite), "--runtime", "onnxruntime,reference"]) in (0, 1)
+    err = capsys.readouterr().err
+    assert "dql-pass: run-tests: tests on onnxruntime 57 of 57" in err and "tests on reference 1 of 57" in err

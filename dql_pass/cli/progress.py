@@ -1,4 +1,5 @@
-"""verify run from the command line: its progress on stderr, and its report on stdout."""
+"""verify run from the command line: its progress on stderr (run-tests shows its own the same way), and its
+report on stdout."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ if TYPE_CHECKING:
 
 
 class Progress:
-    """verify's progress on stderr, as the field shows it: a bar per stage where stderr is a
+    """A command's progress on stderr, as the field shows it: a bar per stage where stderr is a
     terminal (tqdm), a plain line every couple of seconds elsewhere (a log, CI), nothing under -q."""
 
-    _EVERY = 2.0  # seconds between plain lines; the first comes once verify has taken that long
+    _EVERY = 2.0  # seconds between plain lines; the first comes once the command has taken that long
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = "verify") -> None:
+        self._command = command
         self._start = self._last = time.monotonic()
         self._bar = None
         self._stage: str | None = None
@@ -34,13 +36,14 @@ class Progress:
 
             if stage != self._stage:
                 self.close()
-                self._bar, self._stage = tqdm(total=total, desc=f"verify: {stage}", unit="", leave=False), stage
+                self._stage = stage
+                self._bar = tqdm(total=total, desc=f"{self._command}: {stage}", unit="", leave=False)
             self._bar.update(done + 1 - self._bar.n)
             return
         now = time.monotonic()
         if now - self._last >= self._EVERY:
-            print(f"dql-pass: verify: {stage} {done + 1} of {total} ({now - self._start:.0f} s)", file=sys.stderr,
-                  flush=True)
+            print(f"dql-pass: {self._command}: {stage} {done + 1} of {total} ({now - self._start:.0f} s)",
+                  file=sys.stderr, flush=True)
             self._last = now
 
     def close(self) -> None:
