@@ -109,7 +109,7 @@ def _not_installed() -> str:
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--dim", "batch=abc"], "the size must be a whole number, not 'abc'"),
+    (["--dim", "batch=abc"], "the size must be a whole number, 0 or more, not 'abc'"),
     (["--dim", "nosuch=3"], "--dim nosuch: no input of ORIGINAL has a dimension named 'nosuch'"),
     (["--target", None], "is not installed"),
 ], ids=["dim size", "dim name", "target not installed"])

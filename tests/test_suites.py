@@ -453,14 +453,14 @@ def test_force_never_replaces_a_folder_without_a_suite(tmp_path):
 
 
 def test_stage_folders_left_by_earlier_runs_are_removed_unless_a_live_run_holds_them(small_suite):
-    left = small_suite.parent / ".dql.left.stage"  # what a kill -9 leaves
+    left = small_suite.parent / ".dql.lefthere.stage"  # what a kill -9 leaves (mkdtemp: 8 of [a-z0-9_])
     (left / SPEC).mkdir(parents=True)
-    held = small_suite.parent / ".dql.held.stage"  # a run still writing
+    held = small_suite.parent / ".dql.heldhere.stage"  # a run still writing
     held.mkdir()
     lock = FolderLock(held)
     try:
         suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))
-        assert sorted(p.name for p in small_suite.parent.iterdir()) == [".dql.held.stage", "dql"]
+        assert sorted(p.name for p in small_suite.parent.iterdir()) == [".dql.heldhere.stage", "dql"]
     finally:
         lock.release()
     suites.generate_suite(small_suite, opsets=(13,), variants=("native",), names=("rank_0",))

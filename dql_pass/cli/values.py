@@ -29,7 +29,7 @@ def dims(args: argparse.Namespace) -> dict[str, int]:
     sizes = {}
     for name, size in pairs(args.dim, "--dim").items():
         if not _is_whole_number(size):
-            raise InputError(f"--dim {name}: the size must be a whole number, not {size!r}")
+            raise InputError(f"--dim {name}: the size must be a whole number, 0 or more, not {size!r}")
         sizes[name] = int(size)
     return sizes
 
@@ -40,7 +40,7 @@ def _is_whole_number(text: str) -> bool:
 
 def whole_number(text: str) -> int:
     if not _is_whole_number(text):
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, not {text!r}")
     return int(text)
 
 

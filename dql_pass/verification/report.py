@@ -154,8 +154,9 @@ class VerifyReport:
         unreachable = len(self.sites) - len(checked)
         identical = sum(o.identical for o in self.outputs)
         sets = f"{len(self.input_sets)} input set{'s' * (len(self.input_sets) != 1)}"
+        sites = f"{len(self.sites)} site{'s' * (len(self.sites) != 1)}"
         text = (
-            f"{self.verdict}: {len(self.sites)} sites, {sum(s.cases for s in self.sites)} cases, "
+            f"{self.verdict}: {sites}, {sum(s.cases for s in self.sites)} cases, "
             f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
             f"{len(self.outputs)} bit-identical over {sets}{self._shapes()}; "
             f"zero range {self.zero_range}; {self.seconds:.2f} s"
