@@ -693,3 +693,5 @@ def test_run_tests_on_several_runtimes_says_how_far_it_is(tmp_path, capsys, monk
     assert main(["run-tests", str(suite), "--runtime", "onnxruntime,reference"]) in (0, 1)
     err = capsys.readouterr().err
     assert "dql-pass: run-tests: tests on onnxruntime 57 of 57" in err and "tests on reference 1 of 57" in err
+    assert main(["run-tests", str(suite), "--runtime", "onnxruntime,reference", "--raw"]) == 1
+    assert "next: -v lists every test as it runs; --report-dir DIR writes" in capsys.readouterr().err

@@ -67,4 +67,7 @@ def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
     written = divergence.write_reports(args.report_dir, args.outdir, found) if args.report_dir else []
     for path in written:
         say(args, f"wrote the divergence report {path}")
+    if not found.ok and not args.quiet and not args.verbose:
+        note("next: -v lists every test as it runs" + ("" if written else
+             "; --report-dir DIR writes a report a runtime's maintainers can act on for each failing runtime and op"))
     return (0 if found.ok else 1), found.to_dict(raw=args.raw, reports=written)
