@@ -56,7 +56,9 @@ class Advice:
         lines = [f"{self.model}: {counted}"]
         width = max(len(r.runtime) for r in self.runtimes)
         for row in self.runtimes:
-            lines.append(f"{row.runtime:<{width}}  {row.command or 'nothing to run'}")
+            # A need no command meets (a load refused for another op) is not "nothing to run".
+            command = row.command or ("no dql-pass command meets what it needs" if row.needs else "nothing to run")
+            lines.append(f"{row.runtime:<{width}}  {command}")
             lines += [f"{'':<{width}}    needs: {need}" for need in row.needs]
             lines += [f"{'':<{width}}    note: {note}" for note in row.notes]
             if row.loaded is not None:

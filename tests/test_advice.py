@@ -73,6 +73,17 @@ def test_a_real_load_where_installed_is_reported():
     assert "loaded on reference: it loads and runs" in dql_pass.advise(CONV, ["reference"]).format()
 
 
+def test_a_need_no_command_meets_is_not_nothing_to_run(tmp_path):
+    """A model with an op of an unknown domain: ORT refuses it, and no dql-pass command changes that."""
+    model = dql_model(13)
+    model.graph.node.append(onnx.helper.make_node("Custom", ["y_scale"], ["o"], domain="com.example"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("o", onnx.TensorProto.FLOAT, []))
+    model.opset_import.append(onnx.helper.make_opsetid("com.example", 1))
+    onnx.save(model, tmp_path / "m.onnx")
+    text = dql_pass.advise(tmp_path / "m.onnx", ["onnxruntime"]).format()
+    assert "onnxruntime  no dql-pass command meets what it needs" in text and "cannot load it" in text, text
+
+
 def test_the_command_line_prints_the_report_and_writes_json(tmp_path, capsys):
     report = tmp_path / "advice.json"
     assert main(["advise", str(MLP), "--runtime", "tensorrt", "--runtime", "webgpu", "--no-load", "--json",
