@@ -196,3 +196,10 @@ def test_run_tests_counts_per_op_and_runtime_and_writes_a_divergence_report(smal
 def test_first_differences_show_the_bits():
     lines = divergence.first_differences(np.float32([1, -0.0]), np.float32([1, 0.0]))
     assert lines == ["[1]: expected -0.0 (0x80000000), got 0.0 (0x00000000)"]
+
+
+def test_variants_without_dynamicquantizelinear_among_the_ops_are_refused(tmp_path):
+    """They are DynamicQuantizeLinear's forms: `--ops MatMulInteger --variants lean` ignored them silently."""
+    with pytest.raises(InputError, match="variants are DynamicQuantizeLinear's forms"):
+        suites.generate_suite(tmp_path / "s", ops=("MatMulInteger",), variants=("lean",))
+    assert not (tmp_path / "s").exists()

@@ -148,9 +148,9 @@ def gen_tests(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", choices=("small", "full"), default="small",
                         help="the family's sweeps: small for CI, full for larger sweeps and tensors "
                              "(default %(default)s)")
-    parser.add_argument("--variants", default=",".join(FORMS),
+    parser.add_argument("--variants", default=None,
                         help="native (the DQL node) and the expansion variants to write, comma-separated "
-                             "(default %(default)s)")
+                             "(default %s)" % ",".join(FORMS))
     parser.add_argument("--zero-range", choices=variants.ZERO_RANGE_POLICIES, default="onnxruntime",
                         help="the policy of the expected outputs and of the expansion (default onnxruntime)")
     parser.add_argument("--include-unspecified", action="store_true",

@@ -17,8 +17,9 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
     import dql_pass
     from dql_pass.suites.defaults import DEFAULT_OPSETS
 
+    variants = None if args.variants is None else _items(args.variants)
     suite = dql_pass.generate_suite(
-        args.outdir, opsets=args.opsets or DEFAULT_OPSETS, variants=_items(args.variants), zero_range=args.zero_range,
+        args.outdir, opsets=args.opsets or DEFAULT_OPSETS, variants=variants, zero_range=args.zero_range,
         include_unspecified=args.include_unspecified, include_large=not args.no_large, force=args.force,
         ops=_items(args.ops), size=args.size, family_opsets=args.opsets,
     )

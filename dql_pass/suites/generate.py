@@ -274,6 +274,9 @@ def generate_suite(
         if variants is not None:
             raise TypeError("generate_suite() takes variants or its old name forms, not both")
         variants = forms
+    if variants is not None and NAME not in ops:
+        raise InputError(f"variants are {NAME}'s forms, and the ops chosen ({', '.join(ops)}) leave it out; "
+                         f"add {NAME} to the ops, or give no variants")
     variants = FORMS if variants is None else variants
     if NAME in ops:
         _check_options(opsets, variants, zero_range)
