@@ -288,7 +288,8 @@ def test_external_data_of_a_test_file_is_read_beside_it(small_suite, tmp_path, m
     assert suites.run_suite(small_suite).summary == f"{SMALL} passed, 0 failed"
     (data_set / "y" / "data.bin").write_bytes(np.array([153, 255, 0, 26, 221, 178], np.uint8).tobytes())
     assert _not_passed(suites.run_suite(small_suite)) == [
-        f"FAIL {SPEC}: test_data_set_0: y differs in 1 of 6 elements, first at [5]: got 179, expected 178"
+        f"FAIL {SPEC}: test_data_set_0: y differs in 1 of 6 elements, first at [5]: got 179, expected 178 "
+        "(input x[5] = 0.5)"
     ]
 
 

@@ -27,7 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from dql_pass import runtimes
-from dql_pass.compare import bit_difference
+from dql_pass.compare import bit_difference, same_bits
 from dql_pass.errors import InputError, one_line
 from dql_pass.suites.layout import MANIFEST, MODEL, Refused, data_set_tensors, read_file, read_manifest, read_model
 
@@ -164,8 +164,21 @@ def _compare(folder: Path, root: Path, runtime: runtimes.Runtime) -> Mismatch | 
         for value in outputs:
             problem = bit_difference(value.name, got[value.name], expected[value.name])
             if problem is not None:
-                return Mismatch(data_set.name, f"{data_set.name}: {problem.text}", feeds, expected, got)
+                text = f"{data_set.name}: {problem.text}{_inputs_at(feeds, got[value.name], expected[value.name])}"
+                return Mismatch(data_set.name, text, feeds, expected, got)
     return None
+
+
+def _inputs_at(feeds: dict[str, np.ndarray], actual: np.ndarray, expected: np.ndarray) -> str:
+    """Where an output of an elementwise op first differs, the inputs of its shape there: what a maintainer
+    looks at first (the scale of a DynamicQuantizeLinear still depends on the whole input)."""
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape or actual.dtype != expected.dtype or not actual.ndim:
+        return ""
+    where = tuple(int(i) for i in np.argwhere(~same_bits(actual, expected))[0])
+    found = [f"{name}{list(where)} = {array[where]!s}" for name, array in feeds.items()
+             if np.shape(array) == actual.shape]
+    return f" (input {', '.join(found)})" if found else ""
 
 
 def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None:
