@@ -675,12 +675,11 @@ def test_the_runtime_timeout_help_gives_the_adapters_own_limits():
     from dql_pass.cli.parser import build
     from dql_pass.runtimes import litert, mnn, web
 
-    option = next(a for a in build()._subparsers._group_actions[0].choices["verify"]._actions
-                  if "--runtime-timeout" in a.option_strings)
+    help_text = build().commands["verify"].format_help()
     limits = (f"webgpu and wasm: {web.WebRuntime.load_timeout:g} to load, {web.WebRuntime.run_timeout:g} to run; "
               f"mnn: {mnn.CONVERT_SECONDS:g} to convert, {mnn.RUN_SECONDS:g} to run; "
               f"litert: {litert.LiteRt.conversion_timeout:g} to convert")
-    assert limits in " ".join(option.help.split())
+    assert limits in " ".join(help_text.split())
 
 
 def test_run_tests_on_several_runtimes_says_how_far_it_is(tmp_path, capsys, monkeypatch):
@@ -695,3 +694,9 @@ def test_run_tests_on_several_runtimes_says_how_far_it_is(tmp_path, capsys, monk
     assert "dql-pass: run-tests: tests on onnxruntime 57 of 57" in err and "tests on reference 1 of 57" in err
     assert main(["run-tests", str(suite), "--runtime", "onnxruntime,reference", "--raw"]) == 1
     assert "next: -v lists every test as it runs; --report-dir DIR writes" in capsys.readouterr().err
+
+
+def test_an_option_another_command_has_points_to_this_commands_help(capsys):
+    assert main(["fuse", str(MLP), "-o", "out.onnx", "--target", "webgpu"]) == 2
+    assert capsys.readouterr().err == (
+        "dql-pass: error: unrecognized arguments: --target webgpu (see `dql-pass fuse --help`)\n")

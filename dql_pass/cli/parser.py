@@ -20,10 +20,18 @@ class Parser(argparse.ArgumentParser):
 
     top: Parser | None = None
     parsed: argparse.Namespace | None = None
+    commands: dict[str, Parser] = {}  # the top-level parser's: each command's, by name
 
     def parse_known_args(self, args=None, namespace=None):
         self.parsed = argparse.Namespace() if namespace is None else namespace
         return super().parse_known_args(args, self.parsed)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:  # said by the command's parser, which names the command's --help, not the top-level one's
+            command = self.commands.get(getattr(parsed, "command", None), self)
+            command.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog.split()[0]}: error: {message} (see `{self.prog} --help`)\n")
@@ -80,6 +88,7 @@ def build() -> argparse.ArgumentParser:
     for name, add_arguments, timed, summary in _COMMANDS:
         command = commands.add_parser(name, parents=[common, timeout] if timed else [common], help=summary)
         command.top = parser
+        parser.commands = {**parser.commands, name: command}
         add_arguments(command)
         command.set_defaults(handler=f"dql_pass.cli.{name.replace('-', '_')}")
     return parser
