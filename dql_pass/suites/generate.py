@@ -89,7 +89,7 @@ def _check_options(opsets: Collection[int], variants: Collection[str], zero_rang
         raise InputError("choose at least one opset")
     outside = sorted(o for o in opsets if not MIN_OPSET <= o <= MAX_OPSET)
     if outside:
-        raise InputError(f"opset {outside[0]} is outside {MIN_OPSET}..{MAX_OPSET}")
+        raise InputError(f"opset {outside[0]} is outside {MIN_OPSET}..{MAX_OPSET}, the opsets that have {NAME}")
     if not variants:
         raise InputError("choose at least one variant")
     unknown = sorted(set(variants) - set(FORMS))
