@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-
 import shlex
 
 from dql_pass.cli.output import note, say

@@ -20,7 +20,7 @@ class Parser(argparse.ArgumentParser):
 
     top: Parser | None = None
     parsed: argparse.Namespace | None = None
-    commands: dict[str, Parser] = {}  # the top-level parser's: each command's, by name
+    commands: dict[str, Parser] = {}  # the top-level parser's: each command's, by name (build sets its own)
 
     def parse_known_args(self, args=None, namespace=None):
         self.parsed = argparse.Namespace() if namespace is None else namespace
@@ -83,12 +83,13 @@ def build() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    parser.commands = {}
     common = _common(top=False)
     timeout = arguments.runtime_timeout(Parser(add_help=False))
     for name, add_arguments, timed, summary in _COMMANDS:
         command = commands.add_parser(name, parents=[common, timeout] if timed else [common], help=summary)
         command.top = parser
-        parser.commands = {**parser.commands, name: command}
+        parser.commands[name] = command
         add_arguments(command)
         command.set_defaults(handler=f"dql_pass.cli.{name.replace('-', '_')}")
     return parser

@@ -12,6 +12,7 @@ __all__ = ["main", "run"]
 
 import argparse
 import contextlib
+import errno
 import gc
 import importlib
 import logging
@@ -120,6 +121,10 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
+# A path no check could name a file with (a part past 255 bytes, links in a loop): the system's word for it.
+_UNNAMEABLE = (errno.ENAMETOOLONG, errno.ELOOP)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
     try:
@@ -137,9 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
-        if error.filename is None:
-            raise
-        # A path no check above could name a file with (a part past 255 bytes, say): the system's word for it.
+        if error.errno not in _UNNAMEABLE or error.filename is None:
+            raise  # any other: a bug of ours, or of a runtime, with its traceback
         print(f"dql-pass: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:  # the temporary files are gone by now: every write undoes itself

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
-
 import shlex
+from typing import TYPE_CHECKING
 
 from dql_pass.cli.output import note, say
 

@@ -254,4 +254,5 @@ class Mnn(Runtime):
                                   self.timeout or RUN_SECONDS)
             kept = files.pop_all()
         # A new worker reads the file again: the folder lives as long as the session.
-        return hold(session, kept)
+        hold(session, kept.close)
+        return session

@@ -86,12 +86,12 @@ def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.M
 _HELD: list[weakref.finalize] = []
 
 
-def hold(session: Session, files: contextlib.ExitStack) -> Session:
-    """``session``, with ``files`` (its private copy of the model, read again for each new input
-    shape) closed when it is collected, or by :func:`release_held`."""
+def hold(session: Session, close: Callable[..., object], *args: object) -> weakref.finalize:
+    """``close(*args)`` (what ``session`` holds: its private copy of the model, read again for each
+    new input shape; a browser page) when ``session`` is collected, or by :func:`release_held`; the finalizer."""
     _HELD[:] = [finalizer for finalizer in _HELD if finalizer.alive]
-    _HELD.append(weakref.finalize(session, files.close))
-    return session
+    _HELD.append(weakref.finalize(session, close, *args))
+    return _HELD[-1]
 
 
 def release_held() -> None:

@@ -103,4 +103,5 @@ class Tinygrad(Runtime):
         session = ShapeCachedSession(
             list(probe.graph_inputs), list(probe.graph_outputs), output_types(proto), compile,
         )
-        return hold(session, kept)
+        hold(session, kept.close)
+        return session

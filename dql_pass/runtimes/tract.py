@@ -104,4 +104,5 @@ class Tract(Runtime):
         outputs = [value.name for value in proto.graph.output]
         session = ShapeCachedSession(inputs, outputs, output_types(proto), compile, "tract")
         # Each new input shape reads the file again: a temporary copy lives as long as the session.
-        return hold(session, kept)
+        hold(session, kept.close)
+        return session

@@ -25,8 +25,8 @@ from onnx import numpy_helper
 from dql_pass import runtimes
 from dql_pass.compare import same_bits
 from dql_pass.errors import InputError
-from dql_pass.op import NAME
 from dql_pass.files import FolderLock, check_not_system, default_file_mode, put_folder, staged
+from dql_pass.op import NAME
 from dql_pass.suites.layout import DATA_SET, read_manifest
 from dql_pass.suites.matrix import Matrix
 from dql_pass.suites.run import Mismatch, Outcome
@@ -100,6 +100,8 @@ def _issue(
     title = f"outputs differ from {source}" if wrong else "does not load or run"
     expected = ("ONNX Runtime's CPU kernel's, bit for bit (dql_pass's NumPy reference of it)" if op == NAME
                 else "the ONNX spec's, computed exactly by dql_pass's NumPy reference")
+    if op == NAME and entry.get("policy", "onnxruntime") != "onnxruntime":
+        expected += f", but for an all-zero or empty input, whose scale follows the policy `{entry['policy']}`"
     shown = "\n".join(lines) if lines else "(the runtime did not run it: see above)"
     policy = (f"\nThe expected values of this case follow the zero-range policy `{entry.get('policy')}` (an "
               "all-zero or empty input's scale: ORT's kernel gives 1.0, ONNX's reference 1/255); `gen-tests "

@@ -170,15 +170,17 @@ def _compare(folder: Path, root: Path, runtime: runtimes.Runtime) -> Mismatch | 
 
 
 def _inputs_at(feeds: dict[str, np.ndarray], actual: np.ndarray, expected: np.ndarray) -> str:
-    """Where an output of an elementwise op first differs, the inputs of its shape there: what a maintainer
-    looks at first (the scale of a DynamicQuantizeLinear still depends on the whole input)."""
+    """Where an output first differs, the input there, when one input has the output's shape and the
+    others fewer elements (an elementwise op and its scales): what a maintainer looks at first (the
+    scale of a DynamicQuantizeLinear still depends on the whole input). Not for MatMulInteger's operands."""
     actual = np.asarray(actual)
     if actual.shape != expected.shape or actual.dtype != expected.dtype or not actual.ndim:
         return ""
+    shaped = [name for name, array in feeds.items() if np.shape(array) == actual.shape]
+    if len(shaped) != 1 or any(np.size(a) >= actual.size for n, a in feeds.items() if n != shaped[0]):
+        return ""
     where = tuple(int(i) for i in np.argwhere(~same_bits(actual, expected))[0])
-    found = [f"{name}{list(where)} = {array[where]!s}" for name, array in feeds.items()
-             if np.shape(array) == actual.shape]
-    return f" (input {', '.join(found)})" if found else ""
+    return f" (input {shaped[0]}{list(where)} = {feeds[shaped[0]][where]!s})"
 
 
 def _mismatch(folder: Path, root: Path, runtime: runtimes.Runtime) -> str | None:

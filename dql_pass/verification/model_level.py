@@ -116,6 +116,13 @@ def _run_all(model: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> dict[str
     return {label: loaded.run(feeds) for label, feeds in sets.items()}
 
 
+class _OriginalUnloadable(Exception):
+    """ORT cannot load ORIGINAL."""
+
+    def __init__(self, error: runtimes.RuntimeFailure):
+        super().__init__(f"ORT cannot load ORIGINAL: {one_line(error)}")
+
+
 class _OriginalFailure(Exception):
     """ORT cannot run ORIGINAL on the input set ``label``."""
 
@@ -133,7 +140,11 @@ def _run_both(
     time. ORIGINAL's failure is raised (:class:`_OriginalFailure`); REWRITTEN's is returned in
     place of its runs, ORIGINAL going on (a failed rewrite is still compared with ORIGINAL's
     outputs). REWRITTEN is loaded once ORIGINAL has run a set (ORIGINAL may not run at this batch)."""
-    first, second, failure = _Loaded(original, names[0]), None, None
+    try:
+        first = _Loaded(original, names[0])
+    except runtimes.RuntimeFailure as error:
+        raise _OriginalUnloadable(error) from error
+    second, failure = None, None
     expected_runs: dict[str, dict[str, object]] = {}
     actual_runs: dict[str, dict[str, object]] = {}
     for done, (label, feeds) in enumerate(sets.items()):
@@ -352,8 +363,8 @@ def check_model(
     try:
         sets, expected_runs, actual_runs, notes = _run_models(
             original, rewritten, names, sets, fallback, runtime, reads)
-    except runtimes.RuntimeFailure as error:  # ORT does not load ORIGINAL (a custom op, say): run failures are caught
-        return not_checked(tallies, f"ORT cannot load ORIGINAL: {one_line(error)}")
+    except _OriginalUnloadable as error:  # a custom op, say
+        return not_checked(tallies, str(error))
     if isinstance(actual_runs, runtimes.RuntimeTimeout):  # slow, not refused: nothing compared, no fault found
         return not_checked(tallies, f"REWRITTEN did not finish on {runtime.name}: {one_line(actual_runs)}")
     if isinstance(actual_runs, runtimes.RuntimeFailure):

@@ -251,12 +251,12 @@ def input_sets(
     a dimension that takes a default size takes ``sizes[i]`` in set ``i``, ``sizes[0]`` past them."""
     graph_inputs = fed_inputs(model.graph)
     _check_options(graph_inputs, inputs, dims)
-    given = _given_dims(model, inputs)
+    by_arrays = _given_dims(model, inputs)
     for name, size in dims.items():
-        if given.get(name, size) != size:
-            raise InputError(f"dims[{name!r}] = {size}, but the given input arrays have {name} = {given[name]}: "
+        if by_arrays.get(name, size) != size:
+            raise InputError(f"dims[{name!r}] = {size}, but the given input arrays have {name} = {by_arrays[name]}: "
                              "give one size, by the arrays or by dims")
-    fixed = {**given, **dims}
+    fixed = {**by_arrays, **dims}
     synthesized = [v for v in graph_inputs if v.name not in inputs]
     batch = _given_batch(graph_inputs, fixed)  # a given batch is every batch-like dimension's
     special = SPECIAL_SETS if any(v.dtype.is_floating_point() and not _is_mask(v) for v in synthesized) else []
@@ -271,11 +271,13 @@ def input_sets(
     # Counted before a set is made, or a label listed: --samples 10**8 of a small input is refused at once.
     made = sum(nbytes[size] for size in sizes[:count]) + max(count - len(sizes), 0) * nbytes[sizes[0]]
     given = sum(np.asarray(array).nbytes for array in inputs.values())
-    if made + given + count * _SET_BYTES > MAX_INPUT_BYTES:
+    held = count * _SET_BYTES
+    if made + given + held > MAX_INPUT_BYTES:
         raise InputError(
-            f"the inputs would need {(made + given + count * _SET_BYTES) / 2**30:.1f} GiB ({count:,} input sets, "
-            f"{made / 2**30:.1f} GiB synthesized, {given / 2**30:.1f} GiB given), more than the "
-            f"{MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, fewer samples or smaller inputs"
+            f"the inputs would need {(made + given + held) / 2**30:.1f} GiB ({count:,} input sets: "
+            f"{made / 2**30:.1f} GiB synthesized, {given / 2**30:.1f} GiB given, {held / 2**30:.1f} GiB to keep "
+            f"track of the sets), more than the {MAX_INPUT_BYTES >> 30} GiB verify allows; choose smaller dims, "
+            "fewer samples or smaller inputs"
         )
     labels = [*(f"sample {i}" for i in range(samples)), *special] if synthesized else ["given inputs"]
     defaults = {label: sizes[i] if i < len(sizes) else sizes[0] for i, label in enumerate(labels)}

@@ -288,7 +288,8 @@ class LiteRt(Runtime):
             return run
 
         session = ShapeCachedSession(inputs, outputs, output_types(proto), compile)
-        return hold(session, files)
+        hold(session, files.close)
+        return session
 
 
 class LiteRtXnnpack(LiteRt):

@@ -12,7 +12,6 @@ import base64
 import contextlib
 import itertools
 import json
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ import numpy as np
 
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import TIMEOUT_OPTION, RuntimeFailure, RuntimeTimeout, Session
-from dql_pass.runtimes.sessions import fed_inputs, output_types
+from dql_pass.runtimes.sessions import fed_inputs, hold, output_types
 from dql_pass.runtimes.web.browser import Browser, BrowserFailure, BrowserTimeout, Server, chromium
 from dql_pass.runtimes.web.cost import GpuCalls
 from dql_pass.runtimes.web.installation import dist, missing
@@ -115,7 +114,7 @@ class WebSession(Session):
         self.creation_seconds: float | None = None  # how long the page took to create it
         self.last_run: GpuCalls | None = None  # the WebGPU calls of the last run that succeeded
         self.last_run_seconds: float | None = None  # how long the page took to run it
-        self._finalizer = weakref.finalize(self, WebSession._shut, runtime, self._page, self._served, copy)
+        self._finalizer = hold(self, WebSession._shut, runtime, self._page, self._served, copy)
         try:
             self._start()
         except BaseException:
