@@ -456,3 +456,17 @@ def test_the_server_serves_only_under_its_secret_and_quietly_to_a_browser_that_g
     finally:
         server.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_temporary_folder_too_long_for_chromium_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """Under pytest's own TMPDIR Chromium closed its pipe at once: 'Chromium did not start', and its profile stayed."""
+    import tempfile
+
+    from dql_pass.runtimes.web.browser import Browser, BrowserFailure
+
+    long = tmp_path / ("t" * 40)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    with pytest.raises(BrowserFailure, match="set TMPDIR to a folder of at most 35 bytes"):
+        Browser("/nonexistent/chromium", "about:blank")
+    assert list(long.iterdir()) == []

@@ -42,6 +42,11 @@ _FLAGS = (
 _TYPES = {".html": "text/html", ".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm"}
 
 
+# Measured (Chromium 156): past it, the path of the socket Chromium makes in its profile passes the 108 bytes a
+# Unix socket's name may take, and the browser closes its protocol pipe at once.
+_LONGEST_PROFILE = 62
+
+
 class BrowserFailure(Exception):
     """The browser died, timed out, or a page raised; the page's own message is the text."""
 
@@ -115,6 +120,12 @@ class Browser:
 
     def __init__(self, executable: str, url: str) -> None:
         self._profile = tempfile.TemporaryDirectory(prefix="dql_pass.chromium.", ignore_cleanup_errors=True)
+        if len(os.fsencode(self._profile.name)) > _LONGEST_PROFILE:
+            self._profile.cleanup()
+            longest = _LONGEST_PROFILE - len("/dql_pass.chromium.12345678")
+            raise BrowserFailure(
+                f"the temporary folder {tempfile.gettempdir()} is too long a path for Chromium, which makes a socket "
+                f"in its profile there: set TMPDIR to a folder of at most {longest} bytes (/tmp, say)")
         to_browser, commands = os.pipe()
         replies, from_browser = os.pipe()
         # Above 4, so that moving one end to 3 cannot overwrite the other; close-on-exec, so that
