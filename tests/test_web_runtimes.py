@@ -260,14 +260,20 @@ def test_a_missing_setup_is_one_line_naming_the_setup_command(tmp_path, monkeypa
 def test_a_browser_that_cannot_start_leaves_no_pipe_or_profile(tmp_path, monkeypatch):
     from dql_pass.runtimes.web.browser import Browser
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import shutil
     import tempfile
+
+    short = tempfile.mkdtemp(prefix="dql", dir="/tmp")  # pytest's tmp_path is too long a TMPDIR for Chromium
+    monkeypatch.setenv("TMPDIR", short)
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
     before = set(os.listdir("/proc/self/fd"))
-    with pytest.raises(OSError):
-        Browser(str(tmp_path / "no-chromium"), "http://127.0.0.1:9/")
-    assert set(os.listdir("/proc/self/fd")) <= before
-    assert list(tmp_path.iterdir()) == []
+    try:
+        with pytest.raises(OSError):
+            Browser(str(tmp_path / "no-chromium"), "http://127.0.0.1:9/")
+        assert set(os.listdir("/proc/self/fd")) <= before
+        assert os.listdir(short) == []
+    finally:
+        shutil.rmtree(short)
 
 
 
