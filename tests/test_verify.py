@@ -678,7 +678,7 @@ def test_samples_zero_without_a_float_input_is_refused_not_a_pass():
 
 
 def test_inputs_too_large_to_synthesize_are_bad_input(mlp):
-    with pytest.raises(dql_pass.InputError, match=r"would need 166\.9 GiB \(7 input sets, 166\.9 GiB synthesized"):
+    with pytest.raises(dql_pass.InputError, match=r"would need 166\.9 GiB \(7 input sets: 166\.9 GiB synthesized"):
         verify(mlp, mlp, dims={"batch": 100_000_000})
 
 
@@ -1021,7 +1021,7 @@ def test_given_inputs_count_toward_the_public_input_cap(mlp, monkeypatch):
 
     assert MAX_INPUT_BYTES == 4 << 30
     monkeypatch.setattr(synthesis, "MAX_INPUT_BYTES", 1 << 20)
-    with pytest.raises(dql_pass.InputError, match=r"GiB given\), more than the 0 GiB"):
+    with pytest.raises(dql_pass.InputError, match=r"GiB to keep track of the sets\), more than the 0 GiB"):
         verify(mlp, mlp, inputs={"input": np.zeros((5000, 64), np.float32)}, samples=0)
 
 
