@@ -694,6 +694,7 @@ def test_run_tests_on_several_runtimes_says_how_far_it_is(tmp_path, capsys, monk
     assert "dql-pass: run-tests: tests on onnxruntime 57 of 57" in err and "tests on reference 1 of 57" in err
     assert main(["run-tests", str(suite), "--runtime", "onnxruntime,reference", "--raw"]) == 1
     assert "next: -v lists every test as it runs; --report-dir DIR writes" in capsys.readouterr().err
+    assert main(["run-tests", str(tmp_path / "missing"), "--runtime", "onnxruntime,reference"]) == 2  # no traceback
 
 
 def test_an_option_another_command_has_points_to_this_commands_help(capsys):

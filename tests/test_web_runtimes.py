@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -476,3 +477,25 @@ def test_a_temporary_folder_too_long_for_chromium_is_named_with_what_to_do(tmp_p
     with pytest.raises(BrowserFailure, match="set TMPDIR to a folder of at most 35 bytes"):
         Browser("/nonexistent/chromium", "about:blank")
     assert list(long.iterdir()) == []
+
+
+@needs_browser
+def test_chromium_starts_with_the_longest_profile_path_the_adapter_allows(monkeypatch):
+    """The limit the adapter states is measured: a profile path of exactly that many bytes starts."""
+    import shutil
+    import tempfile
+
+    from dql_pass.runtimes.web import browser
+
+    folder = Path("/tmp") / ("d" * (browser._LONGEST_PROFILE - len("/tmp/") - len("/dql_pass.chromium.12345678")))
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    try:
+        started = browser.Browser(browser.chromium(), "about:blank")
+        try:
+            assert len(os.fsencode(started._profile.name)) == browser._LONGEST_PROFILE
+            assert started.evaluate("1 + 1") == 2
+        finally:
+            started.close()
+    finally:
+        shutil.rmtree(folder)

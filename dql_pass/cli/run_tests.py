@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dql_pass.cli.output import note, say
 
 if TYPE_CHECKING:
-    from dql_pass.suites.matrix import Matrix
+    from dql_pass.suites.run import Outcome
 
 
 def run(args: argparse.Namespace) -> tuple[int, dict]:
@@ -30,38 +30,32 @@ def run(args: argparse.Namespace) -> tuple[int, dict]:
     return (0 if report.ok else 1), report.to_dict(raw=args.raw)
 
 
-def _with_progress(args: argparse.Namespace, names: list[str]) -> Matrix:
-    from pathlib import Path
-
-    from dql_pass.cli.progress import Progress
-    from dql_pass.suites import matrix
-    from dql_pass.suites.layout import MODEL
-
-    progress, done = Progress("run-tests"), dict.fromkeys(names, 0)
-    total = sum(os.path.lexists(folder / MODEL) for folder in Path(args.outdir).iterdir() if folder.is_dir())
-
-    def tick(runtime: str, outcome: object) -> None:
-        progress(f"tests on {runtime}", done[runtime], total)
-        done[runtime] += 1
-
-    try:
-        return matrix.run_matrix(args.outdir, names, raw=args.raw, progress=tick)
-    finally:
-        progress.close()
-
-
 def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
+    from dql_pass.cli.progress import Progress
     from dql_pass.suites import divergence, matrix
+    from dql_pass.suites.run import test_folders
 
     if args.report_dir:
         divergence.check_report_dir(args.report_dir)
+    bar = None
     if args.verbose:  # every test's line
-        found = matrix.run_matrix(args.outdir, names, raw=args.raw,
-                                  progress=lambda runtime, outcome: print(f"{runtime}: {outcome.line()}", flush=True))
+        def progress(runtime: str, outcome: Outcome) -> None:
+            print(f"{runtime}: {outcome.line()}", flush=True)
     elif args.quiet:
-        found = matrix.run_matrix(args.outdir, names, raw=args.raw)
-    else:  # a runtime may take minutes over a suite (IREE compiles every model): a line every few seconds
-        found = _with_progress(args, names)
+        progress = None
+    else:  # a runtime may take minutes over a suite (IREE compiles every model): a line every 2 s
+        bar, done, total = Progress("run-tests"), dict.fromkeys(names, 0), []
+
+        def progress(runtime: str, outcome: Outcome) -> None:
+            # Counted at the first outcome: run_suite has found the folder a suite by then.
+            total[:] = total or [len(test_folders(Path(args.outdir)))]
+            bar(f"tests on {runtime}", done[runtime], total[0])
+            done[runtime] += 1
+    try:
+        found = matrix.run_matrix(args.outdir, names, raw=args.raw, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
     say(args, found.format())
     written = divergence.write_reports(args.report_dir, args.outdir, found) if args.report_dir else []
     for path in written:

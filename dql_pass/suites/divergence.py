@@ -121,9 +121,8 @@ First differing values (expected, then what {runtime} gave, with their bits):
 
 To reproduce: the folder `{chosen.name}/` is in ONNX's backend-test layout
 (`model.onnx`, `{DATA_SET}/input_N.pb`, the expected `{DATA_SET}/output_N.pb`); `actual/output_N.pb` holds what
-{runtime} gave. `dql-pass run-tests .
---runtime {runtime} --raw`, in this folder, runs this one case; onnx's backend-test runner runs it too; or, with any
-runtime:
+{runtime} gave. In this folder, `dql-pass run-tests . --runtime {runtime} --raw` runs this one case; onnx's
+backend-test runner runs it too; or, with any runtime:
 
 ```python
 import onnx, numpy as np

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-__all__ = ["Outcome", "RunReport", "run_suite"]
+__all__ = ["Outcome", "RunReport", "run_suite", "test_folders"]
 
 import dataclasses
 import os
@@ -267,6 +267,12 @@ def _judged(folder: Path, root: Path, entry: dict, runtime: str, raw: bool) -> O
     return Outcome(folder.name, "PASS")
 
 
+def test_folders(path: Path) -> list[Path]:
+    """The test folders of the suite ``path``, sorted."""
+    # Any model.onnx, even one that is not a regular file, makes a test folder: its test then fails with the reason.
+    return sorted(d for d in path.iterdir() if d.is_dir() and os.path.lexists(d / MODEL))
+
+
 def run_suite(
     outdir: str | os.PathLike,
     runtime: str = "onnxruntime",
@@ -289,8 +295,7 @@ def run_suite(
         raise InputError(f"{path}: no such folder; give a suite folder, or make one with dql-pass gen-tests {path}")
     root = path.resolve()
     manifest = read_manifest(path, root)
-    # Any model.onnx, even one that is not a regular file, makes a test folder: its test then fails with the reason.
-    folders = sorted(d for d in path.iterdir() if d.is_dir() and os.path.lexists(d / MODEL))
+    folders = test_folders(path)
     if not folders:
         raise InputError(f"{path}: no test folders (folders holding a model.onnx)")
     missing = sorted(set(manifest) - {f.name for f in folders})

@@ -93,9 +93,9 @@ class VerifyReport:
 
     The verdict (:func:`verdict`) is decided by the sites' rows, the final outputs, ``model_error``
     (REWRITTEN did not run: a mismatch), ``kept_differences`` (each a mismatch),
-    ``model_not_checked`` (why the model level compared nothing, or nothing it could trust: an
-    input that cannot be synthesized, input sets that give no element to compare; INCOMPLETE at
-    best), ``narrowed`` (nodes REWRITTEN computes in float16 that the runtime computes in float32:
+    ``model_not_checked`` (why the model level compared nothing: an input that cannot be
+    synthesized, ORIGINAL that ORT cannot load, input sets that give no element to compare;
+    INCOMPLETE at best), ``narrowed`` (nodes REWRITTEN computes in float16 that the runtime computes in float32:
     no value through them is checked; INCOMPLETE at best) and ``cannot_run``
     (the runtime runs neither model: its own verdict). The other fields describe what was run.
     """
