@@ -33,7 +33,7 @@ def _written(*folders: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(("runtime", "variant"), [
-    ("onnxruntime", None), ("openvino", None), ("tinygrad", None),
+    ("onnxruntime", None), ("openvino", None),
     # tract cannot run the quantizelinear expansion: the session that failed keeps its private copy of the model
     # alive (the failure's traceback references it, and the command line exits without the GC or finalizers).
     ("tract", "quantizelinear"),
@@ -51,6 +51,20 @@ def test_verify_writes_nothing_to_home_or_tmpdir(tmp_path, runtime, variant):
                            str(MODELS / "relu_dql.onnx"), str(lowered)], env=env, capture_output=True, text=True)
     assert done.returncode in (0, 1), done.stderr
     assert "Traceback" not in done.stderr
+    assert _written(home, tmpdir) == []
+
+
+def test_tinygrad_writes_nothing_to_home_or_tmpdir(tmp_path):
+    """Its kernel cache went to ~/.cache/tinygrad, written by the compile pool it spawned. One one-node
+    model, compiled and run in a fresh process whose HOME and TMPDIR are empty (verify took 20 s)."""
+    installed("tinygrad")
+    home, tmpdir = _private(tmp_path)
+    run = ("import numpy as np; from dql_pass import runtimes; from dql_pass.op import one_node_model; "
+           "model = one_node_model([4], 13); "
+           "runtimes.get('tinygrad').load(model).run({'x': np.linspace(-1, 2, 4, dtype=np.float32)})")
+    done = subprocess.run([sys.executable, "-c", run], env={**os.environ, "HOME": str(home), "TMPDIR": str(tmpdir)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     assert _written(home, tmpdir) == []
 
 
