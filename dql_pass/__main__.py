@@ -19,9 +19,10 @@ def run() -> None:
     try:
         interrupts.install()
         from dql_pass import cli
+
+        cli.run()  # ends the process; a signal before its own handling starts, or after it ends, lands here
     except KeyboardInterrupt as interrupt:
         os._exit(interrupts.report(interrupt))
-    cli.run()
 
 
 if __name__ == "__main__":

@@ -20,9 +20,18 @@ from helpers import MODELS, dql_model, signals_as_by_default
 MLP = MODELS / "mlp_dynamic.onnx"
 
 
-# The process says when the command line starts (Python's own start-up is not ours to make quiet);
-# from then on every moment is covered: the lazy imports, the rewrite, the write and verify.
-_STARTED = "from dql_pass import cli\nprint('started', flush=True)\ncli.run()\n"
+# The process says when the command line starts (Python's own start-up is not ours to make quiet): the entry
+# point as the dql-pass script runs it, with the line said just before cli.run. From then on every moment is
+# covered: the lazy imports, the rewrite, the write and verify (a signal right after the line once got a traceback).
+_STARTED = """
+from dql_pass import __main__, cli
+command = cli.run
+def started():
+    print('started', flush=True)
+    command()
+cli.run = started
+__main__.run()
+"""
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.2, 0.5, 1.0, 2.0])
