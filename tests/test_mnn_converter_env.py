@@ -39,8 +39,9 @@ def test_the_converter_has_its_folder_as_home_and_scratch_and_no_network(tmp_pat
 
 def test_the_run_worker_has_its_folder_as_home_and_scratch_and_no_network(tmp_path, monkeypatch, caller_env):
     # The worker answers the load with what it sees, as an error that the session raises.
-    script = _SEEN + "; import pickle, sys; pickle.dump(('error', seen), sys.stdout.buffer)"
+    script = _SEEN + ("; import pickle, sys; pickle.load(sys.stdin.buffer); "
+                      "pickle.dump(('error', seen), sys.stdout.buffer)")
     monkeypatch.setattr(mnn, "worker_command", lambda *arguments: [sys.executable, "-c", script, *arguments])
     with pytest.raises(RuntimeFailure) as failure:
-        mnn._Worker(tmp_path / "model.mnn", 1, ["x"], ["y"], 60)
+        mnn.start_worker(tmp_path / "model.mnn", 1, ["x"], ["y"], 60)
     assert _as_expected(json.loads(str(failure.value))) == _expected(tmp_path)

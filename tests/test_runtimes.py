@@ -5,6 +5,7 @@ saying which extra installs it and why CI leaves it out."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import warnings
 from pathlib import Path
@@ -207,21 +208,44 @@ def _assert_reference_bits(session: runtimes.Session, x: np.ndarray) -> None:
 
 
 def test_tract_compiles_once_per_input_shape():
+    """In its worker module, run here: tract fixes every input fact, so a second shape needs a second compile."""
     installed("tract")
+    spec = importlib.util.spec_from_file_location("tract_worker", Path(runtimes.__file__).with_name("tract_worker.py"))
+    tract_worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tract_worker)
     expanded = dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0]
-    session = runtimes.get("tract").load(expanded)
-    shapes = [3, 5, 0, 3]
-    for size in shapes:  # tract fixes every input fact: a second shape needs a second compile
-        _assert_reference_bits(session, np.linspace(-2, 7, size, dtype=_F))
-    assert len(session._compiled) == len(set(shapes))
+    with sessions.as_file(expanded) as path:
+        tract_worker.load(0, str(path))
+        shapes = [3, 5, 0, 3]
+        for size in shapes:
+            x = np.linspace(-2, 7, size, dtype=_F)
+            assert compare_site(tract_worker.run(0, [x]), dynamic_quantize_linear(x)) is None
+        assert len(tract_worker._models[0][1]) == len(set(shapes))
 
 
-def test_tract_refuses_quantizelinear_with_a_computed_scale_without_a_stack_trace():
+def test_tract_refuses_quantizelinear_with_a_computed_scale_without_a_stack_trace(monkeypatch):
     installed("tract")
+    monkeypatch.setenv("RUST_BACKTRACE", "1")  # tract appends a stack trace to its errors where it is set
+    runtimes.get("tract").worker().stop()  # a new worker, started with it set here
     session = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), runtime=None)[0])
     with pytest.raises(runtimes.RuntimeFailure, match="y_scale must be a const") as failure:
         session.run({"x": np.ones(3, _F)})
-    assert "Stack backtrace" not in str(failure.value)  # tract appends one when RUST_BACKTRACE is set
+    assert "Stack backtrace" not in str(failure.value)
+
+
+def test_a_panic_in_tract_fails_the_run_with_its_message_and_the_next_run_goes_on():
+    """tract aborts the process it runs in on an allocation it cannot make: it took the command with it."""
+    installed("tract")
+    shape = onnx.helper.make_tensor("shape", onnx.TensorProto.INT64, [3], [100000, 100000, 1000])  # 40 TB
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Expand", ["x", "shape"], ["e"]), onnx.helper.make_node("ReduceSum", ["e"], ["y"])],
+        "huge", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [shape])
+    huge = runtimes.get("tract").load(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]))
+    fine = runtimes.get("tract").load(dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0])
+    with pytest.raises(runtimes.RuntimeFailure, match=r"tract crashed \(SIGABRT\) on this input: failed to allocate"):
+        huge.run({"x": np.ones(1, _F)})
+    _assert_reference_bits(fine, np.linspace(-2, 7, 5, dtype=_F))  # loaded again, in a new worker
 
 
 def test_openvino_runs_float32_not_bf16():

@@ -1,6 +1,6 @@
 """Alibaba's MNN on the CPU: ONNX converted to a ``.mnn`` file by the converter inside the ``MNN``
 wheel, then run through MNN's Python module API, both in processes of their own
-(:mod:`dql_pass.runtimes.mnn_worker`).
+(:mod:`dql_pass.runtimes.mnn_worker`, run by :mod:`dql_pass.runtimes.worker`).
 
 Rules:
 
@@ -33,34 +33,27 @@ from __future__ import annotations
 __all__ = ["CONVERT_SECONDS", "RUN_SECONDS", "Mnn", "worker_command"]
 
 import contextlib
-import json
-import os
-import pickle
-import selectors
-import signal
 import subprocess
-import sys
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes import isolated
+from dql_pass.runtimes import worker
 from dql_pass.runtimes.base import (
     TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
 )
 from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, hold, output_types
+from dql_pass.runtimes.worker import Worker
 
 CONVERT_SECONDS = 600.0  # a MiniLM converts in seconds; a hung converter is stopped
 RUN_SECONDS = 600.0
-_WORKER = Path(__file__).with_name("mnn_worker.py")
 
 
 def worker_command(*arguments: str) -> list[str]:
-    """The command that runs the worker with ``arguments``: ``convert SOURCE TARGET`` or ``serve ...``."""
-    return [sys.executable, str(_WORKER), *arguments]
+    """The command that runs MNN's worker (:mod:`dql_pass.runtimes.mnn_worker`) with ``arguments``."""
+    return worker.command("mnn", *arguments)
 
 
 def _why(output: str) -> str:
@@ -71,96 +64,33 @@ def _why(output: str) -> str:
     return "; ".join(dict.fromkeys(telling or lines[-1:]))[:400]
 
 
-def _crash(returncode: int) -> str:
-    return signal.Signals(-returncode).name if returncode < 0 else f"exit status {returncode}"
-
-
-def _isolated(command: list[str]) -> list[str]:
-    """``command`` run with no network (:mod:`dql_pass.runtimes.isolated`)."""
-    return [*isolated.network_off(), *command]
-
-
-def _environ(folder: Path) -> dict[str, str]:
-    """The worker's environment: ``folder``, the temporary one, as its home and scratch folder, so
-    that whatever MNN writes lands there; the caller's Python path, which may be where MNN is."""
-    return isolated.environ(folder, os.environ.get("PATH", os.defpath), keep=("PYTHONPATH", "LD_LIBRARY_PATH"))
-
-
 def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> None:
     """ONNX file ``source`` converted into MNN file ``target`` by a process working in ``target``'s
     folder; :class:`RuntimeFailure` with the reason when the converter refuses, crashes or hangs."""
     try:
-        done = subprocess.run(_isolated(worker_command("convert", str(source), str(target))), cwd=target.parent,
-                              env=_environ(target.parent), timeout=timeout, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, errors="replace")
+        done = subprocess.run(worker.isolated_command(worker_command("convert", str(source), str(target))),
+                              cwd=target.parent, env=worker.environ(target.parent), timeout=timeout,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
         raise RuntimeTimeout(f"a timeout: MNN's converter did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it "
                              "longer") from error
     output = done.stdout + done.stderr
     if done.returncode < 0:
-        raise RuntimeFailure(f"MNN's converter crashed ({_crash(done.returncode)}) on this model: {_why(output)}")
+        raise RuntimeFailure(f"MNN's converter crashed ({worker.crash(done.returncode)}) on this model: {_why(output)}")
     if done.returncode or not target.is_file():
         raise RuntimeFailure(f"MNN's converter refused the model: {_why(output)}")
 
 
-class _Worker:
-    """A process that has loaded the MNN model and answers runs, until it crashes or is stopped."""
-
-    def __init__(
-        self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float
-    ) -> None:
-        self._seconds = seconds
-        self._process = subprocess.Popen(
-            _isolated(worker_command("serve", str(model), str(threads), json.dumps(list(inputs)),
-                                     json.dumps(list(outputs)))),
-            cwd=model.parent, env=_environ(model.parent), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self._stop = weakref.finalize(self, _stop, self._process)
-        self.ask(None)  # the load's answer
-
-    def ask(self, arrays: list[np.ndarray] | None) -> list[np.ndarray]:
-        """The outputs for ``arrays`` (None: only the load's answer); RuntimeFailure with the reason."""
-        try:
-            if arrays is not None:
-                pickle.dump(arrays, self._process.stdin)
-                self._process.stdin.flush()
-            status, answer = _answer(self._process, self._seconds)
-        except (EOFError, BrokenPipeError, subprocess.TimeoutExpired) as error:
-            self._stop()
-            doing = "loading the model" if arrays is None else "on this input"
-            if isinstance(error, subprocess.TimeoutExpired):
-                raise RuntimeTimeout(f"a timeout: MNN did not answer within {self._seconds:g} s {doing}; "
-                                     f"{TIMEOUT_OPTION} gives it longer") from None
-            raise RuntimeFailure(f"MNN crashed ({_crash(self._process.returncode)}) {doing}") from None
-        if status != "ok":
-            self._stop()  # a failed run can leave MNN's module giving no outputs to the next ones (measured)
-            raise RuntimeFailure(answer)
-        return answer
-
-    def alive(self) -> bool:
-        return self._stop.alive and self._process.poll() is None
-
-
-def _answer(process: subprocess.Popen, seconds: float) -> tuple[str, object]:
-    """The worker's next answer, within ``seconds``; EOFError when it died."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(seconds):
-            raise subprocess.TimeoutExpired(process.args, seconds)
-    return pickle.load(process.stdout)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """The worker ended: at the end of its input, or killed when it does not end by itself."""
-    with contextlib.suppress(OSError):
-        process.stdin.close()
+def start_worker(model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str], seconds: float) -> Worker:
+    """A worker that has loaded the MNN file ``model``; RuntimeFailure with the reason."""
+    started = Worker("MNN", worker_command("serve"), model.parent)
     try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    process.stdout.close()
+        started.ask("load", str(model), threads, list(inputs), list(outputs), seconds=seconds,
+                    doing="loading the model")
+    except RuntimeFailure:
+        started.stop()
+        raise
+    return started
 
 
 def _widened(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -176,14 +106,20 @@ class _MnnSession(Session):
     def __init__(self, model: Path, threads: int, inputs: Sequence[str], outputs: Sequence[str],
                  types: Sequence[np.dtype], seconds: float) -> None:
         super().__init__(inputs, outputs)
-        self._start = lambda: _Worker(model, threads, inputs, outputs, seconds)
+        self._start = lambda: start_worker(model, threads, inputs, outputs, seconds)
         self._worker = self._start()
         self._types = list(types)
+        self._seconds = seconds
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
-        if not self._worker.alive():  # the last run crashed it
+        if not self._worker.alive():  # the last run failed
             self._worker = self._start()
-        got = self._worker.ask([np.require(array, requirements="C") for array in self.fed(feeds)])
+        arrays = [np.require(array, requirements="C") for array in self.fed(feeds)]
+        try:
+            got = self._worker.ask("run", arrays, seconds=self._seconds, doing="on this input")
+        except RuntimeFailure:
+            self._worker.stop()  # a failed run can leave MNN's module giving no outputs to the next ones (measured)
+            raise
         by_name = {name: conform(_widened(a, t), t) for name, a, t in zip(self.output_names, got, self._types)}
         return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
 

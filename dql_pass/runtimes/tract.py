@@ -1,40 +1,67 @@
 """tract (Sonos' Rust engine): reads ONNX files, and needs every input's shape and type fixed
-before it analyses and optimizes a model, so a session compiles once per input shape.
+before it analyses and optimizes a model, so a model compiles once per input shape.
 
-``threads`` and ``optimize`` are ignored: the Python bindings have no thread setting, and
+tract runs in a worker process (:mod:`dql_pass.runtimes.tract_worker`), one for every session of the
+command: a panic in its Rust code aborts the process it runs in (a model that asks for a tensor too large
+to allocate, measured), which is then that run's failure with the panic's message, and the next run starts
+a new worker. ``threads`` and ``optimize`` are ignored: the Python bindings have no thread setting, and
 ``into_runnable`` always optimizes.
 """
 
 from __future__ import annotations
 
-__all__ = ["Tract"]
+__all__ = ["RUN_SECONDS", "Tract"]
 
 import contextlib
-from collections.abc import Iterator
+import itertools
+import re
+import tempfile
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session, failures_of
-from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, hold, output_types
+from dql_pass.runtimes import worker
+from dql_pass.runtimes.base import KnownDifference, Lack, Runtime, Session
+from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, hold, output_types
+
+RUN_SECONDS = 600.0  # to load a model, or to compile and run it once: a hung worker is stopped
+_KEYS = itertools.count()
+_PANIC = re.compile(r"panicked at [^\n]*:\n(.+)")
 
 
+def _panic(stderr: str) -> str | None:
+    """The message of the panic that ended tract's worker."""
+    found = _PANIC.search(stderr)
+    return found.group(1).strip() if found else None
 
-def _fact(shape: tuple[int, ...], dtype: np.dtype) -> str:
-    """tract's spelling of an input fact: ``"2,16,f32"``, or ``"f32"`` for a scalar."""
-    kind = "bool" if dtype == np.bool_ else f"{dtype.kind}{dtype.itemsize * 8}"
-    return ",".join([*map(str, shape), kind])
 
+class _TractSession(Session):
+    """A model loaded in the runtime's worker, loaded again in a new one after a crash."""
 
-@contextlib.contextmanager
-def _without_backtrace() -> Iterator[None]:
-    """tract's errors without the Rust stack trace it appends when RUST_BACKTRACE is set."""
-    import tract
+    def __init__(self, runtime: Tract, path: Path, inputs: Sequence[str], outputs: Sequence[str],
+                 types: Sequence[np.dtype | None]) -> None:
+        super().__init__(inputs, outputs)
+        self._runtime, self._path, self._types = runtime, path, list(types)
+        self._key = next(_KEYS)
+        self._worker: worker.Worker | None = None
+        self._loaded()  # a model tract cannot read fails here, not at its first run
 
-    try:
-        yield
-    except tract.TractError as error:
-        raise tract.TractError(str(error).split("\n\nStack backtrace:")[0]) from None
+    def _loaded(self) -> worker.Worker:
+        current = self._runtime.worker()
+        if current is not self._worker:
+            current.ask("load", self._key, str(self._path), seconds=self._runtime.seconds(), doing="loading the model")
+            weakref.finalize(self, current.drop, self._key)
+            self._worker = current
+        return current
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
+        arrays = [np.asarray(array) for array in self.fed(feeds)]
+        results = self._loaded().ask("run", self._key, arrays, seconds=self._runtime.seconds(), doing="on this input")
+        by_name = {name: conform(r, t) for name, r, t in zip(self.output_names, results, self._types)}
+        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
 
 
 class Tract(Runtime):
@@ -69,13 +96,25 @@ class Tract(Runtime):
                         outputs=("y_scale",)),
     )
 
+    _worker: worker.Worker | None = None
+
+    def seconds(self) -> float:
+        return self.timeout or RUN_SECONDS
+
+    def worker(self) -> worker.Worker:
+        """The worker every session runs in: a new one where the last has crashed."""
+        if self._worker is None or not self._worker.alive():
+            folder = tempfile.TemporaryDirectory(prefix="dql_pass.")  # its home and scratch folder
+            self._worker = worker.Worker("tract", worker.command("tract", "serve"), Path(folder.name), why=_panic)
+            hold(self._worker, folder.cleanup)
+        return self._worker
+
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         import onnx  # here: listing the runtimes needs no graph library
-        import tract
 
         with contextlib.ExitStack() as files:
             # A copy of our own, even of a file: its shapes are about to go.
-            path = str(files.enter_context(as_file(model)))
+            path = files.enter_context(as_file(model))
             proto = onnx.load(path, load_external_data=False)
             # tract fails to unify the symbolic dims of value_info and graph outputs ("batch") with the
             # input facts set per run (2): without them it infers every shape from the facts.
@@ -83,26 +122,9 @@ class Tract(Runtime):
             for output in proto.graph.output:
                 output.type.tensor_type.ClearField("shape")
             onnx.save(proto, path)
-            with failures_of("tract"), _without_backtrace():
-                tract.onnx().load(path)  # a model tract cannot read fails here, not at its first run
-            inputs = [value.name for value in fed_inputs(proto)]
-            kept = files.pop_all()  # open as long as the session, below
-
-        def compile(signature):
-            with _without_backtrace():
-                inference = tract.onnx().load(path)
-                for index, (shape, dtype) in enumerate(signature):
-                    inference.set_input_fact(index, _fact(shape, dtype))
-                runnable = inference.into_model().into_runnable()
-
-            def run(arrays):
-                with _without_backtrace():
-                    return [t.to_numpy() for t in runnable.run([np.require(a, requirements="C") for a in arrays])]
-            return run
-
-        # Names from the file: tract's output_name gives a multi-output node's first output for each.
-        outputs = [value.name for value in proto.graph.output]
-        session = ShapeCachedSession(inputs, outputs, output_types(proto), compile, "tract")
-        # Each new input shape reads the file again: a temporary copy lives as long as the session.
+            # Names from the file: tract's output_name gives a multi-output node's first output for each.
+            session = _TractSession(self, path, [value.name for value in fed_inputs(proto)],
+                                    [value.name for value in proto.graph.output], output_types(proto))
+            kept = files.pop_all()  # the worker reads the file again for each new input shape, and after a crash
         hold(session, kept.close)
         return session
