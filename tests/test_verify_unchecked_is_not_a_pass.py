@@ -186,6 +186,22 @@ def test_a_kept_node_whose_constant_or_attribute_changed_fails_whatever_the_inpu
     assert "kept node changed: " in report.format()
 
 
+@pytest.mark.parametrize("function", [False, True])
+def test_an_attribute_left_out_is_the_same_as_written_out_at_its_default(function):
+    """LeakyRelu's alpha of 0.01 is its default: a rewrite (or a converter) may spell it out or leave it out."""
+    original = _masked_matmul(function=function)
+    left_out = _masked_matmul(function=function)
+    for node in [*left_out.graph.node, *(n for f in left_out.functions for n in f.node)]:
+        if node.op_type == "LeakyRelu":
+            del node.attribute[:]
+    for before, after in ((original, left_out), (left_out, original)):
+        report = dql_pass.verify(before, after)
+        assert report.verdict == "PASS" and report.kept_differences == [], report.format()
+    report = dql_pass.verify(left_out, _masked_matmul(alpha=0.02, function=function))
+    assert [d.split(": ", 1)[1] for d in report.kept_differences] == [
+        "attribute 'alpha' is 0.009999999776482582 in ORIGINAL and 0.019999999552965164 in REWRITTEN"]
+
+
 @pytest.mark.parametrize("change, verdict", [(0.0, "PASS"), (1.0, "FAIL")])
 def test_a_broadcast_constant_given_a_leading_axis_is_kept_unless_a_value_changed(change, verdict):
     # The Add's bias [6] stored as [1, 6] (as some converters write it) computes the same; a value

@@ -22,6 +22,7 @@ import collections
 from collections.abc import Callable, Mapping
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from dql_pass import runtimes
@@ -230,13 +231,26 @@ def kept_differences(
                     continue
                 problem = _input_difference(f"input {i} ({a.name!r})", expected, actual, b is None)
                 found += [f"{label}: {problem}"] if problem else []
+        before, after = _spelled_out(node, original.opset_imports), _spelled_out(twin, rewritten.opset_imports)
         found += [
-            f"{label}: {_attribute_difference(name, node.attributes.get(name), twin.attributes.get(name))}"
-            for name in sorted(set(node.attributes) | set(twin.attributes))
-            if name not in node.attributes or name not in twin.attributes
-            or _attribute(node.attributes[name]) != _attribute(twin.attributes[name])
+            f"{label}: {_attribute_difference(name, before.get(name), after.get(name))}"
+            for name in sorted(set(before) | set(after))
+            if name not in before or name not in after or _attribute(before[name]) != _attribute(after[name])
         ]
     return found
+
+
+def _spelled_out(node: ir.Node, opsets: Mapping[str, int]) -> dict[str, ir.Attr]:
+    """The attributes of ``node``, with the default of each one its schema defines and it leaves out: an
+    attribute written out at its default is the same node."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, 1), node.domain)
+    except onnx.defs.SchemaError:  # a model-local function, or an op of a domain onnx does not know
+        return dict(node.attributes)
+    defaults = {name: ir.serde.deserialize_attribute(attribute.default_value)
+                for name, attribute in schema.attributes.items()
+                if attribute.default_value.type != onnx.AttributeProto.UNDEFINED}
+    return {**defaults, **node.attributes}
 
 
 def _attribute_difference(name: str, original: ir.Attr | None, rewritten: ir.Attr | None) -> str:
