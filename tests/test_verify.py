@@ -1048,3 +1048,60 @@ def test_a_site_model_imports_only_the_domains_it_uses():
         graph, read = Scopes(rewritten).read(site)
         imports[site.graph] = set(extract(rewritten, graph, site, read[0]).opset_imports)  # ai.onnx only
     assert len(imports) == 7 and set(map(frozenset, imports.values())) == {frozenset({""})}
+
+
+def _called_twice() -> onnx.ModelProto:
+    """local::F(a) = dequantized DQL(Relu(a)), called by main as F(x) and, unnamed, as F(-x)."""
+    body = [helper.make_node("Relu", ["a"], ["r"]),
+            helper.make_node("DynamicQuantizeLinear", ["r"], ["y", "s", "zp"], name="dql"),
+            helper.make_node("DequantizeLinear", ["y", "s", "zp"], ["o"])]
+    function = helper.make_function("local", "F", ["a"], ["o"], body, [helper.make_opsetid("", 13)])
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["o1"], domain="local", name="first"), helper.make_node("Neg", ["x"], ["x2"]),
+         helper.make_node("F", ["x2"], ["o2"], domain="local")],
+        "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 8]) for name in ("o1", "o2")])
+    return helper.make_model(graph, functions=[function], ir_version=8,
+                             opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)])
+
+
+@pytest.mark.parametrize("call", ["first", "o2"])
+def test_a_call_of_a_site_s_function_that_rewritten_no_longer_makes_leaves_the_site_unchecked(call):
+    """The site is checked as the function's body, which REWRITTEN still has for its other call: a call it
+    inlined (here with the same DQL, a wrong one passes as well at the model level) is not what was checked."""
+    original = _called_twice()
+    rewritten = dql_pass.expand(original)[0]
+    assert verify(original, rewritten).verdict == "PASS"
+    (index, node), = [(i, n) for i, n in enumerate(rewritten.graph.node) if call in (n.name, n.output[0])]
+    (function,) = [f for f in rewritten.functions if f.name == "F"]
+    inlined = [onnx.NodeProto() for _ in function.node]
+    renamed = {"a": node.input[0], "o": node.output[0]}
+    for copy, body_node in zip(inlined, function.node):
+        copy.CopyFrom(body_node)
+        copy.ClearField("name")
+        copy.input[:] = [renamed.get(v, f"inlined_{v}" if v else v) for v in copy.input]
+        copy.output[:] = [renamed.get(v, f"inlined_{v}") for v in copy.output]
+    rewritten.graph.node.pop(index)
+    for offset, copy in enumerate(inlined):
+        rewritten.graph.node.insert(index + offset, copy)
+    report = verify(original, rewritten)
+    (site,) = report.sites
+    assert report.verdict == "INCOMPLETE", report.format()
+    assert site.not_reachable.startswith("REWRITTEN calls no function where ORIGINAL's F ")
+
+
+def test_a_call_of_a_site_s_function_made_to_a_copy_leaves_the_site_unchecked():
+    """Only the function at the site's path is checked: a copy the other call makes (here the same, a wrong
+    one passes as well at the model level) is not."""
+    original = _called_twice()
+    rewritten = dql_pass.expand(original)[0]
+    (function,) = [f for f in rewritten.functions if f.name == "F"]
+    copy = rewritten.functions.add()
+    copy.CopyFrom(function)
+    copy.name = "F2"
+    (call,) = [node for node in rewritten.graph.node if node.output[0] == "o2"]
+    call.op_type = "F2"
+    report = verify(original, rewritten)
+    assert report.verdict == "INCOMPLETE", report.format()
+    assert report.sites[0].not_reachable.startswith("REWRITTEN calls local::F and local::F2 where ORIGINAL calls "
+                                                    "local::F")

@@ -10,6 +10,8 @@
 - kept nodes (:mod:`dql_pass.verification.kept`): every node REWRITTEN keeps reads
   ORIGINAL's constants bit for bit and carries its attributes, or the verdict is FAIL, whatever the
   inputs below reach;
+- graph inputs (:mod:`dql_pass.verification.interface`): REWRITTEN takes every input a caller may
+  feed ORIGINAL, of the same type, and reads those ORIGINAL reads, or the verdict is FAIL;
 - model level (:mod:`dql_pass.verification.model_level`): both models run on ORT on input sets synthesized by
   :mod:`dql_pass.verification.synthesis`; the values the main-graph sites' readers read must equal the
   reference on the site's input in ORIGINAL, and the graph outputs must be the same list with the
@@ -43,7 +45,8 @@ from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.files import as_ir_model, external_tensors
 from dql_pass.op import check_choice
-from dql_pass.verification.extract import Scopes, original_sites
+from dql_pass.verification.extract import Scopes, original_sites, uncalled
+from dql_pass.verification.interface import input_differences
 from dql_pass.verification.kept import kept_differences
 from dql_pass.verification.synthesis import (
     MAX_INPUT_BYTES, Unsynthesizable, chosen_dims, input_sets,
@@ -146,7 +149,8 @@ def _verify(
         sets, unsynthesizable = None, str(reason)
     scopes = Scopes(rewritten_model)  # its graphs and what is live, walked once for every check below
     with runner.recycling():  # a browser runtime starts its browser once, not once per model
-        tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner, scopes)
+        tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner, scopes,
+                              uncalled(original_model, rewritten_model, scopes))
         if sets is None:
             check = not_checked(tallies, unsynthesizable)
         else:
@@ -160,6 +164,7 @@ def _verify(
         model_error=check.error, seconds=time.perf_counter() - start, notes=check.notes,
         model_not_checked=check.not_checked, narrowed=_narrowed(original_model, rewritten_model, runner),
         runtime=runtime, kept_differences=kept,
+        input_differences=input_differences(original_model, rewritten_model, scopes.live_nodes),
         dims=chosen_dims(original_model, next(iter(check.sets.values()), {})), cannot_run=check.cannot_run,
         from_ort=check.from_ort,
     )

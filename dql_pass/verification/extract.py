@@ -23,13 +23,18 @@ Rules:
   difference under :func:`~dql_pass.lowering.blocks.centred_name` of y; that difference and
   y_scale are what is checked (against y - y_zero_point of the reference), and the lowered ops
   are checked from that difference by :mod:`dql_pass.verification.lowered`;
+- a site in a model-local function is checked as that function's body in REWRITTEN, which stands for
+  ORIGINAL's calls only where REWRITTEN calls it (or one function under another name) at every live
+  call of ORIGINAL (same graph path, and name, or output names when it has none): a call that
+  REWRITTEN inlines, or makes to another function than the others, computes what only the model
+  level checks, and the function's sites are not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "LostOutput", "Scopes", "Site", "extract", "original_sites", "reader", "values_by_name",
+    "LostOutput", "Scopes", "Site", "extract", "original_sites", "reader", "uncalled", "values_by_name",
 ]
 
 import dataclasses
@@ -39,7 +44,7 @@ import onnx_ir as ir
 
 from dql_pass.errors import InputError
 from dql_pass.graph.slice import NotReachable, site_model
-from dql_pass.graph.walk import Root, graph_scopes, live, op_key, sites_by_graph
+from dql_pass.graph.walk import Root, described, graph_scopes, live, op_key, sites_by_graph
 from dql_pass.lowering import LOWERED
 from dql_pass.lowering.blocks import cast_reader, centred_name
 from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, OUTPUT_TYPES, OUTPUTS
@@ -274,6 +279,38 @@ class Scopes:
         if use.index >= len(node.inputs) or node.inputs[use.index] is None:
             raise LostOutput(f"the {wanted} reads nothing at input {use.index} in REWRITTEN")
         return node.inputs[use.index]
+
+
+def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes) -> dict[str, str]:
+    """The graphs of ORIGINAL's model-local functions, by path (their subgraphs too), whose calls REWRITTEN
+    (whose ``scopes`` these are) does not make as calls of one function, each with why their sites are not
+    reachable. One function renamed counts: the graph that holds the site's names is checked."""
+    def identity(node: ir.Node) -> tuple:
+        return node.name or tuple(v.name for v in node.outputs)
+
+    def named(identifier: ir.OperatorIdentifier) -> str:
+        return "::".join(identifier[:2])
+
+    labelled = graph_scopes(original)
+    made = {(scopes.labels.get(node.graph), identity(node)): node.op_identifier() for node in scopes.live_nodes
+            if node.op_identifier() in rewritten.functions}
+    alive = live(original)[0]
+    calls: dict[ir.OperatorIdentifier, dict[ir.OperatorIdentifier | None, str]] = {}
+    for graph, (label, _) in labelled.items():
+        for node in graph:
+            if node.op_identifier() in original.functions and node in alive:
+                target = made.get((label, identity(node)))
+                calls.setdefault(node.op_identifier(), {}).setdefault(target, f"{described(node)} in {label}")
+    why = {}
+    for function, targets in calls.items():
+        if None in targets:
+            why[function] = (f"REWRITTEN calls no function where ORIGINAL's {targets[None]} calls {named(function)}: "
+                             "what it computes in its place is checked by the model level only")
+        elif len(targets) > 1:
+            why[function] = (f"REWRITTEN calls {' and '.join(map(named, targets))} where ORIGINAL calls "
+                             f"{named(function)}: the site is checked in one of them only")
+    return {label: why[root.identifier()] for label, root in labelled.values()
+            if isinstance(root, ir.Function) and root.identifier() in why}
 
 
 def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value], block: bool = False) -> ir.Model:

@@ -92,7 +92,7 @@ class VerifyReport:
     """Everything verify found; :meth:`format` prints it, :meth:`to_dict` is the JSON form.
 
     The verdict (:func:`verdict`) is decided by the sites' rows, the final outputs, ``model_error``
-    (REWRITTEN did not run: a mismatch), ``kept_differences`` (each a mismatch),
+    (REWRITTEN did not run: a mismatch), ``kept_differences`` and ``input_differences`` (each a mismatch),
     ``model_not_checked`` (why the model level compared nothing: an input that cannot be
     synthesized, ORIGINAL that ORT cannot load, input sets that give no element to compare;
     INCOMPLETE at best), ``narrowed`` (nodes REWRITTEN computes in float16 that the runtime computes in float32:
@@ -114,6 +114,8 @@ class VerifyReport:
     runtime: str = "onnxruntime"
     # Constant inputs and attributes of nodes REWRITTEN keeps that differ from ORIGINAL's: each a mismatch.
     kept_differences: list[str] = dataclasses.field(default_factory=list)
+    # Graph inputs of ORIGINAL that REWRITTEN does not take, takes otherwise, or no longer reads: each a mismatch.
+    input_differences: list[str] = dataclasses.field(default_factory=list)
     dims: dict[str, int] = dataclasses.field(default_factory=dict)  # the size each symbolic dimension took
     # The runtime runs neither REWRITTEN nor ORIGINAL (its reason, whole): its verdict, not a FAIL of the rewrite.
     cannot_run: str | None = None
@@ -124,7 +126,7 @@ class VerifyReport:
     @property
     def mismatches(self) -> int:
         return (sum(s.mismatches for s in self.sites) + sum(not o.identical for o in self.outputs)
-                + bool(self.model_error) + len(self.kept_differences))
+                + bool(self.model_error) + len(self.kept_differences) + len(self.input_differences))
 
     @property
     def passed(self) -> bool:
@@ -166,12 +168,15 @@ class VerifyReport:
             text += f"; REWRITTEN on {self.runtime}"  # whether it ran there, the rest says
             text += f", {known} known differences of {self.runtime}" if known else ""
         if unreachable:
-            text += f"; {unreachable} sites not reachable, not checked"
+            text += f"; {unreachable} site{'s' * (unreachable != 1)} not reachable, not checked"
         unchecked = sum(s.not_checked is not None for s in checked)
         if unchecked:
-            text += f"; {unchecked} sites not checked on {self.runtime}"
+            text += f"; {unchecked} site{'s' * (unchecked != 1)} not checked on {self.runtime}"
         if self.kept_differences:
             text += f"; {len(self.kept_differences)} constants, attributes, types or places of kept nodes differ"
+        if self.input_differences:
+            count = len(self.input_differences)
+            text += f"; {count} graph input{'s' * (count != 1)} of ORIGINAL taken otherwise"
         if self.model_not_checked:
             text += f"; model level not checked: {self.model_not_checked}"
         if self.narrowed:
@@ -185,13 +190,14 @@ class VerifyReport:
 
     def format(self) -> str:
         lines = self._table() + self._site_lines() + self._known_lines()
-        inside = [s.name for s in self.sites if s.graph != "main"]
+        inside = [s.name for s in self.sites if s.graph != "main" and s.not_reachable is None]
         if inside:
             lines.append(
-                f"model level: {len(inside)} sites inside subgraphs or functions ({', '.join(inside)}) were checked on "
-                "the catalogue only; their values cannot be graph outputs"
+                f"model level: {len(inside)} site{'s' * (len(inside) != 1)} inside subgraphs or functions "
+                f"({', '.join(inside)}) were checked on the catalogue only; their values cannot be graph outputs"
             )
         lines += [f"kept node changed: {difference}" for difference in self.kept_differences]
+        lines += [f"graph input changed: {difference}" for difference in self.input_differences]
         lines += [f"final output {o.name!r} differs: {o.detail}" for o in self.outputs if not o.identical]
         if self.cannot_run:
             lines.append(f"cannot run: {self.cannot_run}")

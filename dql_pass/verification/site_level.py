@@ -14,7 +14,7 @@ from __future__ import annotations
 __all__ = ["SiteTally", "check_sites"]
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -128,10 +128,11 @@ class _SiteRunner:
 
 def check_sites(
     model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT,
-    scopes: Scopes | None = None,
+    scopes: Scopes | None = None, unreachable: Mapping[str, str] | None = None,
 ) -> list[SiteTally]:
     """Each site of ORIGINAL, as REWRITTEN (``model``, whose ``scopes`` these are when given)
-    computes what its readers read, on the catalogue."""
+    computes what its readers read, on the catalogue; a site in a graph that ``unreachable`` names
+    (graph path: why) is not reachable."""
     catalogue = [c for c in cases(seed=seed) if c.comparable]
     catalogue += large_cases()
     runner = _SiteRunner(catalogue, zero_range, runtime)
@@ -140,6 +141,9 @@ def check_sites(
     tallies = [SiteTally(site) for site in sites]
     for done, tally in enumerate(tallies):
         advance("sites", done, len(tallies))
+        if tally.site.graph in (unreachable or {}):
+            tally.result.not_reachable = unreachable[tally.site.graph]
+            continue
         try:
             tally.block = scopes.block(tally.site)
             graph, tally.read = scopes.read(tally.site)
