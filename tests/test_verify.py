@@ -1105,3 +1105,17 @@ def test_a_call_of_a_site_s_function_made_to_a_copy_leaves_the_site_unchecked():
     assert report.verdict == "INCOMPLETE", report.format()
     assert report.sites[0].not_reachable.startswith("REWRITTEN calls local::F and local::F2 where ORIGINAL calls "
                                                     "local::F")
+
+
+def test_a_dql_no_output_depends_on_may_be_dropped_but_a_live_one_may_not():
+    """Dead code removal (onnx_ir's RemoveUnusedNodesPass) after the expansion: it was a lost output, a FAIL."""
+    original = onnx.load(MLP)
+    original.graph.node.append(helper.make_node("DynamicQuantizeLinear", ["input"], ["dy", "ds", "dz"], name="dead"))
+    rewritten = ir.from_proto(dql_pass.expand(original)[0])
+    ir.passes.common.RemoveUnusedNodesPass()(rewritten)
+    report = verify(original, ir.to_proto(rewritten))
+    assert report.verdict == "PASS", report.format()
+    assert _row(report, "dead").dropped.startswith("no graph output of ORIGINAL depends on it, and REWRITTEN has no")
+    assert "dropped: dead in main: " in report.format()
+    live = renamed_output_rewrite(onnx.load(MLP), "relu1_quantized")
+    assert verify(onnx.load(MLP), live).verdict == "FAIL"

@@ -12,8 +12,9 @@ Rules:
   function calls) must be live in REWRITTEN: a reader, or a graph holding the site, that REWRITTEN
   keeps but no longer uses does not stand in for what REWRITTEN computes ("not reachable");
 - a site output whose name REWRITTEN lacks at the same path (or in the one graph that has them all,
-  when a rewrite renamed a control-flow node) is a lost output, a mismatch; a reader REWRITTEN
-  lacks makes the site not reachable;
+  when a rewrite renamed a control-flow node) is a lost output, a mismatch, but for a site no graph
+  output of ORIGINAL depends on (dead code a rewrite may drop); a reader REWRITTEN lacks makes the
+  site not reachable;
 - the computation of the values read is sliced back to the value named like the DQL's input by
   :mod:`dql_pass.graph.slice`, the one slice lowered ops go through too, taking in constants of
   outer scopes, subgraphs of the nodes on the way and the model-local functions they call; one

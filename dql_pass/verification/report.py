@@ -40,6 +40,7 @@ class SiteResult:
     not_reachable: str | None = None
     not_checked: str | None = None  # why its cases did not all run on the runtime REWRITTEN runs on
     block: str | None = None  # what was checked of a site lower kept in float32, in place of y and y_zero_point
+    dropped: str | None = None  # why a site REWRITTEN drops needs no check: no graph output of ORIGINAL depends on it
 
     @property
     def passed(self) -> bool:
@@ -228,6 +229,8 @@ class VerifyReport:
                 lines.append(f"not checked: {s.name} in {s.graph}: {s.not_checked}")
             if s.block:
                 lines.append(f"block: {s.name} in {s.graph}: {s.block}")
+            if s.dropped:
+                lines.append(f"dropped: {s.name} in {s.graph}: {s.dropped}")
             if s.not_reachable is None and s.mismatches:
                 ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
                 classes = ", ".join(f"{name} {count}" for name, count in ranked)
