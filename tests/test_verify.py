@@ -313,16 +313,24 @@ def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model
     assert [o.name for o in report.outputs if not o.identical] == ["b0"]
 
 
-def test_boolean_inputs_take_both_values_and_masks_stay_ones():
+def test_boolean_inputs_take_both_values_and_masks_are_ones_or_padded():
+    """A mask of ones only passed a rewrite that stops applying it; padded, no row is all zeros."""
     flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [2])
     mask = helper.make_tensor_value_info("bool_mask", TensorProto.BOOL, [2])
+    attention = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [64, 16])
     model = ir.from_proto(dql_model(13))
-    model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask))
+    model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask, attention))
     sets = input_sets(model, 3, 0, {}, {"d0": 2})
     assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
     assert [s["flag"].tolist() for s in sets.values()] == [
         [v, v] for v in (True, False, True, False, True, False, True)]
-    assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"].all() for s in sets.values())
+    assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"][0] for s in sets.values())
+    for padded, held in zip((False, True, False, True, False, True, False), sets.values()):
+        mask = held["attention_mask"]
+        lengths = mask.sum(axis=-1)
+        assert mask.dtype == np.int64 and (lengths >= 1).all()
+        assert (mask == (np.arange(16) < lengths[:, None])).all()  # ones, then zeros
+        assert (lengths < 16).any() == padded
 
 
 def test_a_site_that_depends_on_another_value_is_not_reachable_and_not_a_pass():

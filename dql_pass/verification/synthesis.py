@@ -9,7 +9,9 @@ Rules:
   rewrite fitted to one size, or wrong at odd sizes or at batch 1 only, fails; :func:`next_sizes`
   says what the sets take where ORIGINAL does not run at those; :func:`chosen_dims` names the
   sizes taken, for the report;
-- inputs named like a mask are ones; other booleans (If conditions) are True in even-numbered
+- inputs named like a mask are ones in even-numbered sets, and padded in odd-numbered ones and in the
+  all-zero set (along the last axis, ones up to a length drawn for each row, then zeros), so that a
+  rewrite that stops applying the mask fails; other booleans (If conditions) are True in even-numbered
   sets and False in odd-numbered ones and in the all-zero set, so both branches run; integers named
   like token types or segments are zeros, like positions ``0, 1, ...`` along the last axis, other
   integers (token ids) uniform below the rows of the table they index, where the model tells, else
@@ -137,6 +139,16 @@ def _floats(kind: str, shape: tuple[int, ...], dtype: np.dtype, rng: np.random.G
     return data
 
 
+def _mask(shape: tuple[int, ...], np_type: np.dtype, padded: bool, rng: np.random.Generator) -> np.ndarray:
+    """Ones, or (``padded``) as a batch of padded sequences has it: along the last axis, ones up to a length
+    drawn for each row from 1 on, zeros after it (no row all zeros, which would mask every position)."""
+    mask = np.ones(shape, np_type)
+    if padded and shape and shape[-1] > 1:
+        lengths = rng.integers(1, shape[-1] + 1, shape[:-1])
+        mask[np.arange(shape[-1]) >= lengths[..., None]] = 0
+    return mask
+
+
 def _synthesize(
     value: ir.Value, shape: tuple[int, ...], kind: str, truth: bool, rng: np.random.Generator, high: int
 ) -> np.ndarray:
@@ -145,7 +157,7 @@ def _synthesize(
     np_type = dtype.numpy()
     name = value.name.lower()
     if _is_mask(value):
-        return np.ones(shape, np_type)
+        return _mask(shape, np_type, padded=not truth, rng=rng)
     if dtype == ir.DataType.BOOL:
         return np.full(shape, truth, np_type)  # flags (If conditions) take both values across the sets
     if dtype.is_floating_point():
