@@ -1,6 +1,6 @@
 """The graph inputs (dql_pass.verification.interface): a REWRITTEN that drops an input a caller feeds, takes it
-as another type, or no longer reads it, FAILs; the sets held it fixed (a mask of ones, an overridable initializer
-at its stored value), so the model level alone gave a PASS."""
+as another type, or no longer reads it, FAILs; where the sets hold it fixed (an overridable initializer at its
+stored value; masks were ones), the model level alone gave a PASS."""
 
 from __future__ import annotations
 

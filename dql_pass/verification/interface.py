@@ -4,9 +4,9 @@ Rules: every input a caller may feed ORIGINAL (a graph input; from IR version 4 
 that is also a graph input, which a caller may override) is a graph input of REWRITTEN, of the same
 element type and rank and the same size wherever both fix one; one that ORIGINAL's live nodes read
 (or a graph output) REWRITTEN's live nodes read too. The model level feeds the same sets to both
-models and holds some inputs fixed (a mask of ones, an overridable initializer at its stored value),
-so an input that REWRITTEN drops or no longer reads (a rewrite that stops applying the attention
-mask) would pass there; no rewrite of a DQL changes what a model takes.
+models and holds some inputs fixed or nearly (an overridable initializer at its stored value, token
+types at 0, ids below 16), so an input that REWRITTEN drops or no longer reads would pass there; no
+rewrite of a DQL changes what a model takes.
 """
 
 from __future__ import annotations
