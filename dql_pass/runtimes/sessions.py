@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import onnx
     import onnx_ir as ir
 
+    from dql_pass.runtimes.worker import Worker
+
 _IN_MEMORY_BYTES = 1 << 20
 
 
@@ -86,11 +88,12 @@ def whole_proto(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> onnx.M
 _HELD: list[weakref.finalize] = []
 
 
-def hold(session: Session, close: Callable[..., object], *args: object) -> weakref.finalize:
-    """``close(*args)`` (what ``session`` holds: its private copy of the model, read again for each
-    new input shape; a browser page) when ``session`` is collected, or by :func:`release_held`; the finalizer."""
+def hold(owner: Session | Worker, close: Callable[..., object], *args: object) -> weakref.finalize:
+    """``close(*args)`` (what ``owner`` holds: a session's private copy of the model, read again for each
+    new input shape; a browser page; a worker's folder) when ``owner`` is collected, or by
+    :func:`release_held`; the finalizer."""
     _HELD[:] = [finalizer for finalizer in _HELD if finalizer.alive]
-    _HELD.append(weakref.finalize(session, close, *args))
+    _HELD.append(weakref.finalize(owner, close, *args))
     return _HELD[-1]
 
 
