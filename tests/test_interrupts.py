@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -48,39 +47,43 @@ def test_ctrl_c_at_any_moment_prints_no_traceback(tmp_path, delay):
     assert not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]  # no debris
 
 
-def _wait_for_stage(folder: Path, process: subprocess.Popen) -> bool:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if any(p.name.endswith(".stage") for p in folder.iterdir()):
-            return True
-        time.sleep(0.002)
-    return False
+# A sitecustomize that sends the process a signal as it first opens a file in a stage folder to write:
+# a signal while the write is under way, every time (a signal after a wait for the stage came too late
+# under load: the write had ended).
+_SIGNAL_AT_STAGE_WRITE = textwrap.dedent('''
+    import os, signal, sys
 
+    fired = []
+
+    def signal_at_stage_write(event, args):
+        if event != "open" or fired or ".stage" + os.sep not in os.fsdecode(args[0]):
+            return
+        mode, flags = args[1], args[2]
+        writes = any(c in mode for c in "wax+") if mode is not None else flags & (os.O_WRONLY | os.O_RDWR)
+        if writes:
+            fired.append(True)
+            os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+
+    sys.addaudithook(signal_at_stage_write)
+''')
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_real_interrupt_says_so_and_leaves_nothing(tmp_path, sig, code):
-    (tmp_path / "in").mkdir()
-    (tmp_path / "out").mkdir()
-    w = onnx.numpy_helper.from_array(np.ones((4096, 4096), np.float32), "w")  # 64 MiB to stream
+    for folder in ("in", "out", "hook"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(_SIGNAL_AT_STAGE_WRITE)
+    w = onnx.numpy_helper.from_array(np.ones((4096, 1024), np.float32), "w")  # 16 MiB to stream
     model = dql_model(13)
     model.graph.initializer.append(w)
     onnx.save(model, tmp_path / "in" / "big.onnx", save_as_external_data=True, location="big.data")
-    for _ in range(5):  # the write must be under way when the signal lands
-        process = subprocess.Popen([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "in" / "big.onnx"),
-                                    "-o", str(tmp_path / "out" / "o.onnx")], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, preexec_fn=signals_as_by_default)
-        if _wait_for_stage(tmp_path / "out", process):
-            process.send_signal(sig)
-            _, err = process.communicate(timeout=60)
-            assert process.returncode == code, err
-            assert err == "dql-pass: interrupted\n"
-            assert list((tmp_path / "out").iterdir()) == []
-            return
-        process.communicate(timeout=60)
-        for path in (tmp_path / "out").iterdir():
-            path.unlink()
-    pytest.fail("the write never got under way before it finished")
+    env = {**os.environ, "SIGNAL": sig.name,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "in" / "big.onnx"),
+                          "-o", str(tmp_path / "out" / "o.onnx")], capture_output=True, text=True, env=env,
+                         timeout=120, preexec_fn=signals_as_by_default)
+    assert (run.returncode, run.stderr) == (code, "dql-pass: interrupted\n")
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 # A sitecustomize that sends the process a signal as it starts to import a given module: a
