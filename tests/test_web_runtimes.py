@@ -487,8 +487,9 @@ def test_chromium_starts_with_the_longest_profile_path_the_adapter_allows(monkey
 
     from dql_pass.runtimes.web import browser
 
-    folder = Path("/tmp") / ("d" * (browser._LONGEST_PROFILE - len("/tmp/") - len("/dql_pass.chromium.12345678")))
-    folder.mkdir()
+    # A folder of its own (mkdtemp adds 8 characters), so that a run killed before its cleanup leaves no obstacle.
+    length = browser._LONGEST_PROFILE - len("/tmp/") - len("/dql_pass.chromium.12345678")
+    folder = Path(tempfile.mkdtemp(prefix="d" * (length - 8), dir="/tmp"))
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     try:
         started = browser.Browser(browser.chromium(), "about:blank")
