@@ -440,7 +440,7 @@ def test_the_server_serves_only_under_its_secret_and_quietly_to_a_browser_that_g
     """Any user of the machine reaches 127.0.0.1: a model copy (private weights) is not served at a path one can
     guess. A browser stopped mid-download (a timeout) printed the server's traceback on stderr."""
     import socket
-    import time
+    import threading
     import urllib.error
     import urllib.request
 
@@ -459,7 +459,10 @@ def test_the_server_serves_only_under_its_secret_and_quietly_to_a_browser_that_g
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             client.sendall(f"GET {url.removeprefix(server.origin)} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             client.recv(1)
-        time.sleep(0.5)  # the server's thread meets the reset
+        for thread in threading.enumerate():  # the server's threads meet the reset and end: then stderr is read
+            if thread.name.endswith("(process_request_thread)"):
+                thread.join(timeout=30)
+                assert not thread.is_alive()
     finally:
         server.close()
     assert "Traceback" not in capfd.readouterr().err
