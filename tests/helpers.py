@@ -380,15 +380,15 @@ def assert_bits_equal(actual, expected) -> None:
 
 
 @functools.cache
-def onnx_node_tests() -> list:
-    """ONNX's own DQL node tests (the one-node models, not their ``_expanded`` forms), as its loader builds
-    them: importing the op's case module alone builds its cases, where the loader builds every op's."""
+def onnx_node_tests(expanded: bool = False) -> list:
+    """ONNX's own DQL node tests (the one-node models, or with ``expanded`` their ``_expanded`` forms), as its
+    loader builds them: importing the op's case module alone builds its cases, where the loader builds every op's."""
     cases = importlib.import_module("onnx.backend.test.case.node")
     importlib.import_module("onnx.backend.test.case.node.dynamicquantizelinear")
     tests = getattr(cases, "_NodeTestCases", None)  # where expect() collects them; the loader returns it
     if tests is None:  # a newer onnx keeps them elsewhere: its loader, which builds them all
         tests = onnx.backend.test.loader.load_model_tests(kind="node")
-    found = [t for t in tests if t.name.startswith("test_dynamicquantizelinear") and "expanded" not in t.name]
+    found = [t for t in tests if t.name.startswith("test_dynamicquantizelinear") and ("expanded" in t.name) == expanded]
     assert len(found) == 3, [t.name for t in found]  # the spec's three examples
     return found
 

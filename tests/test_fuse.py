@@ -6,7 +6,6 @@ The fuse command is tested in test_cli.py.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 from collections.abc import Callable
@@ -19,8 +18,8 @@ import onnx_ir as ir
 import onnxscript
 import pytest
 from helpers import (
-    MODELS, assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, run_cli, sample,
-    session, site_nodes, without_clip,
+    MODELS, assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, onnx_node_tests,
+    run_cli, sample, session, site_nodes, without_clip,
 )
 from onnxscript import rewriter
 
@@ -193,17 +192,9 @@ def test_rules_work_with_the_plain_rewriter():
         assert_same_on_ort(result, original)
 
 
-@functools.cache
-def _onnx_expanded_node_tests() -> list:
-    tests = onnx.backend.test.loader.load_model_tests(kind="node")
-    return [t for t in tests if t.name.startswith("test_dynamicquantizelinear") and t.name.endswith("_expanded")]
-
-
 def test_onnx_conformance_expanded_models_fuse():
     """ONNX's own ``_expanded`` node tests, written by its test generator, fuse and pass their data on ORT."""
-    tests = _onnx_expanded_node_tests()
-    assert len(tests) == 3
-    for test in tests:
+    for test in onnx_node_tests(expanded=True):
         result, report = fused(test.model)
         assert [n.op_type for n in result.graph.node] == ["DynamicQuantizeLinear"], test.name
         assert [o.name for o in result.graph.output] == ["y", "y_scale", "y_zero_point"]
