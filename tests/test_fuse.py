@@ -18,7 +18,7 @@ import onnx_ir as ir
 import onnxscript
 import pytest
 from helpers import (
-    MODELS, assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, onnx_node_tests,
+    assert_outputs_bits_equal, dql_model, dql_outputs, edit_graph, newest_ort_opset, onnx_body, onnx_node_tests,
     run_cli, sample, session, site_nodes, without_clip,
 )
 from onnxscript import rewriter
@@ -95,6 +95,8 @@ def test_fuse_undoes_expand(name, variant, mode, zero_range):
     assert {t.name for t in result.graph.initializer} == {t.name for t in original.graph.initializer}
     assert sorted(all_nodes(result)) == sorted(all_nodes(original))
     assert_same_on_ort(result, original)
+    if zero_range == "onnxruntime":
+        session(result)  # and it loads with ORT's graph optimizations on
 
 
 @pytest.mark.parametrize("name", SAMPLES)
@@ -539,16 +541,6 @@ def _clashing_names_model() -> onnx.ModelProto:
         model.graph.node.append(onnx.helper.make_node("Identity", [reads], [f"i{i}"], name=name))
     model.graph.output.append(onnx.helper.make_tensor_value_info(f"i{len(taken) - 1}", onnx.TensorProto.FLOAT, []))
     return model
-
-
-@pytest.mark.parametrize("source", sorted(MODELS.glob("*.onnx")), ids=lambda p: p.stem)
-def test_expanded_and_fused_samples_load_in_ort(source):
-    session(onnx.load(source))
-    for variant in dql_pass.VARIANTS:
-        for mode in dql_pass.MODES:
-            expanded = dql_pass.expand(onnx.load(source), variant=variant, mode=mode)[0]
-            session(expanded)
-            session(dql_pass.fuse(expanded)[0])
 
 
 def test_names_that_clash_with_derived_ones_still_load_in_ort(tmp_path):
