@@ -397,3 +397,66 @@ def test_a_runtime_said_to_widen_float16_computes_it_in_float32_and_no_other(nam
     y = np.asarray(runtime.load(_through_float16()).run({"x": x})[0])
     expected = x if runtime.widens_float16 else x.astype(np.float16).astype(np.float32)
     assert y.tobytes() == expected.tobytes(), (y, expected)
+
+
+def _tract_sessions(count: int) -> list[runtimes.Session]:
+    expanded = dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0]
+    return [runtimes.get("tract").load(expanded) for _ in range(count)]
+
+
+def test_sessions_of_the_tract_worker_run_from_several_threads():
+    """One worker serves every session: without a lock, two threads' requests and answers crossed."""
+    import threading
+
+    installed("tract")
+    wrong = []
+
+    def runs(session: runtimes.Session, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(40):
+            x = rng.standard_normal(int(rng.integers(1, 64))).astype(_F)
+            if compare_site(session.run({"x": x}), dynamic_quantize_linear(x)) is not None:
+                wrong.append(x.size)
+
+    threads = [threading.Thread(target=runs, args=(session, seed)) for seed, session in enumerate(_tract_sessions(3))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+
+
+def test_an_interrupt_while_the_tract_worker_computes_leaves_no_answer_for_the_next_run(monkeypatch):
+    """Ctrl-C in a notebook reaches the kernel only: the worker's answer stayed in the pipe, the next run's."""
+    from dql_pass.runtimes import worker
+
+    installed("tract")
+    (session,) = _tract_sessions(1)
+    answer = worker._answer
+
+    def interrupted(process, seconds):
+        monkeypatch.setattr(worker, "_answer", answer)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(worker, "_answer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.run({"x": np.ones(7, _F)})
+    _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
+
+
+def test_a_tract_worker_killed_between_runs_is_replaced_and_its_folder_removed():
+    """The system's OOM killer, say: the next run starts a new worker, and the dead one's pipes and folder go."""
+    import gc
+    import signal
+
+    installed("tract")
+    (session,) = _tract_sessions(1)
+    dead = runtimes.get("tract").worker()
+    folder = Path(os.readlink(f"/proc/{dead._process.pid}/cwd"))
+    os.kill(dead._process.pid, signal.SIGKILL)
+    dead._process.wait()
+    _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
+    assert runtimes.get("tract").worker() is not dead and not dead.alive()
+    del dead
+    gc.collect()
+    assert not folder.exists()

@@ -2,18 +2,18 @@
 home and scratch folder, so that whatever it writes (caches, logs, a telemetry id) lands there.
 
 Used by every adapter that runs another package's code in a process of its own (the LiteRT and
-MNN converters, MNN's run worker).
+MNN converters, the MNN and tract workers).
 """
 
 from __future__ import annotations
 
-__all__ = ["environ", "network_off"]
+__all__ = ["command", "environ", "network_off", "worker_environ"]
 
 import functools
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 _CLOSED_PORT = "http://127.0.0.1:9"  # the discard port, where nothing listens
@@ -28,6 +28,17 @@ def network_off() -> tuple[str, ...]:
         if subprocess.run([*prefix, "true"], stdin=subprocess.DEVNULL, capture_output=True).returncode == 0:
             return prefix
     return ()
+
+
+def command(arguments: Sequence[str]) -> list[str]:
+    """``arguments`` run with no network where the system allows it."""
+    return [*network_off(), *arguments]
+
+
+def worker_environ(folder: Path) -> dict[str, str]:
+    """A process's environment (:func:`environ`) with the caller's PATH and Python path, which may be where
+    the runtime it runs is installed."""
+    return environ(folder, os.environ.get("PATH", os.defpath), keep=("PYTHONPATH", "LD_LIBRARY_PATH"))
 
 
 def environ(folder: Path, path: str, keep: Iterable[str] = ()) -> dict[str, str]:

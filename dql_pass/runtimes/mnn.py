@@ -30,7 +30,7 @@ Rules:
 
 from __future__ import annotations
 
-__all__ = ["CONVERT_SECONDS", "RUN_SECONDS", "Mnn", "worker_command"]
+__all__ = ["CONVERT_SECONDS", "RUN_SECONDS", "Mnn", "start_worker", "worker_command"]
 
 import contextlib
 import subprocess
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes import worker
+from dql_pass.runtimes import isolated, worker
 from dql_pass.runtimes.base import (
     TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
 )
@@ -68,8 +68,8 @@ def convert(source: Path, target: Path, timeout: float = CONVERT_SECONDS) -> Non
     """ONNX file ``source`` converted into MNN file ``target`` by a process working in ``target``'s
     folder; :class:`RuntimeFailure` with the reason when the converter refuses, crashes or hangs."""
     try:
-        done = subprocess.run(worker.isolated_command(worker_command("convert", str(source), str(target))),
-                              cwd=target.parent, env=worker.environ(target.parent), timeout=timeout,
+        done = subprocess.run(isolated.command(worker_command("convert", str(source), str(target))),
+                              cwd=target.parent, env=isolated.worker_environ(target.parent), timeout=timeout,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
     except subprocess.TimeoutExpired as error:
         raise RuntimeTimeout(f"a timeout: MNN's converter did not finish in {timeout:g} s; {TIMEOUT_OPTION} gives it "

@@ -149,18 +149,16 @@ class ShapeCachedSession(Session):
         outputs: Sequence[str],
         output_types: Sequence[np.dtype | None],
         compile: Callable[[tuple[tuple[tuple[int, ...], np.dtype], ...]], Compiled],
-        origin: str | None = None,
     ) -> None:
         super().__init__(inputs, outputs)
         self._output_types = list(output_types)
         self._compile = compile
         self._compiled: dict[tuple, Compiled] = {}
-        self._origin = origin
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         arrays = [np.asarray(array) for array in self.fed(feeds)]
         signature = tuple((a.shape, a.dtype) for a in arrays)
-        with failures_of(self._origin):
+        with failures_of():  # a compiler's refusal comes as any exception
             if signature not in self._compiled:
                 self._compiled[signature] = self._compile(signature)
             results = self._compiled[signature](arrays)

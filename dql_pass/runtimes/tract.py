@@ -38,6 +38,13 @@ def _panic(stderr: str) -> str | None:
     return found.group(1).strip() if found else None
 
 
+def _drop(worker_ref: weakref.ref[worker.Worker], key: int) -> None:
+    """Tell the worker, if it is still there, that the model of ``key`` is no longer needed."""
+    current = worker_ref()
+    if current is not None:
+        current.drop(key)
+
+
 class _TractSession(Session):
     """A model loaded in the runtime's worker, loaded again in a new one after a crash."""
 
@@ -46,15 +53,15 @@ class _TractSession(Session):
         super().__init__(inputs, outputs)
         self._runtime, self._path, self._types = runtime, path, list(types)
         self._key = next(_KEYS)
-        self._worker: worker.Worker | None = None
+        self._worker: weakref.ref[worker.Worker] | None = None
         self._loaded()  # a model tract cannot read fails here, not at its first run
 
     def _loaded(self) -> worker.Worker:
         current = self._runtime.worker()
-        if current is not self._worker:
+        if self._worker is None or current is not self._worker():
             current.ask("load", self._key, str(self._path), seconds=self._runtime.seconds(), doing="loading the model")
-            weakref.finalize(self, current.drop, self._key)
-            self._worker = current
+            self._worker = weakref.ref(current)  # a worker replaced is not kept, nor its folder
+            weakref.finalize(self, _drop, self._worker, self._key)
         return current
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
@@ -99,11 +106,14 @@ class Tract(Runtime):
     _worker: worker.Worker | None = None
 
     def seconds(self) -> float:
+        """How long one request to the worker may take: --runtime-timeout's, or :data:`RUN_SECONDS`."""
         return self.timeout or RUN_SECONDS
 
     def worker(self) -> worker.Worker:
-        """The worker every session runs in: a new one where the last has crashed."""
+        """The worker every session runs in: a new one where the last has crashed or was killed."""
         if self._worker is None or not self._worker.alive():
+            if self._worker is not None:
+                self._worker.stop()  # dead between requests (the OOM killer): its pipes and stderr closed now
             folder = tempfile.TemporaryDirectory(prefix="dql_pass.")  # its home and scratch folder
             self._worker = worker.Worker("tract", worker.command("tract", "serve"), Path(folder.name), why=_panic)
             hold(self._worker, folder.cleanup)

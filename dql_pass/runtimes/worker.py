@@ -10,7 +10,7 @@ function of the module; its answer a pickled ``("ok", value)`` or ``("error", me
 
 from __future__ import annotations
 
-__all__ = ["Worker", "command", "crash", "environ", "isolated_command"]
+__all__ = ["Worker", "command", "crash"]
 
 import contextlib
 import os
@@ -20,10 +20,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import IO
 from pathlib import Path
+from typing import IO
 
 from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import TIMEOUT_OPTION, RuntimeFailure, RuntimeTimeout
@@ -36,17 +37,6 @@ def command(runtime: str, *arguments: str) -> list[str]:
     """The command that runs the worker module of ``runtime`` (``RUNTIME_worker.py``): ``serve`` answers
     requests; any other first argument calls that function of the module once (MNN's ``convert``)."""
     return [sys.executable, str(_MAIN), runtime, *arguments]
-
-
-def isolated_command(arguments: Sequence[str]) -> list[str]:
-    """``arguments`` run with no network (:mod:`dql_pass.runtimes.isolated`)."""
-    return [*isolated.network_off(), *arguments]
-
-
-def environ(folder: Path) -> dict[str, str]:
-    """A worker's environment: ``folder``, a temporary one, as its home and scratch folder, so that whatever
-    the runtime writes lands there; the caller's Python path, which may be where the runtime is."""
-    return isolated.environ(folder, os.environ.get("PATH", os.defpath), keep=("PYTHONPATH", "LD_LIBRARY_PATH"))
 
 
 def crash(returncode: int) -> str:
@@ -64,39 +54,49 @@ class Worker:
         self.name = name
         self._why = why
         self._stderr = tempfile.TemporaryFile(dir=folder)
-        self._process = subprocess.Popen(isolated_command(arguments), cwd=folder, env=environ(folder),
+        self._process = subprocess.Popen(isolated.command(arguments), cwd=folder, env=isolated.worker_environ(folder),
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._stop = weakref.finalize(self, _stop, self._process, self._stderr)
         self._dropped: list[object] = []
+        self._lock = threading.Lock()  # one request and its answer at a time, whatever thread asks
 
     def ask(self, function: str, *arguments: object, seconds: float, doing: str) -> object:
         """The value of the worker module's ``function(*arguments)``; RuntimeFailure with the reason, or
         RuntimeTimeout after ``seconds``. ``doing`` says what the request does, for those messages."""
-        try:
-            pickle.dump((function, arguments, self._dropped), self._process.stdin)
-            self._process.stdin.flush()
-            self._dropped = []
-            status, answer = _answer(self._process, seconds)
-        except (EOFError, BrokenPipeError, subprocess.TimeoutExpired) as error:
-            if isinstance(error, subprocess.TimeoutExpired):
+        with self._lock:
+            dropped, self._dropped = self._dropped, []  # a finalizer may add more meanwhile: the next request's
+            try:
+                pickle.dump((function, arguments, dropped), self._process.stdin)
+                self._process.stdin.flush()
+                status, answer = _answer(self._process, seconds)
+            except (EOFError, BrokenPipeError) as error:
+                raise self._crashed(doing) from error
+            except subprocess.TimeoutExpired:
                 self.stop()
                 raise RuntimeTimeout(f"a timeout: {self.name} did not answer within {seconds:g} s {doing}; "
                                      f"{TIMEOUT_OPTION} gives it longer") from None
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=5)  # all it said before it ended
-            why = self._why(self._tail())
-            self.stop()
-            raise RuntimeFailure(f"{self.name} crashed ({crash(self._process.returncode)}) {doing}"
-                                 + (f": {why}" if why else "")) from None
+            except BaseException:  # Ctrl-C between the request and its answer: that answer would be the next one's
+                self._process.kill()
+                self.stop()
+                raise
         if status != "ok":
             raise RuntimeFailure(answer)
         return answer
+
+    def _crashed(self, doing: str) -> RuntimeFailure:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5)  # all it said before it ended
+        why = self._why(self._tail())
+        self.stop()
+        return RuntimeFailure(f"{self.name} crashed ({crash(self._process.returncode)}) {doing}"
+                              + (f": {why}" if why else ""))
 
     def drop(self, key: object) -> None:
         """Tell the worker, with the next request, that ``key`` is no longer needed; safe in a finalizer."""
         self._dropped.append(key)
 
     def alive(self) -> bool:
+        """Whether it still answers: not stopped, and not dead (a crash, or the system's OOM killer)."""
         return self._stop.alive and self._process.poll() is None
 
     def stop(self) -> None:
