@@ -1127,3 +1127,24 @@ def test_a_dql_no_output_depends_on_may_be_dropped_but_a_live_one_may_not():
     assert "dropped: dead in main: " in report.format()
     live = renamed_output_rewrite(onnx.load(MLP), "relu1_quantized")
     assert verify(onnx.load(MLP), live).verdict == "FAIL"
+
+
+def test_a_call_of_a_site_s_function_renamed_or_named_is_still_that_call():
+    """A call is known by its output names: a tool that names (or renames) every node changes nothing."""
+    original = _called_twice()
+    rewritten = dql_pass.expand(original)[0]
+    for index, node in enumerate(rewritten.graph.node):
+        node.name = f"node_{index}"
+    report = verify(original, rewritten)
+    assert report.verdict == "PASS", report.format()
+
+
+def test_the_ai_onnx_domain_spelled_out_gives_the_schemas_of_its_opset():
+    """Attribute defaults from an import keyed "ai.onnx" came from opset 1's schemas (Mul's broadcast=0): a FAIL
+    against the same model imported as ""."""
+    spelled = onnx.load(MLP)
+    for opset in spelled.opset_import:
+        if opset.domain == "":
+            opset.domain = "ai.onnx"
+    report = verify(spelled, dql_pass.fuse(dql_pass.expand(onnx.load(MLP))[0])[0])
+    assert report.verdict == "PASS" and report.kept_differences == [], report.format()

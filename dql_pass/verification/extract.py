@@ -26,9 +26,9 @@ Rules:
   are checked from that difference by :mod:`dql_pass.verification.lowered`;
 - a site in a model-local function is checked as that function's body in REWRITTEN, which stands for
   ORIGINAL's calls only where REWRITTEN calls it (or one function under another name) at every live
-  call of ORIGINAL (same graph path, and name, or output names when it has none): a call that
-  REWRITTEN inlines, or makes to another function than the others, computes what only the model
-  level checks, and the function's sites are not reachable;
+  call of ORIGINAL (a live call node making the same output names, wherever a rewrite moved it): a
+  call that REWRITTEN inlines, or makes to another function than the others, computes what only the
+  model level checks, and the function's sites are not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 """
 
@@ -285,30 +285,33 @@ class Scopes:
 def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes) -> dict[str, str]:
     """The graphs of ORIGINAL's model-local functions, by path (their subgraphs too), whose calls REWRITTEN
     (whose ``scopes`` these are) does not make as calls of one function, each with why their sites are not
-    reachable. One function renamed counts: the graph that holds the site's names is checked."""
-    def identity(node: ir.Node) -> tuple:
-        return node.name or tuple(v.name for v in node.outputs)
+    reachable. A call is known by its output names, wherever a rewrite moved or renamed it; one function
+    renamed counts: the graph that holds the site's names is checked."""
+    def outputs(node: ir.Node) -> tuple[str, ...]:
+        return tuple(v.name for v in node.outputs)
 
     def named(identifier: ir.OperatorIdentifier) -> str:
         return "::".join(identifier[:2])
 
+    made: dict[tuple[str, ...], set[ir.OperatorIdentifier | None]] = {}
+    for node in scopes.live_nodes:
+        if node.op_identifier() in rewritten.functions:
+            made.setdefault(outputs(node), set()).add(node.op_identifier())
     labelled = graph_scopes(original)
-    made = {(scopes.labels.get(node.graph), identity(node)): node.op_identifier() for node in scopes.live_nodes
-            if node.op_identifier() in rewritten.functions}
     alive = live(original)[0]
     calls: dict[ir.OperatorIdentifier, dict[ir.OperatorIdentifier | None, str]] = {}
     for graph, (label, _) in labelled.items():
         for node in graph:
             if node.op_identifier() in original.functions and node in alive:
-                target = made.get((label, identity(node)))
-                calls.setdefault(node.op_identifier(), {}).setdefault(target, f"{described(node)} in {label}")
+                for target in made.get(outputs(node), {None}):
+                    calls.setdefault(node.op_identifier(), {}).setdefault(target, f"{described(node)} in {label}")
     why = {}
     for function, targets in calls.items():
         if None in targets:
             why[function] = (f"REWRITTEN calls no function where ORIGINAL's {targets[None]} calls {named(function)}: "
                              "what it computes in its place is checked by the model level only")
         elif len(targets) > 1:
-            why[function] = (f"REWRITTEN calls {' and '.join(map(named, targets))} where ORIGINAL calls "
+            why[function] = (f"REWRITTEN calls {' and '.join(sorted(map(named, targets)))} where ORIGINAL calls "
                              f"{named(function)}: the site is checked in one of them only")
     return {label: why[root.identifier()] for label, root in labelled.values()
             if isinstance(root, ir.Function) and root.identifier() in why}

@@ -31,7 +31,7 @@ from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
 from dql_pass.graph.walk import described, graph_scopes, op_key, subgraphs
 from dql_pass.lowering.rules import RULES
-from dql_pass.op import is_dql
+from dql_pass.op import ai_onnx_opset, is_dql
 from dql_pass.verification.extract import Scopes
 
 
@@ -243,9 +243,13 @@ def kept_differences(
 def _spelled_out(node: ir.Node, opsets: Mapping[str, int]) -> dict[str, ir.Attr]:
     """The attributes of ``node``, with the default of each one its schema defines and it leaves out: an
     attribute written out at its default is the same node."""
+    domain = op_key(node)[0]
+    version = ai_onnx_opset(opsets) if domain == "" else opsets.get(domain)
     try:
-        schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, 1), node.domain)
+        schema = onnx.defs.get_schema(node.op_type, version, domain) if version is not None else None
     except onnx.defs.SchemaError:  # a model-local function, or an op of a domain onnx does not know
+        schema = None
+    if schema is None:
         return dict(node.attributes)
     defaults = {name: ir.serde.deserialize_attribute(attribute.default_value)
                 for name, attribute in schema.attributes.items()

@@ -191,11 +191,12 @@ class VerifyReport:
 
     def format(self) -> str:
         lines = self._table() + self._site_lines() + self._known_lines()
-        inside = [s.name for s in self.sites if s.graph != "main" and s.not_reachable is None]
+        inside = [s.name for s in self.sites if s.graph != "main" and s.not_reachable is None and not s.dropped]
         if inside:
             lines.append(
                 f"model level: {len(inside)} site{'s' * (len(inside) != 1)} inside subgraphs or functions "
-                f"({', '.join(inside)}) were checked on the catalogue only; their values cannot be graph outputs"
+                f"({', '.join(inside)}) {'were' if len(inside) != 1 else 'was'} checked on the catalogue only; their "
+                "values cannot be graph outputs"
             )
         lines += [f"kept node changed: {difference}" for difference in self.kept_differences]
         lines += [f"graph input changed: {difference}" for difference in self.input_differences]
