@@ -12,7 +12,9 @@ __all__ = ["command", "environ", "network_off", "worker_environ"]
 import functools
 import os
 import shutil
+import site
 import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -37,8 +39,11 @@ def command(arguments: Sequence[str]) -> list[str]:
 
 def worker_environ(folder: Path) -> dict[str, str]:
     """A process's environment (:func:`environ`) with the caller's PATH and Python path, which may be where
-    the runtime it runs is installed."""
-    return environ(folder, os.environ.get("PATH", os.defpath), keep=("PYTHONPATH", "LD_LIBRARY_PATH"))
+    the runtime it runs is installed: its user site too (``pip install --user``), which the new home hides."""
+    found = environ(folder, os.environ.get("PATH", os.defpath), keep=("LD_LIBRARY_PATH",))
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    paths = [*filter(None, [os.environ.get("PYTHONPATH")]), *([user] if user in sys.path else [])]
+    return {**found, "PYTHONPATH": os.pathsep.join(paths)} if paths else found
 
 
 def environ(folder: Path, path: str, keep: Iterable[str] = ()) -> dict[str, str]:
