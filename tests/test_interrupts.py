@@ -158,3 +158,24 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     """, stdout=writer, stderr=subprocess.PIPE, text=True)
     os.close(writer)
     assert run.returncode == 128 + signal.SIGPIPE and run.stderr == "", (run.returncode, run.stderr)
+
+
+def test_a_signal_while_the_command_cleans_up_loses_nothing_of_the_cleanup():
+    """A second Ctrl-C while the sessions' copies were being removed skipped the others, left in $TMPDIR."""
+    run = _cli_running("""
+        import os, signal, tempfile
+        from dql_pass.runtimes import sessions
+
+        class Owner:
+            pass
+
+        global owners
+        owners = [Owner(), Owner()]
+        folder = tempfile.mkdtemp()
+        sessions.hold(owners[0], os.rmdir, folder)
+        sessions.hold(owners[1], os.kill, os.getpid(), signal.SIGINT)  # released first: the last held
+        print(folder)
+        return 0
+    """, capture_output=True, text=True)
+    folder = run.stdout.strip()
+    assert (run.returncode, run.stderr) == (0, "") and folder and not os.path.exists(folder), (run, folder)

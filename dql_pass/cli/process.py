@@ -185,5 +185,9 @@ def run() -> None:
         code = 128 + getattr(signal, "SIGPIPE", 13)
     sessions = sys.modules.get("dql_pass.runtimes.sessions")  # loaded where a runtime ran: never loaded here
     if sessions is not None:
-        sessions.release_held()  # os._exit runs no finalizer: the sessions' model copies go first
+        # os._exit runs no finalizer: the sessions' model copies go first, all of them, whatever signal
+        # comes meanwhile (a second Ctrl-C): the exit code is decided, only debris is left to lose.
+        for stopping in interrupts.SIGNALS:  # ignored, not blocked: a library's threads would take them
+            signal.signal(stopping, signal.SIG_IGN)
+        sessions.release_held()
     os._exit(code)
