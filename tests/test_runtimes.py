@@ -460,3 +460,35 @@ def test_a_tract_worker_killed_between_runs_is_replaced_and_its_folder_removed()
     del dead
     gc.collect()
     assert not folder.exists()
+
+
+def test_an_exception_of_ours_in_the_tract_worker_is_a_bug_with_its_traceback_not_a_refusal():
+    """tract's own errors are its refusals (RuntimeFailure); any other was reported as "tract cannot run"."""
+    from dql_pass.runtimes.worker import WorkerBug
+
+    installed("tract")
+    _tract_sessions(1)
+    with pytest.raises(WorkerBug, match=r"(?s)Traceback.*KeyError: -1"):
+        runtimes.get("tract").worker().ask("run", -1, [np.ones(3, _F)], seconds=60, doing="on this input")
+
+
+def test_a_worker_whose_parent_is_gone_ends_without_finishing_its_request(tmp_path):
+    """A command killed outright (SIGKILL) left its worker computing, for up to 600 s, for nobody."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    shutil.copy(Path(runtimes.__file__).with_name("worker_main.py"), tmp_path)
+    (tmp_path / "slow_worker.py").write_text("import time\n\ndef wait(seconds):\n    time.sleep(seconds)\n")
+    parent = ("import os, pickle, subprocess, sys\n"
+              f"worker = subprocess.Popen([sys.executable, {str(tmp_path / 'worker_main.py')!r}, 'slow', 'serve'], "
+              "stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env={**os.environ, "
+              "'DQL_PASS_WORKER_PARENT': str(os.getpid())})\n"
+              "pickle.dump(('wait', (120,), []), worker.stdin)\nworker.stdin.flush()\nprint(worker.pid, flush=True)\n")
+    started = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, check=True)
+    pid = int(started.stdout)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -9,6 +9,7 @@ no RUST_BACKTRACE, so tract's errors and panics come without Rust's stack trace.
 
 import numpy as np
 
+FAILURES = ("tract",)  # the runtime's refusals: any other exception is a bug of this module's
 _models = {}  # key: (path, {input signature: runnable})
 
 

@@ -10,7 +10,7 @@ function of the module; its answer a pickled ``("ok", value)`` or ``("error", me
 
 from __future__ import annotations
 
-__all__ = ["Worker", "command", "crash"]
+__all__ = ["Worker", "WorkerBug", "command", "crash"]
 
 import contextlib
 import os
@@ -28,6 +28,7 @@ from typing import IO
 
 from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import TIMEOUT_OPTION, RuntimeFailure, RuntimeTimeout
+from dql_pass.runtimes.worker_main import PARENT
 
 _MAIN = Path(__file__).with_name("worker_main.py")
 _STDERR_TAIL = 1 << 16  # what a crash's reason is looked for in: the end of the worker's stderr
@@ -44,6 +45,10 @@ def crash(returncode: int) -> str:
     return signal.Signals(-returncode).name if returncode < 0 else f"exit status {returncode}"
 
 
+class WorkerBug(RuntimeError):
+    """An exception in the worker that is not the runtime's refusal: a bug of ours, with the worker's traceback."""
+
+
 class Worker:
     """A process that answers requests until it crashes or is stopped. ``name`` is the runtime as messages
     name it; ``why`` finds the reason of a crash in the end of the worker's stderr (None: not said)."""
@@ -54,7 +59,8 @@ class Worker:
         self.name = name
         self._why = why
         self._stderr = tempfile.TemporaryFile(dir=folder)
-        self._process = subprocess.Popen(isolated.command(arguments), cwd=folder, env=isolated.worker_environ(folder),
+        environ = {**isolated.worker_environ(folder), PARENT: str(os.getpid())}  # it ends when this process does
+        self._process = subprocess.Popen(isolated.command(arguments), cwd=folder, env=environ,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._stop = weakref.finalize(self, _stop, self._process, self._stderr)
         self._dropped: list[object] = []
@@ -79,6 +85,8 @@ class Worker:
                 self._process.kill()
                 self.stop()
                 raise
+        if status == "bug":
+            raise WorkerBug(f"in {self.name}'s worker:\n{answer}")
         if status != "ok":
             raise RuntimeFailure(answer)
         return answer
