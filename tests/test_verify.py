@@ -1148,3 +1148,35 @@ def test_the_ai_onnx_domain_spelled_out_gives_the_schemas_of_its_opset():
             opset.domain = "ai.onnx"
     report = verify(spelled, dql_pass.fuse(dql_pass.expand(onnx.load(MLP))[0])[0])
     assert report.verdict == "PASS" and report.kept_differences == [], report.format()
+
+
+def test_an_if_on_a_constant_condition_folded_into_its_graph_passes():
+    """What onnxsim and ORT's constant folding do: the branch taken inlined, the other gone. Its nodes were
+    "moved" and the other branch's DQL lost: a FAIL of a model that computes the same."""
+    def branch(prefix: str, x: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("DynamicQuantizeLinear", [x], [f"{prefix}_y", f"{prefix}_s", f"{prefix}_z"],
+                              name=f"{prefix}_dql"),
+             helper.make_node("DequantizeLinear", [f"{prefix}_y", f"{prefix}_s", f"{prefix}_z"], [f"{prefix}_out"],
+                              name=f"{prefix}_dequantize")],
+            prefix, [], [helper.make_tensor_value_info(f"{prefix}_out", TensorProto.FLOAT, [2, 4])])
+
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["negated"], name="neg"),
+         helper.make_node("If", ["condition"], ["out"], name="if", then_branch=branch("then", "x"),
+                          else_branch=branch("else", "negated"))],
+        "constant_if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.array(True), "condition")])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    folded = dql_pass.expand(original)[0]
+    (if_node,) = [n for n in folded.graph.node if n.op_type == "If"]
+    then_branch = next(a.g for a in if_node.attribute if a.name == "then_branch")
+    kept = [n for n in folded.graph.node if n.op_type not in ("If", "Neg")]
+    del folded.graph.node[:]
+    folded.graph.node.extend([*kept, *then_branch.node, helper.make_node("Identity", ["then_out"], ["out"])])
+    folded.graph.initializer.extend(then_branch.initializer)
+    folded.graph.initializer.remove(next(i for i in folded.graph.initializer if i.name == "condition"))
+    report = verify(original, folded)
+    assert report.verdict == "PASS" and report.kept_differences == [], report.format()
+    assert _row(report, "then_dql").cases > 1 and _row(report, "else_dql").dropped

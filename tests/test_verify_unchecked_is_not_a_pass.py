@@ -310,13 +310,16 @@ def test_site_cases_openvino_cannot_run_are_not_checked_there_not_mismatches(con
 
 
 def _with_branch_constant(else_value: float) -> onnx.ModelProto:
-    """A DQL model with an If on a constant condition: the else branch, never taken, makes ``else_value``."""
+    """A DQL model with an If whose else branch, taken only where some x reaches 1e30 (never, in the sets verify
+    makes), makes ``else_value``."""
     model = dql_model(13)
     branch = lambda name, value: helper.make_graph(  # noqa: E731
         [helper.make_node("Constant", [], [f"{name}_out"], name=f"{name}_c", value_float=value)], name, [],
         [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [])],
     )
-    model.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array(1e30, np.float32), "huge"))
+    model.graph.node.extend([helper.make_node("ReduceMax", ["x"], ["x_max"], keepdims=0),
+                             helper.make_node("Less", ["x_max", "huge"], ["cond"])])
     model.graph.node.append(helper.make_node(
         "If", ["cond"], ["chosen"], name="if", then_branch=branch("then", 1.0), else_branch=branch("else", else_value),
     ))

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 __all__ = [
     "Root", "called_functions", "check_ir_model", "described", "fed_inputs", "find_sites", "graph_scopes", "label",
-    "live", "op_key", "ops_used", "sites_by_graph", "subgraphs",
+    "live", "op_key", "ops_used", "sites_by_graph", "subgraphs", "taken",
 ]
 
 import collections
 from collections.abc import Iterator
 
 import onnx_ir as ir
+
+from dql_pass.graph.constants import constant
 
 from dql_pass.graph.names import free_name
 from dql_pass.op import is_dql
@@ -117,9 +119,19 @@ def ops_used(model: ir.Model) -> set[tuple[str, str]]:
             for node in ir.traversal.RecursiveGraphIterator(root)}
 
 
+def taken(node: ir.Node) -> list[tuple[str, ir.Graph]]:
+    """The subgraphs of ``node`` that run: an If whose condition is a constant runs one branch only."""
+    held = list(subgraphs(node))
+    condition = constant(node.inputs[0]) if op_key(node) == ("", "If") and node.inputs else None
+    if condition is None or condition.size != 1:
+        return held
+    branch = "then_branch" if bool(condition.reshape(())) else "else_branch"
+    return [(name, graph) for name, graph in held if name == branch]
+
+
 def live(model: ir.Model) -> tuple[set[ir.Node], set[ir.Graph]]:
-    """The nodes and graphs that the main graph's outputs depend on, through subgraphs and calls of
-    model-local functions."""
+    """The nodes and graphs that the main graph's outputs depend on, through subgraphs (the branch a
+    constant condition takes) and calls of model-local functions."""
     nodes: set[ir.Node] = set()
     graphs: set[ir.Graph] = {model.graph}
     seen: set[ir.Value] = set()
@@ -136,7 +148,7 @@ def live(model: ir.Model) -> tuple[set[ir.Node], set[ir.Graph]]:
         nodes.add(node)
         # Inputs include the outer values that subgraph nodes read: they are the same objects.
         todo.extend(v for v in node.inputs if v is not None)
-        for _, graph in subgraphs(node):
+        for _, graph in taken(node):
             graphs.add(graph)
             todo.extend(graph.outputs)
         identifier = node.op_identifier()

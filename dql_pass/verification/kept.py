@@ -29,7 +29,7 @@ from dql_pass import runtimes
 from dql_pass.compare import bit_difference
 from dql_pass.graph.constants import constant
 from dql_pass.graph.slice import NotReachable, site_model
-from dql_pass.graph.walk import described, graph_scopes, op_key, subgraphs
+from dql_pass.graph.walk import described, graph_scopes, op_key, subgraphs, taken
 from dql_pass.lowering.rules import RULES
 from dql_pass.op import ai_onnx_opset, is_dql
 from dql_pass.verification.extract import Scopes
@@ -90,9 +90,13 @@ def _moved(before: list[tuple[tuple, ir.Node]], after: list[tuple[tuple, ir.Node
         return ", ".join(sorted(labels[node.graph] for node in nodes))
 
     original, rewritten = by_identity(before), by_identity(after)
+    # The branch a constant condition takes, inlined into the graph of its If (a constant folded), moves nothing.
+    inlined = {(*place, node.op_type, tuple(v.name for v in node.outputs), name): place for place, node in before
+               for name, _ in taken(node) if len(taken(node)) < len(list(subgraphs(node)))}
     moved = []
     for identity, held in original.items():
-        new = [node for place, node in rewritten.get(identity, {}).items() if place not in held]
+        new = [node for place, node in rewritten.get(identity, {}).items()
+               if place not in held and place not in {inlined.get(h) for h in held}]
         if new:
             moved.append(f"{described(next(iter(held.values())))} in {where(held.values())}: REWRITTEN has it in "
                          f"{where(new)}, where ORIGINAL has not")
