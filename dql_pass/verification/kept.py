@@ -3,7 +3,8 @@
 Rules: a node of ORIGINAL that REWRITTEN has in a graph where ORIGINAL has none like it (an If's
 branches swapped, a node moved out of a Loop's body) is a change: no rewrite of a DQL moves the
 nodes around it, and the sites and the model level would check the moved ones where they no
-longer are. So is a named node of ORIGINAL whose name REWRITTEN gives there only to nodes of
+longer are (but the branch an If on a constant condition takes, inlined into the If's graph: a
+constant folded). So is a named node of ORIGINAL whose name REWRITTEN gives there only to nodes of
 another type (but a DQL or an integer op that lower rewrites). A node that REWRITTEN keeps (same
 graph path, domain, type and name, or output names when it has no name, or else the same input and
 output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
