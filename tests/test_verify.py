@@ -314,18 +314,22 @@ def test_a_broken_else_branch_of_one_of_two_ifs_fails_in_the_sites_and_the_model
 
 
 def test_boolean_inputs_take_both_values_and_masks_are_ones_or_padded():
-    """A mask of ones only passed a rewrite that stops applying it; padded, no row is all zeros."""
+    """A mask of ones only passed a rewrite that stops applying it; padded, no row is all zeros. A flag named
+    like a mask (use_mask) kept True passed a rewrite of the branch it turns off."""
     flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [2])
     mask = helper.make_tensor_value_info("bool_mask", TensorProto.BOOL, [2])
     attention = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [64, 16])
+    use_mask = helper.make_tensor_value_info("use_mask", TensorProto.BOOL, [])  # a flag, whatever its name
     model = ir.from_proto(dql_model(13))
-    model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask, attention))
+    model.graph.inputs.extend(ir.from_proto(v) for v in (flag, mask, attention, use_mask))
     sets = input_sets(model, 3, 0, {}, {"d0": 2})
     assert list(sets) == ["sample 0", "sample 1", "sample 2", "zeros", "negative", "positive", "heavy tails"]
-    assert [s["flag"].tolist() for s in sets.values()] == [
-        [v, v] for v in (True, False, True, False, True, False, True)]
+    truths = (True, False, True, False, True, False, True)
+    assert [s["flag"].tolist() for s in sets.values()] == [[v, v] for v in truths]
+    assert [s["use_mask"].tolist() for s in sets.values()] == list(truths)
     assert all(s["bool_mask"].dtype == np.bool_ and s["bool_mask"][0] for s in sets.values())
-    for padded, held in zip((False, True, False, True, False, True, False), sets.values()):
+    # Padded in the odd random sets only: an all-zero input over a zero mask would make NaN.
+    for padded, held in zip((False, True, False, False, False, False, False), sets.values()):
         mask = held["attention_mask"]
         lengths = mask.sum(axis=-1)
         assert mask.dtype == np.int64 and (lengths >= 1).all()
@@ -1180,3 +1184,31 @@ def test_an_if_on_a_constant_condition_folded_into_its_graph_passes():
     report = verify(original, folded)
     assert report.verdict == "PASS" and report.kept_differences == [], report.format()
     assert _row(report, "then_dql").cases > 1 and _row(report, "else_dql").dropped
+
+
+def test_a_call_of_a_site_s_function_inlined_in_one_branch_is_not_stood_for_by_the_other_branch_s():
+    """Both branches of an If call F making 't': REWRITTEN inlines the else branch's call. Matched by output names
+    across graphs, the then branch's call stood for it: a PASS of a rewrite that differs where the else runs."""
+    body = [helper.make_node("DynamicQuantizeLinear", ["a"], ["y", "s", "zp"], name="dql"),
+            helper.make_node("DequantizeLinear", ["y", "s", "zp"], ["o"])]
+    function = helper.make_function("local", "F", ["a"], ["o"], body, [helper.make_opsetid("", 13)])
+    calling = [helper.make_node("F", ["x"], ["t"], domain="local")]
+    inlined = [helper.make_node("Clip", ["x", "low", "high"], ["clipped"]),
+               helper.make_node("DynamicQuantizeLinear", ["clipped"], ["i_y", "i_s", "i_zp"]),
+               helper.make_node("DequantizeLinear", ["i_y", "i_s", "i_zp"], ["t"])]
+    t = helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])
+
+    def model(else_nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [helper.make_node("If", ["flag"], ["out"], then_branch=helper.make_graph(calling, "then", [], [t]),
+                              else_branch=helper.make_graph(else_nodes, "else", [], [t]))],
+            "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
+            [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("low", -1e30), ("high", 1e30))])
+        return helper.make_model(graph, functions=[function], ir_version=8,
+                                 opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)])
+
+    report = verify(model(calling), model(inlined))
+    assert report.verdict == "INCOMPLETE", report.format()
+    assert report.sites[0].not_reachable.startswith("REWRITTEN calls no function where ORIGINAL's F 't' in main/")

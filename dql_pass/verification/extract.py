@@ -26,9 +26,9 @@ Rules:
   are checked from that difference by :mod:`dql_pass.verification.lowered`;
 - a site in a model-local function is checked as that function's body in REWRITTEN, which stands for
   ORIGINAL's calls only where REWRITTEN calls it (or one function under another name) at every live
-  call of ORIGINAL (a live call node making the same output names, wherever a rewrite moved it): a
-  call that REWRITTEN inlines, or makes to another function than the others, computes what only the
-  model level checks, and the function's sites are not reachable;
+  call of ORIGINAL (a live call node making the same output names in the graph that stands for its
+  own): a call that REWRITTEN inlines, or makes to another function than the others, computes what
+  only the model level checks, and the function's sites are not reachable;
 - the extracted model gets canonical names, so identical sites serialize to identical bytes;
 """
 
@@ -285,26 +285,31 @@ class Scopes:
 def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes) -> dict[str, str]:
     """The graphs of ORIGINAL's model-local functions, by path (their subgraphs too), whose calls REWRITTEN
     (whose ``scopes`` these are) does not make as calls of one function, each with why their sites are not
-    reachable. A call is known by its output names, wherever a rewrite moved or renamed it; one function
-    renamed counts: the graph that holds the site's names is checked."""
+    reachable. A call is known by its output names in its graph (the one at its path, or the one graph that
+    holds them, where a rewrite renamed a control-flow node); one function renamed counts: the graph that
+    holds the site's names is checked."""
     def outputs(node: ir.Node) -> tuple[str, ...]:
         return tuple(v.name for v in node.outputs)
 
     def named(identifier: ir.OperatorIdentifier) -> str:
         return "::".join(identifier[:2])
 
-    made: dict[tuple[str, ...], set[ir.OperatorIdentifier | None]] = {}
-    for node in scopes.live_nodes:
-        if node.op_identifier() in rewritten.functions:
-            made.setdefault(outputs(node), set()).add(node.op_identifier())
+    def made(label: str, names: tuple[str, ...]) -> ir.OperatorIdentifier | None:
+        """The function REWRITTEN calls to make ``names`` in its graph for ORIGINAL's ``label``; None if none."""
+        graph = scopes.counterpart(label, names, live=True) if all(names) else None
+        producer = scopes.values[graph][names[0]].producer() if graph is not None and names else None
+        if producer is None or producer not in scopes.live_nodes or outputs(producer) != names:
+            return None
+        return producer.op_identifier() if producer.op_identifier() in rewritten.functions else None
+
     labelled = graph_scopes(original)
     alive = live(original)[0]
     calls: dict[ir.OperatorIdentifier, dict[ir.OperatorIdentifier | None, str]] = {}
     for graph, (label, _) in labelled.items():
         for node in graph:
             if node.op_identifier() in original.functions and node in alive:
-                for target in made.get(outputs(node), {None}):
-                    calls.setdefault(node.op_identifier(), {}).setdefault(target, f"{described(node)} in {label}")
+                target = made(label, outputs(node))
+                calls.setdefault(node.op_identifier(), {}).setdefault(target, f"{described(node)} in {label}")
     why = {}
     for function, targets in calls.items():
         if None in targets:

@@ -9,9 +9,11 @@ Rules:
   rewrite fitted to one size, or wrong at odd sizes or at batch 1 only, fails; :func:`next_sizes`
   says what the sets take where ORIGINAL does not run at those; :func:`chosen_dims` names the
   sizes taken, for the report;
-- inputs named like a mask are ones in even-numbered sets, and padded in odd-numbered ones and in the
-  all-zero set (along the last axis, ones up to a length drawn for each row, then zeros), so that a
-  rewrite that stops applying the mask fails; other booleans (If conditions) are True in even-numbered
+- inputs named like a mask are ones, but in the odd-numbered random sets, where they are padded (along
+  the last axis, ones up to a length drawn for each row, then zeros), so that a rewrite that stops
+  applying the mask fails; the special sets keep ones (an all-zero input over a zero mask would make
+  NaN, where the contract says nothing); a boolean of rank 0 is a flag whatever its name; other
+  booleans (If conditions) are True in even-numbered
   sets and False in odd-numbered ones and in the all-zero set, so both branches run; integers named
   like token types or segments are zeros, like positions ``0, 1, ...`` along the last axis, other
   integers (token ids) uniform below the rows of the table they index, where the model tells, else
@@ -156,8 +158,8 @@ def _synthesize(
     dtype = value.dtype
     np_type = dtype.numpy()
     name = value.name.lower()
-    if _is_mask(value):
-        return _mask(shape, np_type, padded=not truth, rng=rng)
+    if _is_mask(value) and not (dtype == ir.DataType.BOOL and not shape):  # a flag named so: the rule below
+        return _mask(shape, np_type, padded=not truth and kind == "sample", rng=rng)
     if dtype == ir.DataType.BOOL:
         return np.full(shape, truth, np_type)  # flags (If conditions) take both values across the sets
     if dtype.is_floating_point():
