@@ -10,9 +10,10 @@ graph path, domain, type and name, or output names when it has no name, or else 
 output names; live in REWRITTEN) must read ORIGINAL's constants, bit for bit, at every input where
 either model has a constant (an initializer that is also a graph input counts by its stored value:
 as deployed nothing feeds it; a broadcasting op's constant may gain or lose leading axes of size
-1), and carry the same attributes: a difference there is a mismatch whatever the inputs verify
-synthesizes (a change a bias and Relu mask on all of them). A value REWRITTEN computes from
-constants alone is run to compare it.
+1), and carry the same attributes (one left out the same as one written out at its schema's default;
+one a later opset made an input the same as that input of the same value): a difference there is a
+mismatch whatever the inputs verify synthesizes (a change a bias and Relu mask on all of them). A
+value REWRITTEN computes from constants alone is run to compare it.
 """
 
 from __future__ import annotations
@@ -184,6 +185,33 @@ _BROADCASTING = frozenset(("", op) for op in (
 ))
 
 
+# Attributes that a later opset of the op made inputs (the index), as onnx's version converter moves them.
+_MOVED_TO_INPUTS: dict[tuple[str, str], dict[str, int]] = {
+    **{("", op): {"axes": 1} for op in (
+        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+        "ReduceLogSumExp", "ReduceSumSquare", "Squeeze", "Unsqueeze")},
+    ("", "Split"): {"split": 1}, ("", "Pad"): {"pads": 1, "value": 2}, ("", "Clip"): {"min": 1, "max": 2},
+    ("", "Slice"): {"starts": 1, "ends": 2, "axes": 3}, ("", "TopK"): {"k": 1}, ("", "Dropout"): {"ratio": 1},
+    ("", "Upsample"): {"scales": 1},
+}
+
+
+def _moved_inputs(node: ir.Node, opsets: Mapping[str, int]) -> tuple[dict[int, object], dict[str, ir.Attr]]:
+    """For an op some opset moved attributes of into inputs: at each such input, the attribute's value or the
+    input's constant, None where it is neither, and the input itself where it is computed; and the node's
+    other attributes, spelled out. Else ({}, the attributes spelled out)."""
+    spelled = _spelled_out(node, opsets)
+    moved = _MOVED_TO_INPUTS.get(op_key(node), {})
+    values: dict[int, object] = {}
+    for name, index in moved.items():
+        written = node.attributes.get(name)
+        given = node.inputs[index] if index < len(node.inputs) else None
+        constant_value = _deployed(given)
+        values[index] = (np.asarray(written.value) if written is not None else
+                         given if constant_value is None else constant_value)
+    return values, {name: attr for name, attr in spelled.items() if name not in moved}
+
+
 def _without_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape[next((i for i, size in enumerate(shape) if size != 1), len(shape)):]
 
@@ -223,9 +251,21 @@ def kept_differences(
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
             continue
         label = f"{described(node)} in {key[0]}"
+        (moved_before, attributes_before) = _moved_inputs(node, original.opset_imports)
+        (moved_after, attributes_after) = _moved_inputs(twin, rewritten.opset_imports)
+        for i in moved_before:  # as an attribute in one opset, an input in another: compared by value
+            if isinstance(moved_before[i], ir.Value):
+                continue  # computed in ORIGINAL: the model level compares it
+            if isinstance(moved_after[i], ir.Value):
+                moved_after[i] = _folded(rewritten, moved_after[i], runtime)
+            if not _same_values(moved_before[i], moved_after[i]):
+                found.append(f"{label}: input {i} (or the attribute it was) is {_shown(moved_before[i])} in ORIGINAL "
+                             f"and {_shown(moved_after[i])} in REWRITTEN")
         count = max(len(node.inputs), len(twin.inputs))
         padded = [*node.inputs, *[None] * count][:count], [*twin.inputs, *[None] * count][:count]
         for i, (a, b) in enumerate(zip(*padded)):
+            if i in moved_before:
+                continue
             expected, actual = _deployed(a), _deployed(b)
             if a is None and actual is not None:
                 found.append(f"{label}: input {i} ({b.name!r}) is absent in ORIGINAL and a constant in REWRITTEN")
@@ -236,13 +276,32 @@ def kept_differences(
                     continue
                 problem = _input_difference(f"input {i} ({a.name!r})", expected, actual, b is None)
                 found += [f"{label}: {problem}"] if problem else []
-        before, after = _spelled_out(node, original.opset_imports), _spelled_out(twin, rewritten.opset_imports)
         found += [
-            f"{label}: {_attribute_difference(name, before.get(name), after.get(name))}"
-            for name in sorted(set(before) | set(after))
-            if name not in before or name not in after or _attribute(before[name]) != _attribute(after[name])
+            f"{label}: {_attribute_difference(name, attributes_before.get(name), attributes_after.get(name))}"
+            for name in sorted(set(attributes_before) | set(attributes_after))
+            if _attribute_differs(name, attributes_before, attributes_after, node, twin)
         ]
     return found
+
+
+def _attribute_differs(name: str, before: Mapping[str, ir.Attr], after: Mapping[str, ir.Attr], node: ir.Node,
+                       twin: ir.Node) -> bool:
+    """Whether attribute ``name`` differs; one that the schema of only one side's opset has, and only by its
+    default (ReduceMax's noop_with_empty_axes from opset 18 on), is no difference."""
+    if name in before and name in after:
+        return _attribute(before[name]) != _attribute(after[name])
+    return name in node.attributes or name in twin.attributes
+
+
+def _same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a).ravel(), np.asarray(b).ravel()
+    return a.shape == b.shape and bool(np.all(a.astype(np.float64) == b.astype(np.float64)))
+
+
+def _shown(value: np.ndarray | None) -> str:
+    return "absent" if value is None else repr(np.asarray(value).ravel().tolist())
 
 
 def _spelled_out(node: ir.Node, opsets: Mapping[str, int]) -> dict[str, ir.Attr]:
