@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,12 +45,12 @@ def _run_matrix(args: argparse.Namespace, names: list[str]) -> tuple[int, dict]:
     elif args.quiet:
         progress = None
     else:  # a runtime may take minutes over a suite (IREE compiles every model): a line every 2 s
-        bar, done, total = Progress("run-tests"), dict.fromkeys(names, 0), []
+        bar, done = Progress("run-tests"), dict.fromkeys(names, 0)
+        # Counted at the first outcome: run_suite has found the folder a suite by then.
+        total = functools.cache(lambda: len(test_folders(Path(args.outdir))))
 
         def progress(runtime: str, outcome: Outcome) -> None:
-            # Counted at the first outcome: run_suite has found the folder a suite by then.
-            total[:] = total or [len(test_folders(Path(args.outdir)))]
-            bar(f"tests on {runtime}", done[runtime], total[0])
+            bar(f"tests on {runtime}", done[runtime], total())
             done[runtime] += 1
     try:
         found = matrix.run_matrix(args.outdir, names, raw=args.raw, progress=progress)

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from dql_pass.graph.constants import constant
-
 from dql_pass.graph.names import free_name
 from dql_pass.op import is_dql
 

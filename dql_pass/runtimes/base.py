@@ -145,6 +145,12 @@ class Session:
             raise RuntimeFailure(f"the model takes inputs it was not given: {', '.join(missing)}")
         return [feeds[name] for name in self.input_names]
 
+    def chosen(self, results: Sequence[np.ndarray], outputs: Sequence[str] | None) -> list[np.ndarray]:
+        """``results``, one per model output in their order, as :meth:`run` gives them: those ``outputs`` names
+        (None: all)."""
+        by_name = dict(zip(self.output_names, results))
+        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
+
     def close(self) -> None:
         """Release what the session holds now, not when it is collected (a web session hands its page
         on when recycling); by default there is nothing to release."""

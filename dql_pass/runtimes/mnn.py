@@ -120,8 +120,7 @@ class _MnnSession(Session):
         except RuntimeFailure:
             self._worker.stop()  # a failed run can leave MNN's module giving no outputs to the next ones (measured)
             raise
-        by_name = {name: conform(_widened(a, t), t) for name, a, t in zip(self.output_names, got, self._types)}
-        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
+        return self.chosen([conform(_widened(a, t), t) for a, t in zip(got, self._types)], outputs)
 
 
 class Mnn(Runtime):

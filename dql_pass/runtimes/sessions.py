@@ -162,8 +162,7 @@ class ShapeCachedSession(Session):
             if signature not in self._compiled:
                 self._compiled[signature] = self._compile(signature)
             results = self._compiled[signature](arrays)
-        by_name = {name: conform(r, t) for name, r, t in zip(self.output_names, results, self._output_types)}
-        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
+        return self.chosen([conform(r, t) for r, t in zip(results, self._output_types)], outputs)
 
 
 def fed_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

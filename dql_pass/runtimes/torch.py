@@ -56,8 +56,7 @@ class _TorchSession(Session):
             torch.set_num_threads(threads)
         # One output comes back as a tensor, several as a sequence of them.
         results = [results] if isinstance(results, torch.Tensor) else list(results)
-        by_name = {name: conform(r.numpy(), t) for name, r, t in zip(self.output_names, results, self._types)}
-        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
+        return self.chosen([conform(r.numpy(), t) for r, t in zip(results, self._types)], outputs)
 
 
 class _Converter(Runtime):

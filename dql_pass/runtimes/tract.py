@@ -67,8 +67,7 @@ class _TractSession(Session):
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
         arrays = [np.asarray(array) for array in self.fed(feeds)]
         results = self._loaded().ask("run", self._key, arrays, seconds=self._runtime.seconds(), doing="on this input")
-        by_name = {name: conform(r, t) for name, r, t in zip(self.output_names, results, self._types)}
-        return [by_name[name] for name in (self.output_names if outputs is None else outputs)]
+        return self.chosen([conform(r, t) for r, t in zip(results, self._types)], outputs)
 
 
 class Tract(Runtime):

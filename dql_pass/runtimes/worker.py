@@ -5,7 +5,8 @@ reason, and the next request starts a new worker.
 The worker is :mod:`dql_pass.runtimes.worker_main` running the module ``RUNTIME_worker.py`` beside it, kept
 apart as every third-party tool is (:mod:`dql_pass.runtimes.isolated`): no network, its folder as its home and
 scratch folder. Each request is a pickled ``(function, arguments, dropped)`` on its stdin, the call of that
-function of the module; its answer a pickled ``("ok", value)`` or ``("error", message)`` on its stdout.
+function of the module; its answer a pickled ``("ok", value)``, ``("error", message)`` (the runtime's refusal:
+:class:`RuntimeFailure`) or ``("bug", traceback)`` (:class:`WorkerBug`) on its stdout.
 """
 
 from __future__ import annotations

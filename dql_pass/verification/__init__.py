@@ -44,6 +44,7 @@ import onnx_ir as ir
 from dql_pass import runtimes
 from dql_pass.errors import InputError
 from dql_pass.files import as_ir_model, external_tensors
+from dql_pass.graph.walk import live
 from dql_pass.op import check_choice
 from dql_pass.verification.extract import Scopes, original_sites, uncalled
 from dql_pass.verification.interface import input_differences
@@ -148,9 +149,10 @@ def _verify(
     except Unsynthesizable as reason:
         sets, unsynthesizable = None, str(reason)
     scopes = Scopes(rewritten_model)  # its graphs and what is live, walked once for every check below
+    original_live = live(original_model)  # and ORIGINAL's
     with runner.recycling():  # a browser runtime starts its browser once, not once per model
-        tallies = check_sites(rewritten_model, original_sites(original_model), seed, zero_range, runner, scopes,
-                              uncalled(original_model, rewritten_model, scopes))
+        tallies = check_sites(rewritten_model, original_sites(original_model, original_live), seed, zero_range, runner,
+                              scopes, uncalled(original_model, rewritten_model, scopes, original_live[0]))
         if sets is None:
             check = not_checked(tallies, unsynthesizable)
         else:
@@ -164,7 +166,7 @@ def _verify(
         model_error=check.error, seconds=time.perf_counter() - start, notes=check.notes,
         model_not_checked=check.not_checked, narrowed=_narrowed(original_model, rewritten_model, runner),
         runtime=runtime, kept_differences=kept,
-        input_differences=input_differences(original_model, rewritten_model, scopes.live_nodes),
+        input_differences=input_differences(original_model, rewritten_model, original_live[0], scopes.live_nodes),
         dims=chosen_dims(original_model, next(iter(check.sets.values()), {})), cannot_run=check.cannot_run,
         from_ort=check.from_ort,
     )

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 
 import onnx_ir as ir
 
@@ -133,10 +133,11 @@ def _uses(
     return tuple(found)
 
 
-def original_sites(model: ir.Model) -> list[Site]:
-    """Every DQL of ``model``, the ORIGINAL, with where its outputs are read."""
+def original_sites(model: ir.Model, alive: tuple[set[ir.Node], set[ir.Graph]] | None = None) -> list[Site]:
+    """Every DQL of ``model``, the ORIGINAL, with where its outputs are read; ``alive``: its :func:`live`, when
+    already found."""
     scopes = graph_scopes(model)
-    alive = live(model)
+    alive = alive or live(model)
     sites = []
     for label, nodes in sites_by_graph(scopes).items():
         for node in nodes:
@@ -282,12 +283,12 @@ class Scopes:
         return node.inputs[use.index]
 
 
-def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes) -> dict[str, str]:
+def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes, alive: Set[ir.Node]) -> dict[str, str]:
     """The graphs of ORIGINAL's model-local functions, by path (their subgraphs too), whose calls REWRITTEN
     (whose ``scopes`` these are) does not make as calls of one function, each with why their sites are not
-    reachable. A call is known by its output names in its graph (the one at its path, or the one graph that
-    holds them, where a rewrite renamed a control-flow node); one function renamed counts: the graph that
-    holds the site's names is checked."""
+    reachable; ``alive``: ORIGINAL's live nodes. A call is known by its output names in its graph (the one
+    at its path, or the one graph that holds them, where a rewrite renamed a control-flow node); one
+    function renamed counts: the graph that holds the site's names is checked."""
     def outputs(node: ir.Node) -> tuple[str, ...]:
         return tuple(v.name for v in node.outputs)
 
@@ -296,14 +297,13 @@ def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes) -> dict[st
 
     def made(label: str, names: tuple[str, ...]) -> ir.OperatorIdentifier | None:
         """The function REWRITTEN calls to make ``names`` in its graph for ORIGINAL's ``label``; None if none."""
-        graph = scopes.counterpart(label, names, live=True) if all(names) else None
-        producer = scopes.values[graph][names[0]].producer() if graph is not None and names else None
+        graph = scopes.counterpart(label, names, live=True) if names and all(names) else None
+        producer = None if graph is None else scopes.values[graph][names[0]].producer()
         if producer is None or producer not in scopes.live_nodes or outputs(producer) != names:
             return None
         return producer.op_identifier() if producer.op_identifier() in rewritten.functions else None
 
     labelled = graph_scopes(original)
-    alive = live(original)[0]
     calls: dict[ir.OperatorIdentifier, dict[ir.OperatorIdentifier | None, str]] = {}
     for graph, (label, _) in labelled.items():
         for node in graph:

@@ -18,8 +18,6 @@ from collections.abc import Set
 
 import onnx_ir as ir
 
-from dql_pass.graph.walk import live
-
 _OVERRIDABLE_SINCE = 4  # IR version: before it, every initializer is listed among the inputs, and none is fed
 
 
@@ -49,11 +47,12 @@ def _difference(original: ir.Value, rewritten: ir.Value) -> str | None:
     return None
 
 
-def input_differences(original: ir.Model, rewritten: ir.Model, rewritten_live: Set[ir.Node]) -> list[str]:
+def input_differences(
+    original: ir.Model, rewritten: ir.Model, original_live: Set[ir.Node], rewritten_live: Set[ir.Node]
+) -> list[str]:
     """How REWRITTEN takes the inputs a caller may feed ORIGINAL otherwise (see the module docstring), one
-    line each; ``rewritten_live``: REWRITTEN's live nodes."""
+    line each; ``original_live``, ``rewritten_live``: each model's live nodes (:func:`~dql_pass.graph.walk.live`)."""
     taken = {value.name: value for value in rewritten.graph.inputs}
-    original_live = live(original)[0]
     found = []
     for value in _fed(original):
         twin = taken.get(value.name)

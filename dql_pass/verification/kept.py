@@ -93,12 +93,16 @@ def _moved(before: list[tuple[tuple, ir.Node]], after: list[tuple[tuple, ir.Node
 
     original, rewritten = by_identity(before), by_identity(after)
     # The branch a constant condition takes, inlined into the graph of its If (a constant folded), moves nothing.
-    inlined = {(*place, node.op_type, tuple(v.name for v in node.outputs), name): place for place, node in before
-               for name, _ in taken(node) if len(taken(node)) < len(list(subgraphs(node)))}
+    inlined = {}
+    for place, node in before:
+        branches = taken(node)
+        if len(branches) < len(list(subgraphs(node))):
+            inlined.update({(*place, node.op_type, tuple(v.name for v in node.outputs), name): place
+                            for name, _ in branches})
     moved = []
     for identity, held in original.items():
-        new = [node for place, node in rewritten.get(identity, {}).items()
-               if place not in held and place not in {inlined.get(h) for h in held}]
+        allowed = {*held, *(inlined[place] for place in held if place in inlined)}
+        new = [node for place, node in rewritten.get(identity, {}).items() if place not in allowed]
         if new:
             moved.append(f"{described(next(iter(held.values())))} in {where(held.values())}: REWRITTEN has it in "
                          f"{where(new)}, where ORIGINAL has not")
@@ -251,8 +255,8 @@ def kept_differences(
         if twin is None or twin not in alive:  # a copy nothing uses does not stand in for the node
             continue
         label = f"{described(node)} in {key[0]}"
-        (moved_before, attributes_before) = _moved_inputs(node, original.opset_imports)
-        (moved_after, attributes_after) = _moved_inputs(twin, rewritten.opset_imports)
+        moved_before, attributes_before = _moved_inputs(node, original.opset_imports)
+        moved_after, attributes_after = _moved_inputs(twin, rewritten.opset_imports)
         for i in moved_before:  # as an attribute in one opset, an input in another: compared by value
             if isinstance(moved_before[i], ir.Value):
                 continue  # computed in ORIGINAL: the model level compares it

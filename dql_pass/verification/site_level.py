@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = ["SiteTally", "check_sites"]
 
 import dataclasses
+import types
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -128,7 +129,7 @@ class _SiteRunner:
 
 def check_sites(
     model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT,
-    scopes: Scopes | None = None, unreachable: Mapping[str, str] | None = None,
+    scopes: Scopes | None = None, unreachable: Mapping[str, str] = types.MappingProxyType({}),
 ) -> list[SiteTally]:
     """Each site of ORIGINAL, as REWRITTEN (``model``, whose ``scopes`` these are when given)
     computes what its readers read, on the catalogue; a site in a graph that ``unreachable`` names
@@ -141,7 +142,7 @@ def check_sites(
     tallies = [SiteTally(site) for site in sites]
     for done, tally in enumerate(tallies):
         advance("sites", done, len(tallies))
-        if tally.site.graph in (unreachable or {}):
+        if tally.site.graph in unreachable:
             tally.result.not_reachable = unreachable[tally.site.graph]
             continue
         try:
