@@ -67,7 +67,7 @@ def test_a_stage_that_a_killed_gen_tests_left_is_swept_by_the_next_run(tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == [outdir.name]
 
 
-def test_a_folder_named_like_a_stage_but_not_made_as_one_is_kept(tmp_path):
+def test_a_folder_named_like_a_stage_but_for_mkdtemp_s_random_part_is_kept(tmp_path):
     """The sweep removes a stage whole: a user's folder `.m.onnx.notes.stage` went with everything in it."""
     notes = tmp_path / ".m.onnx.notes.stage"
     notes.mkdir()
