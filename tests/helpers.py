@@ -1,5 +1,6 @@
-"""Shared test helpers, imported by name: the command line run in this process, a driver that fails a
-real one at each step, one-node DQL models, the sample models and edits of their decomposed graphs,
+"""Shared test helpers, imported by name: the command line run in this process, a short TMPDIR for
+Chromium, a driver that fails a real one at each step, one-node DQL models and a custom op to add to
+one, the sample models and edits of their decomposed graphs,
 models with external data, sessions through the runtime layer, the skip for a runtime that is not
 installed, bitwise comparison."""
 
@@ -14,8 +15,10 @@ import io
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
+import tempfile
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator
@@ -106,6 +109,17 @@ def run_cli(*args: str | os.PathLike, cwd: str | os.PathLike | None = None, time
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else 1
     return Result(code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def short_tmpdir(prefix: str = "dql") -> Iterator[Path]:
+    """Within: a folder of its own under /tmp (``prefix`` and mkdtemp's 8 characters), removed after. Chromium
+    does not start under a TMPDIR as long as pytest's tmp_path (its profile's socket path, 108 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
 
 
 def signals_as_by_default() -> None:
@@ -237,6 +251,15 @@ def onnx_body(model: onnx.ModelProto) -> onnx.ModelProto:
 def dql_model(opset: int, rank: int = 1, domain: str = "") -> onnx.ModelProto:
     """A model holding one DynamicQuantizeLinear node on an input of ``rank`` symbolic dims."""
     return one_node_model([f"d{i}" for i in range(rank)], opset, domain=domain)
+
+
+def with_custom_op(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """``model``, changed in place: a node of an unknown domain (com.example's Custom, which ORT cannot load)
+    reads ``source``, its output ``o`` a graph output."""
+    model.graph.node.append(helper.make_node("Custom", [source], ["o"], domain="com.example"))
+    model.graph.output.append(helper.make_tensor_value_info("o", TensorProto.FLOAT, []))
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    return model
 
 
 def embedding_model(rows: int) -> onnx.ModelProto:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import onnx
-from helpers import MODELS, dql_model
+from helpers import MODELS, dql_model, with_custom_op
 
 import dql_pass
 from dql_pass import runtimes
@@ -75,11 +75,7 @@ def test_a_real_load_where_installed_is_reported():
 
 def test_a_need_no_command_meets_is_not_nothing_to_run(tmp_path):
     """A model with an op of an unknown domain: ORT refuses it, and no dql-pass command changes that."""
-    model = dql_model(13)
-    model.graph.node.append(onnx.helper.make_node("Custom", ["y_scale"], ["o"], domain="com.example"))
-    model.graph.output.append(onnx.helper.make_tensor_value_info("o", onnx.TensorProto.FLOAT, []))
-    model.opset_import.append(onnx.helper.make_opsetid("com.example", 1))
-    onnx.save(model, tmp_path / "m.onnx")
+    onnx.save(with_custom_op(dql_model(13), "y_scale"), tmp_path / "m.onnx")
     text = dql_pass.advise(tmp_path / "m.onnx", ["onnxruntime"]).format()
     assert "onnxruntime  no dql-pass command meets what it needs" in text and "cannot load it" in text, text
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -47,6 +48,16 @@ def test_ctrl_c_at_any_moment_prints_no_traceback(tmp_path, delay):
     assert not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]  # no debris
 
 
+def _hooked(tmp_path: Path, sitecustomize: str, **variables: str) -> dict[str, str]:
+    """The environment of a child that runs ``sitecustomize`` (written to tmp_path/hook) as it starts, with
+    ``variables`` set: a signal at a chosen moment, every time."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(sitecustomize)
+    return {**os.environ, **variables,
+            "PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 # A sitecustomize that sends the process a signal as it first opens a file in a stage folder to write:
 # a signal while the write is under way, every time (a signal after a wait for the stage came too late
 # under load: the write had ended).
@@ -70,15 +81,13 @@ _SIGNAL_AT_STAGE_WRITE = textwrap.dedent('''
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_real_interrupt_says_so_and_leaves_nothing(tmp_path, sig, code):
-    for folder in ("in", "out", "hook"):
+    for folder in ("in", "out"):
         (tmp_path / folder).mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(_SIGNAL_AT_STAGE_WRITE)
+    env = _hooked(tmp_path, _SIGNAL_AT_STAGE_WRITE, SIGNAL=sig.name)
     w = onnx.numpy_helper.from_array(np.ones((4096, 1024), np.float32), "w")  # 16 MiB to stream
     model = dql_model(13)
     model.graph.initializer.append(w)
     onnx.save(model, tmp_path / "in" / "big.onnx", save_as_external_data=True, location="big.data")
-    env = {**os.environ, "SIGNAL": sig.name,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(tmp_path / "in" / "big.onnx"),
                           "-o", str(tmp_path / "out" / "o.onnx")], capture_output=True, text=True, env=env,
                          timeout=120, preexec_fn=signals_as_by_default)
@@ -111,12 +120,9 @@ _ENTRY_POINTS = {"module": ["-m", "dql_pass"],
     ("module", "SIGTERM", "logging"), ("script", "SIGHUP", "dql_pass.cli"),
 ])
 def test_a_signal_while_the_command_line_loads_ends_it_with_one_line(tmp_path, entry, name, at):
-    (tmp_path / "hook").mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(_SIGNAL_AT_IMPORT)
+    env = _hooked(tmp_path, _SIGNAL_AT_IMPORT, SIGNAL_AT=at, SIGNAL=name)
     source = tmp_path / "in.onnx"
     onnx.save(dql_model(13), source)
-    env = {**os.environ, "SIGNAL_AT": at, "SIGNAL": name,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     command = [sys.executable, *_ENTRY_POINTS[entry], "expand", str(source), "-o", str(tmp_path / "out.onnx")]
     run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120,
                          preexec_fn=signals_as_by_default)

@@ -6,15 +6,13 @@ HOME and TMPDIR are empty folders of its own, which must stay empty."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import onnx_ir as ir
 import pytest
-from helpers import MODELS, installed
+from helpers import MODELS, installed, short_tmpdir
 
 import dql_pass
 from dql_pass.runtimes import web
@@ -129,18 +127,14 @@ def test_a_failed_web_run_leaves_neither_its_copy_nor_its_browser_profile(tmp_pa
     rewritten = dql_pass.lower(dql_pass.load_model(MODELS / "relu_dql.onnx"))[0]
     rewritten.graph.inputs.append(ir.Value(name="extra", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1])))
     dql_pass.save_model(rewritten, tmp_path / "extra.onnx")
-    # A short TMPDIR: Chromium does not start under one as long as pytest's (its profile's socket path, 108 bytes).
-    short = Path(tempfile.mkdtemp(prefix="dql", dir="/tmp"))
-    home, tmpdir = _private(short)
     from dql_pass.runtimes.web import installation
 
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmpdir),
-           installation.CACHE_VARIABLE: str(installation.cache())}
-    done = subprocess.run([sys.executable, "-m", "dql_pass", "verify", "-q", "--runtime", "wasm",
-                           str(MODELS / "relu_dql.onnx"), str(tmp_path / "extra.onnx")], env=env, capture_output=True,
-                          text=True, timeout=600)
-    try:
+    with short_tmpdir() as short:
+        home, tmpdir = _private(short)
+        env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmpdir),
+               installation.CACHE_VARIABLE: str(installation.cache())}
+        done = subprocess.run([sys.executable, "-m", "dql_pass", "verify", "-q", "--runtime", "wasm",
+                               str(MODELS / "relu_dql.onnx"), str(tmp_path / "extra.onnx")], env=env,
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert "Chromium did not start" not in done.stdout and _written(home, tmpdir) == [], done.stdout
-    finally:
-        shutil.rmtree(short)

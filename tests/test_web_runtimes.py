@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from helpers import digest
+from helpers import digest, short_tmpdir
 from onnx import TensorProto, helper
 
 import dql_pass
@@ -261,20 +260,16 @@ def test_a_missing_setup_is_one_line_naming_the_setup_command(tmp_path, monkeypa
 def test_a_browser_that_cannot_start_leaves_no_pipe_or_profile(tmp_path, monkeypatch):
     from dql_pass.runtimes.web.browser import Browser
 
-    import shutil
     import tempfile
 
-    short = tempfile.mkdtemp(prefix="dql", dir="/tmp")  # pytest's tmp_path is too long a TMPDIR for Chromium
-    monkeypatch.setenv("TMPDIR", short)
-    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
-    before = set(os.listdir("/proc/self/fd"))
-    try:
+    with short_tmpdir() as short:
+        monkeypatch.setenv("TMPDIR", str(short))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+        before = set(os.listdir("/proc/self/fd"))
         with pytest.raises(OSError):
             Browser(str(tmp_path / "no-chromium"), "http://127.0.0.1:9/")
         assert set(os.listdir("/proc/self/fd")) <= before
         assert os.listdir(short) == []
-    finally:
-        shutil.rmtree(short)
 
 
 
@@ -485,21 +480,17 @@ def test_a_temporary_folder_too_long_for_chromium_is_named_with_what_to_do(tmp_p
 @needs_browser
 def test_chromium_starts_with_the_longest_profile_path_the_adapter_allows(monkeypatch):
     """The limit the adapter states is measured: a profile path of exactly that many bytes starts."""
-    import shutil
     import tempfile
 
     from dql_pass.runtimes.web import browser
 
     # A folder of its own (mkdtemp adds 8 characters), so that a run killed before its cleanup leaves no obstacle.
     length = browser._LONGEST_PROFILE - len("/tmp/") - len("/dql_pass.chromium.12345678")
-    folder = Path(tempfile.mkdtemp(prefix="d" * (length - 8), dir="/tmp"))
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    try:
+    with short_tmpdir(prefix="d" * (length - 8)) as folder:
+        monkeypatch.setattr(tempfile, "tempdir", str(folder))
         started = browser.Browser(browser.chromium(), "about:blank")
         try:
             assert len(os.fsencode(started._profile.name)) == browser._LONGEST_PROFILE
             assert started.evaluate("1 + 1") == 2
         finally:
             started.close()
-    finally:
-        shutil.rmtree(folder)
