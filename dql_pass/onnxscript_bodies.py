@@ -47,8 +47,9 @@ def _lean_tables() -> tuple:
     rows = np.arange(slots + 1) + slots
     rows[0] = rows[slots - 1] = slots
     clamps = np.clip(np.arange(2 * slots + 1) - slots, 0, 255)
-    return (_tensor(h), _tensor(d), _tensor(np.sign(h) * phi), _tensor(rows, np.int32), _tensor(clamps, np.uint8),
-            slots, _tensor(float(centre)), _tensor(centre, np.int32))
+    # The vectors are rows ([1, slots]): Gemm multiplies a [1, 1] scalar by them.
+    return (_tensor([h]), _tensor([d]), _tensor([np.sign(h) * phi]), _tensor(rows, np.int32),
+            _tensor(clamps, np.uint8), slots, _tensor(float(centre)), _tensor(centre, np.int32))
 
 
 def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
@@ -308,30 +309,36 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
     # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since some
-    # Less compare values of either sign) in 57 nodes: 16 whole-tensor, 41 on scalars and on vectors
-    # of 769 slots built once per site. Per element: a rough slot from Div, one Less against the
-    # exact threshold of that slot, one Gather of the answer. Where the nodes go: 4 reductions
-    # (Reshape, Concat of a 0: WebGPU refuses an empty reduction); 12 per element (Mul by k, Div,
-    # Add, 3 to clamp the slot: NaN, -inf and +inf all occur, Cast, Gather, Less, Cast, Add,
-    # Gather); 19 for the scale (1 the range, 2 the zero range, 6 its exact rounding under a GPU
-    # Div, 9 the powers of two that keep every residual normal and round a subnormal scale once, 1
-    # the cap of an infinite range); 15 for the thresholds (a Veltkamp split 4, the products and
-    # their sum 5, the exact residual test 3, the predecessor 3); 7 for the zero point and the
-    # answer table (the count of thresholds below x_min: 4, the table as a Gather of a constant
-    # clamp table at rows - count: 2, the zero point's Gather 1). The scale 0 costs no node: its
-    # thresholds are 0 and NaN and its Div gives +-inf or NaN, which the slot clamp and the
-    # table's ends answer. The floor: the thresholds need b * c for 25-bit c to 48 bits (a split,
-    # two exact products, an exact residual and a predecessor: one Mul by 1 - 2^-24 is the
-    # predecessor of f > 0 only, negative f would need a factor between two floats), the scale a
-    # correctly rounded quotient under a GPU Div (6), float32 without exponent access needs Where
-    # over powers of two (two regimes' conditions, four factors, one node each whatever picks
-    # them) to stay normal, and x = 0 under the scale 0 must reach a slot whose answer is not the
-    # zero point, which only its NaN quotient does (so the clamp must catch NaN).
-    (lean_h, lean_d, lean_sphi, lean_rows, lean_clamps, lean_slots, lean_centre, lean_zero_slot) = _lean_tables()
+    # Less compare values of either sign) in 53 nodes, 50 of them kernels (a Reshape is none): 15
+    # whole-tensor, 38 on scalars and on vectors of 769 slots built once per site. Per element: a
+    # rough slot from Div, one Less against the exact threshold of that slot, one Gather of the
+    # answer. A Gemm of [1, 1] by [1, n] plus C is a * b + c in one kernel, fused or not: each
+    # product it takes is exact or rounded where a Mul would round it. Where the nodes go: 4
+    # reductions (Reshape, Concat of a 0: WebGPU refuses an empty reduction); 11 per element (Mul
+    # by k, Div, Add, 2 to clamp the slot: NaN, -inf and +inf all occur, Cast, Gather, Less, Cast,
+    # Add, Gather); 18 for the scale (1 the range, 2 the zero range, 4 its exact rounding under a
+    # GPU Div, 9 the powers of two that keep every residual normal and round a subnormal scale
+    # once, 1 the cap of an infinite range, 1 a Reshape back to a scalar); 13 for the thresholds (a
+    # Veltkamp split 3, the products and their sum 3, the exact residual test 3, the predecessor 3,
+    # a Reshape to a vector 1); 7 for the zero point and the answer table (the count of thresholds
+    # below x_min: 4, the table as a Gather of a constant clamp table at rows - count: 2, the zero
+    # point's Gather 1). The scale 0 costs no node: its thresholds are 0 and NaN and its Div gives
+    # +-inf or NaN, which the slot clamp and the table's ends answer. The floor: the thresholds
+    # need b * c for 25-bit c to 48 bits (a split, two exact products, an exact residual and a
+    # predecessor: one Mul by 1 - 2^-24 is the predecessor of f > 0 only, negative f would need a
+    # factor between two floats; a Gemm of K = 2 sums its two products rounded, not exact), the
+    # scale a correctly rounded quotient under a GPU Div (4), float32 without exponent access needs
+    # Where over powers of two (two regimes' conditions, four factors, one node each whatever
+    # picks them) to stay normal, and x = 0 under the scale 0 must reach a slot whose answer is not
+    # the zero point, which only its NaN quotient does (so the clamp must catch NaN).
+    (lean_h, lean_d, lean_sphi, lean_rows, lean_clamps, lean_slots, lean_centre,
+     lean_zero_slot) = _lean_tables()
     policy_range = _tensor(255.0 if reference.zero_range_scale(zero_range) == 1 else 1.0)
     tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
     up64, down64, down16, up16 = _tensor(2.0**64), _tensor(2.0**-64), _tensor(2.0**-16), _tensor(2.0**16)
-    range_cap, splitter_power = _tensor(2.0**122), _tensor(2.0**12)
+    range_cap, splitter_power = _tensor(2.0**122), _tensor([[2.0**12]])
+    qmax_2d, minus_just_past_qmax = _tensor([[255.0]]), _tensor([[-256.0]])
+    reciprocal_qmax_2d, scalar_shape = _tensor([[np.float32(1) / np.float32(255)]]), _tensor([], np.int64)
     top_slot = _tensor(lean_slots - 1.0)
 
     @onnxscript.script(default_opset=op)
@@ -353,29 +360,29 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # RN(a / 255) whatever Div returns within 2^14 ulp: the residual a - 255 q is exact. A
         # converter may make this Div a Mul by 1/255 (within 2 ulp: still exact, unless a compiler
         # then fuses that product into the sums that read q).
-        q_max = op.Constant(value=qmax)
-        q = op.Div(a, q_max)
-        residual = op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q)
-        rounded_scale = op.Add(q, op.Mul(residual, op.Constant(value=reciprocal_qmax)))
+        q = op.Div(a, op.Constant(value=qmax_2d))  # [1, 1]: Gemm reads 2-D operands
+        residual = op.Add(op.Gemm(q, op.Constant(value=minus_just_past_qmax), a), q)
+        rounded_scale = op.Gemm(residual, op.Constant(value=reciprocal_qmax_2d), q)
         # b = y_scale * k: 0 for the scale 0 (a range below 2^-142), about 2^114 for an infinite one.
-        b = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64), unit))
+        b_2d = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64), unit))
+        b = op.Reshape(b_2d, op.Constant(value=scalar_shape))
         y_scale = op.Mul(b, k_inverse)
         # The thresholds T[s] = RD(b * c_s) in x * k's units, c_s the real that x / scale must pass
         # for round half to even of RN(x / scale) to reach s - centre + 1: h +- ulp(h) / 2 for
         # h = s - centre + 0.5, 25 bits, so b * c_s is never a float and x > T[s] says it. b =
         # b_high + b_low (13 bits at most each, h 10) makes b * h two exact products; F, one of the
         # two floats around b * c_s, is the threshold unless its exact residual F - b * h passes
-        # b * (c_s - h): then its predecessor is. The split: RN(4097 b) and m = 4096 b are both
-        # multiples of 2^12 ulp(b), so b_high = RN(4097 b) - m is exact, and m is exact when fused.
-        m = op.Mul(b, op.Constant(value=splitter_power))
-        b_high = op.Sub(op.Add(b, m), m)
-        b_low = op.Sub(b, b_high)
-        p_high = op.Mul(b_high, op.Constant(value=lean_h))
-        p_low = op.Mul(b_low, op.Constant(value=lean_h))
+        # b * (c_s - h): then its predecessor is. The split: RN(b + 4096 b) and 4096 b are both
+        # multiples of 2^12 ulp(b), so b_high = RN(b + 4096 b) - 4096 b is exact, fused or not.
+        splitter = op.Constant(value=splitter_power)
+        b_high = op.Gemm(b_2d, splitter, op.Gemm(b_2d, splitter, b), alpha=-1.0)
+        b_low = op.Sub(b_2d, b_high)
         offset = op.Mul(b, op.Constant(value=lean_d))
-        f = op.Add(p_high, op.Add(p_low, offset))
-        over = op.Less(offset, op.Sub(op.Sub(f, p_high), p_low))
-        thresholds = op.Where(over, op.Sub(f, op.Mul(f, op.Constant(value=lean_sphi))), f)  # f - |f| * PHI
+        h = op.Constant(value=lean_h)
+        f = op.Gemm(b_high, h, op.Gemm(b_low, h, offset))
+        over = op.Less(offset, op.Gemm(b_low, h, op.Gemm(b_high, h, f, alpha=-1.0), alpha=-1.0))
+        thresholds = op.Reshape(op.Where(over, op.Sub(f, op.Mul(f, op.Constant(value=lean_sphi))), f),
+                                op.Constant(value=flat))  # f - |f| * PHI
         # zp = min(255, -u(x_min)) = centre - count, the count of thresholds below x_min * k (129
         # of them -inf); a count of 0 (x_min = -inf, the scale 0) gives 255. The answers are a
         # slice of a constant clamp table: one int32 Sub and a Gather, no Clip nor Cast.
@@ -387,7 +394,9 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # the scale 0, outside the contract as input, but every form must run on it) take slot 0.
         x_k = op.Mul(x, k)
         estimate = op.Add(op.Div(x_k, b), op.Constant(value=lean_centre))
-        clamped = op.Min(op.Where(op.Less(q_min, estimate), estimate, q_min), op.Constant(value=top_slot))
+        # ThresholdedRelu is Where(0 < v, v, 0) in one kernel: NaN fails the compare (not so Relu's
+        # max(v, 0) on a CPU, nor Clip's).
+        clamped = op.Min(op.ThresholdedRelu(estimate, alpha=0.0), op.Constant(value=top_slot))
         slot = op.Cast(clamped, to=onnx.TensorProto.INT32)
         up = op.Cast(op.Less(op.Gather(thresholds, slot), x_k), to=onnx.TensorProto.INT32)
         y = op.Gather(answers, op.Add(slot, up))

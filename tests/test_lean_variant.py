@@ -21,8 +21,8 @@ FLUSHED = {"moves": 3, "fused": True, "flush": True}
 # Ops the WebGPU provider of onnxruntime-web 1.30 runs, measured with WebGpu.placement() (the int32
 # Gather and the Casts to and from int32 included).
 WEBGPU_OPS = frozenset({
-    "Abs", "Add", "Cast", "Clip", "Concat", "Div", "Floor", "Gather", "Less", "Max", "Min", "Mul", "ReduceMax",
-    "ReduceMin", "ReduceSum", "Reshape", "Sub", "Where",
+    "Abs", "Add", "Cast", "Clip", "Concat", "Div", "Floor", "Gather", "Gemm", "Less", "Max", "Min", "Mul", "ReduceMax",
+    "ReduceMin", "ReduceSum", "Reshape", "Sub", "ThresholdedRelu", "Where",
 })
 
 

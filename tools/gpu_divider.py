@@ -8,7 +8,8 @@ The freedoms, each optional:
   always gives the same answer. WGSL allows 2.5 ulp from the exact quotient; 3 from the correctly
   rounded one covers it. Infinite and NaN quotients stay; a finite one never becomes infinite.
 - ``fused=True``: every Add or Sub that reads a Mul's output reads the exact product instead, one
-  rounding for both (an FMA), as a compiler that contracts ``a * b + c`` computes it.
+  rounding for both (an FMA), as a compiler that contracts ``a * b + c`` computes it; so does every
+  Gemm (each is an outer product plus C, K = 1).
 - ``flush=True``: x and every float32 value computed are flushed to zero when subnormal (FTZ and
   DAZ), sign kept.
 
@@ -114,7 +115,7 @@ class Flush(OpRun):
 
 
 def _fuse(graph: onnx.GraphProto) -> None:
-    """Every Add or Sub reading a float Mul's output becomes one fused node (its first such input)."""
+    """Every Add or Sub reading a float Mul's output, and every Gemm, becomes one fused node."""
     products = {n.output[0]: n for n in graph.node if n.op_type == "Mul" and n.domain == ""}
     nodes = []
     for node in graph.node:
@@ -131,6 +132,14 @@ def _fuse(graph: onnx.GraphProto) -> None:
                                       domain=_DOMAIN, sign=sign, negate_c=int(negate_c), name=node.name))
     del graph.node[:]
     graph.node.extend(nodes)
+    # A Gemm of [1, 1] by [1, n] (K = 1, alpha +-1, beta 1) is c +- a * b: fused, one rounding.
+    for node in graph.node:
+        if node.op_type == "Gemm" and node.domain == "":
+            alpha = {a.name: helper.get_attribute_value(a) for a in node.attribute}.pop("alpha", 1.0)
+            assert {a.name for a in node.attribute} <= {"alpha"} and alpha in (1.0, -1.0), "not a fused product"
+            node.op_type, node.domain = "Fused", _DOMAIN
+            del node.attribute[:]
+            node.attribute.extend([helper.make_attribute("sign", int(alpha)), helper.make_attribute("negate_c", 0)])
 
 
 def _flush(graph: onnx.GraphProto) -> None:

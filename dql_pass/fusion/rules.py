@@ -409,7 +409,7 @@ def _fusions() -> tuple[list[_FusionRule], list[RewriteRule], list[_FusionRule]]
     bodies: list[_FusionRule] = [OnnxFunctionBodyFusion(v, keep_identity=k) for v in versions for k in (True, False)]
     bodies += [DqlPassBodyFusion(v, p) for v in VARIANTS for p in ZERO_RANGE_POLICIES]
     # A rule per ordering of the commutative nodes' inputs: 2^n rules. A body with more than
-    # _MAX_COMMUTED of them (residual has 38, portable 36, lean 22) fuses with its inputs in dql_pass's order.
+    # _MAX_COMMUTED of them (residual has 38, portable 36, lean 12) fuses with its inputs in dql_pass's order.
     few = [b for b in bodies if b.commutative_nodes <= _MAX_COMMUTED]
     commuted = RewriteRuleSet([b.rule() for b in few], commute=True).rules
     commuted += [b.rule() for b in bodies if b.commutative_nodes > _MAX_COMMUTED]
