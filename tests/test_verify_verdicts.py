@@ -173,7 +173,7 @@ def _lean_table(model: onnx.ModelProto, kind: str) -> onnx.TensorProto:
     """One of lean's per-slot tables in an expanded model: its half-ulp offsets ``d`` (-inf in the first
     slots) or its predecessor factors ``phi`` (2^-24 in magnitude)."""
     for tensor in model.graph.initializer:
-        table = numpy_helper.to_array(tensor)
+        table = numpy_helper.to_array(tensor).ravel()  # rows of [1, 769], the Gemms' shape
         phi = np.float32(2.0**-24 + 2.0**-47)
         if table.size == 769 and (np.isneginf(table[0]) if kind == "d" else abs(table[0]) == phi):
             return tensor
@@ -188,7 +188,7 @@ def test_one_wrong_entry_of_a_lean_table_fails(kind, slot):
     rewritten, _ = dql_pass.expand(original, variant="lean")
     tensor = _lean_table(rewritten, kind)
     table = numpy_helper.to_array(tensor).copy()
-    table[slot] = 0
+    table.reshape(-1)[slot] = 0
     tensor.CopyFrom(numpy_helper.from_array(table, tensor.name))
     report = dql_pass.verify(original, rewritten, samples=0)
     assert report.verdict == "FAIL" and report.sites[0].mismatches, report.format()
