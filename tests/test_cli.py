@@ -497,6 +497,19 @@ def test_list_targets_with_v_gives_every_reason(capsys, argv):
             assert said == (runtime.variant in difference.forms)
 
 
+def test_list_targets_keeps_its_rows_short_when_an_install_hint_names_a_long_path(capsys, monkeypatch, tmp_path):
+    from dql_pass.runtimes.web import installation
+
+    long_cache = tmp_path / ("deep" * 60)  # not there: the web runtimes are missing, their hint names it
+    monkeypatch.setenv(installation.CACHE_VARIABLE, str(long_cache))
+    assert main(["expand", "--list-targets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) < 250 and any(line.split()[:1] == ["webgpu"] and " no: run `" in line for line in lines)
+    assert main(["expand", "--list-targets", "-v"]) == 0
+    assert f"  not installed: {runtimes.get('webgpu').install_hint()}" in capsys.readouterr().out
+    assert str(long_cache) in runtimes.get("webgpu").install_hint()
+
+
 @pytest.mark.parametrize("command", ["expand", "lower"])
 @pytest.mark.parametrize("name", ["tensorrt", "coreml"])
 def test_a_target_without_an_adapter_says_to_lower_without_one(tmp_path, capsys, command, name):

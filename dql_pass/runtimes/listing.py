@@ -20,10 +20,12 @@ def format_targets(verbose: bool = False) -> str:
     for name, runtime in runtimes.RUNTIMES.items():
         differs = [d for d in runtime.known_differences if runtime.variant in d.forms]
         version = runtime.version()
-        rows.append((name, runtime.variant, runtime.weights, version or f"no: {runtime.install_hint()}",
+        rows.append((name, runtime.variant, runtime.weights, version or _clipped(f"no: {runtime.install_hint()}"),
                      _some([lack.op_type for lack in runtime.lacks]),
                      ", ".join(sorted({d.inputs or "any" for d in differs})) or "-"))
         details.append(f"{name}:")
+        if not version:
+            details.append(f"  not installed: {runtime.install_hint()}")
         if runtime.blocks:
             details.append("  lower drops the Cast pair after each lowered product" + (
                 " and keeps y - y_zero_point in float32 where only lowered products read it (blocks)"
@@ -40,6 +42,12 @@ def format_targets(verbose: bool = False) -> str:
     if verbose:
         lines += ["", *details]
     return "\n".join(lines)
+
+
+def _clipped(text: str, most: int = 64) -> str:
+    """``text`` cut to ``most`` characters: an install hint naming a long cache path would widen every row;
+    ``-v`` gives it whole."""
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _some(items: Sequence[str], most: int = 4) -> str:
