@@ -246,6 +246,29 @@ def test_a_panic_in_tract_fails_the_run_with_its_message_and_the_next_run_goes_o
     _assert_reference_bits(fine, np.linspace(-2, 7, 5, dtype=_F))  # loaded again, in a new worker
 
 
+def test_tract_gemm_reads_a_subnormal_operand_as_zero_where_mul_keeps_it():
+    """Why lean's scale is rounded with Mul, Sub and Add, not Gemm (onnxscript_bodies): c - 256 * q with q
+    subnormal, on tract's Gemm and on its Mul and Sub."""
+    installed("tract")
+    tract_worker = worker_main._module("tract")
+    q, c = np.array([[7.8e-41]], _F), np.array([[2e-38]], _F)
+    factor = onnx.numpy_helper.from_array(np.array([[256]], _F), "factor")
+    make = onnx.helper.make_node
+    nodes = {"gemm": [make("Gemm", ["q", "factor", "c"], ["y"], alpha=-1.0)],
+             "mul": [make("Mul", ["q", "factor"], ["p"]), make("Sub", ["c", "p"], ["y"])]}
+    values = [onnx.helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [1, 1]) for v in ("q", "c", "y")]
+    results = {}
+    for key, (name, graph_nodes) in enumerate(nodes.items()):
+        model = onnx.helper.make_model(onnx.helper.make_graph(graph_nodes, name, values[:2], values[2:], [factor]),
+                                       opset_imports=[onnx.helper.make_opsetid("", OPSET)])
+        with sessions.as_file(model) as path:
+            tract_worker.load(key, str(path))
+            results[name] = tract_worker.run(key, [q, c])[0]
+            tract_worker.drop(key)
+    np.testing.assert_array_equal(results["mul"].view(np.uint32), (c - q * _F(256)).view(np.uint32))
+    np.testing.assert_array_equal(results["gemm"].view(np.uint32), c.view(np.uint32))
+
+
 def test_openvino_runs_float32_not_bf16():
     """An identity MatMul of values bf16 cannot hold (8 significant bits): on a CPU with AMX the
     plugin's default precision gives 1.0 for each."""

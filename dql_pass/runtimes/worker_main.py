@@ -4,8 +4,8 @@ functions of the module ``RUNTIME_worker.py`` beside this file; ``RUNTIME FUNCTI
 function of it once, its value the exit status.
 
 ``serve`` reads one pickled ``(function, arguments, dropped)`` from stdin per request: the module's
-``drop(key)`` for each key dropped (where it has one), then ``function(*arguments)``, answered on the
-original stdout with a pickled ``("ok", value)``, ``("error", message)`` for the runtime's refusal (an
+``drop(key)`` for each key dropped (only a module with ``drop`` gets any), then ``function(*arguments)``,
+answered on the original stdout with a pickled ``("ok", value)``, ``("error", message)`` for the runtime's refusal (an
 exception of the modules the worker module's ``FAILURES`` names; any, where it names none), or ``("bug",
 traceback)`` for any other exception. The process ends at the end of stdin, or when its parent is gone (a
 request under way is not finished for nobody). The runtime's own prints go to stderr, so that they never

@@ -56,7 +56,7 @@ from dql_pass.verification.lowered import check_lowered
 from dql_pass.verification.model_level import check_model, not_checked
 from dql_pass.verification.narrowed import narrowed_nodes
 from dql_pass.verification.progress import Callback, reporting
-from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport
+from dql_pass.verification.report import OutputResult, SiteResult, VerifyReport, counted
 from dql_pass.verification.site_level import check_sites
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def _narrowed(original: ir.Model, rewritten: ir.Model, runtime: runtimes.Runtime
     nodes = narrowed_nodes(original, rewritten) if runtime.widens_float16 else []
     if not nodes:
         return None
-    return (f"REWRITTEN computes in float16 or bfloat16 at {len(nodes)} node{'s' * (len(nodes) != 1)} ORIGINAL does "
+    return (f"REWRITTEN computes in float16 or bfloat16 at {counted(len(nodes), 'node')} ORIGINAL does "
             f"not ({', '.join(map(repr, nodes[:3]))}{', ...' * (len(nodes) > 3)}), which {runtime.name} runs in "
             f"float32: `--runtime reference` checks {'them' if len(nodes) != 1 else 'it'}")
 

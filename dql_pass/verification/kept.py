@@ -189,14 +189,13 @@ _BROADCASTING = frozenset(("", op) for op in (
 ))
 
 
-# Attributes that a later opset of the op made inputs (the index), as onnx's version converter moves them.
+# Attributes that a later opset of the op made inputs (the index), as onnx's version converter moves them:
+# those still attributes at opset 11, the first with DynamicQuantizeLinear (Pad's, Clip's, Slice's moved before).
 _MOVED_TO_INPUTS: dict[tuple[str, str], dict[str, int]] = {
     **{("", op): {"axes": 1} for op in (
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
         "ReduceLogSumExp", "ReduceSumSquare", "Squeeze", "Unsqueeze")},
-    ("", "Split"): {"split": 1}, ("", "Pad"): {"pads": 1, "value": 2}, ("", "Clip"): {"min": 1, "max": 2},
-    ("", "Slice"): {"starts": 1, "ends": 2, "axes": 3}, ("", "TopK"): {"k": 1}, ("", "Dropout"): {"ratio": 1},
-    ("", "Upsample"): {"scales": 1},
+    ("", "Split"): {"split": 1}, ("", "Dropout"): {"ratio": 1},
 }
 
 

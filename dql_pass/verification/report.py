@@ -11,7 +11,7 @@ The exit code is 0 for PASS only.
 
 from __future__ import annotations
 
-__all__ = ["OutputResult", "SiteResult", "Tally", "VerifyReport", "verdict"]
+__all__ = ["OutputResult", "SiteResult", "Tally", "VerifyReport", "counted", "verdict"]
 
 import dataclasses
 import math
@@ -20,6 +20,11 @@ from collections.abc import Iterable
 from dql_pass.compare import SiteDifference
 from dql_pass.inputs import describe
 
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless the count is 1: "1 site", "3 sites"."""
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 @dataclasses.dataclass
 class SiteResult:
@@ -156,8 +161,7 @@ class VerifyReport:
         checked = [s for s in self.sites if s.not_reachable is None]
         unreachable = len(self.sites) - len(checked)
         identical = sum(o.identical for o in self.outputs)
-        sets = f"{len(self.input_sets)} input set{'s' * (len(self.input_sets) != 1)}"
-        sites = f"{len(self.sites)} site{'s' * (len(self.sites) != 1)}"
+        sets, sites = counted(len(self.input_sets), "input set"), counted(len(self.sites), "site")
         text = (
             f"{self.verdict}: {sites}, {sum(s.cases for s in self.sites)} cases, "
             f"{sum(s.mismatches for s in self.sites)} site mismatches; final outputs {identical} of "
@@ -169,15 +173,14 @@ class VerifyReport:
             text += f"; REWRITTEN on {self.runtime}"  # whether it ran there, the rest says
             text += f", {known} known differences of {self.runtime}" if known else ""
         if unreachable:
-            text += f"; {unreachable} site{'s' * (unreachable != 1)} not reachable, not checked"
+            text += f"; {counted(unreachable, 'site')} not reachable, not checked"
         unchecked = sum(s.not_checked is not None for s in checked)
         if unchecked:
-            text += f"; {unchecked} site{'s' * (unchecked != 1)} not checked on {self.runtime}"
+            text += f"; {counted(unchecked, 'site')} not checked on {self.runtime}"
         if self.kept_differences:
             text += f"; {len(self.kept_differences)} constants, attributes, types or places of kept nodes differ"
         if self.input_differences:
-            count = len(self.input_differences)
-            text += f"; {count} graph input{'s' * (count != 1)} of ORIGINAL taken otherwise"
+            text += f"; {counted(len(self.input_differences), 'graph input')} of ORIGINAL taken otherwise"
         if self.model_not_checked:
             text += f"; model level not checked: {self.model_not_checked}"
         if self.narrowed:
@@ -194,7 +197,7 @@ class VerifyReport:
         inside = [s.name for s in self.sites if s.graph != "main" and s.not_reachable is None and not s.dropped]
         if inside:
             lines.append(
-                f"model level: {len(inside)} site{'s' * (len(inside) != 1)} inside subgraphs or functions "
+                f"model level: {counted(len(inside), 'site')} inside subgraphs or functions "
                 f"({', '.join(inside)}) {'were' if len(inside) != 1 else 'was'} checked on the catalogue only; their "
                 "values cannot be graph outputs"
             )
@@ -245,7 +248,7 @@ class VerifyReport:
             for reason, count in s.known.items():
                 tally = known.setdefault(reason, [0, 0])
                 tally[0], tally[1] = tally[0] + 1, tally[1] + count
-        return [f"known difference of {self.runtime}, {cases:,} cases at {sites} site{'s' * (sites != 1)}: {reason}"
+        return [f"known difference of {self.runtime}, {cases:,} cases at {counted(sites, 'site')}: {reason}"
                 for reason, (sites, cases) in known.items()]
 
     def to_dict(self) -> dict:

@@ -103,7 +103,7 @@ def convert(path: Path, timeout: float) -> bytes:
     if python is None:
         raise InputError(f"the LiteRT runtimes need onnx2tf: {missing()}")
     out = path.with_name(path.stem + ".tflite.d")
-    command = [*isolated.network_off(), str(python), "-I", str(_WORKER), str(path), str(out)]
+    command = isolated.command([str(python), "-I", str(_WORKER), str(path), str(out)])
     try:
         done = subprocess.run(command, env=_environ(path.parent), cwd=path.parent, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, errors="replace", timeout=timeout)
