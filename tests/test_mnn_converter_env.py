@@ -45,4 +45,3 @@ def test_the_run_worker_has_its_folder_as_home_and_scratch_and_no_network(tmp_pa
     with pytest.raises(RuntimeFailure) as failure:
         mnn.start_worker(tmp_path / "model.mnn", 1, ["x"], ["y"], 60)
     assert _as_expected(json.loads(str(failure.value))) == _expected(tmp_path)
-

@@ -482,6 +482,7 @@ def test_a_tract_worker_killed_between_runs_is_replaced_and_its_folder_removed()
     dead._process.wait()
     _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
     assert runtimes.get("tract").worker() is not dead and not dead.alive()
+    assert dead._process.stdout.closed  # stopped when replaced, not when collected
     del dead
     gc.collect()
     assert not folder.exists()

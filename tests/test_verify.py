@@ -1144,13 +1144,20 @@ def test_a_call_of_a_site_s_function_renamed_or_named_is_still_that_call():
 
 
 def test_the_ai_onnx_domain_spelled_out_gives_the_schemas_of_its_opset():
-    """Attribute defaults from an import keyed "ai.onnx" came from opset 1's schemas (Mul's broadcast=0): a FAIL
-    against the same model imported as ""."""
-    spelled = onnx.load(MLP)
-    for opset in spelled.opset_import:
-        if opset.domain == "":
-            opset.domain = "ai.onnx"
-    report = verify(spelled, dql_pass.fuse(dql_pass.expand(onnx.load(MLP))[0])[0])
+    """Attribute defaults from an import keyed "ai.onnx" came from opset 1's schemas: Softmax's axis, 1 there and
+    -1 from opset 13, made a FAIL of the same model imported as "" with the axis written out."""
+    def model(domain: str) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            [helper.make_node("Softmax", ["x"], ["soft"], name="softmax"),
+             helper.make_node("DynamicQuantizeLinear", ["soft"], ["y", "s", "z"], name="dql"),
+             helper.make_node("DequantizeLinear", ["y", "s", "z"], ["out"], name="dequantize")],
+            "softmax", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 4])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, 13)])
+
+    rewritten = dql_pass.expand(model(""))[0]
+    next(n for n in rewritten.graph.node if n.name == "softmax").attribute.append(helper.make_attribute("axis", -1))
+    report = verify(model("ai.onnx"), rewritten)
     assert report.verdict == "PASS" and report.kept_differences == [], report.format()
 
 
