@@ -7,7 +7,7 @@ A leaf that imports nothing heavy: the entry point installs it before the comman
 
 from __future__ import annotations
 
-__all__ = ["SIGNALS", "Interrupted", "install", "report"]
+__all__ = ["SIGNALS", "Interrupted", "cause", "install", "report"]
 
 import signal
 import sys
@@ -33,6 +33,14 @@ def install() -> None:
     for sig in SIGNALS:
         if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _raise)
+
+
+def cause(error: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt ``error`` was raised from, if any: Python 3.11 wraps one raised inside a class
+    definition (a dataclass field's ``__set_name__``, in a lazy import) in a RuntimeError."""
+    while error is not None and not isinstance(error, KeyboardInterrupt):
+        error = error.__cause__
+    return error
 
 
 def report(interrupt: KeyboardInterrupt) -> int:

@@ -131,6 +131,37 @@ def test_a_signal_while_the_command_line_loads_ends_it_with_one_line(tmp_path, e
 
 
 
+# A sitecustomize that sends a signal from inside the first dataclass field's __set_name__ in a given module:
+# Python 3.11 wraps an exception raised there in a RuntimeError, whose traceback a Ctrl-C during verify's lazy
+# import once printed.
+_SIGNAL_IN_SET_NAME = textwrap.dedent('''
+    import dataclasses, os, signal
+
+    set_name = dataclasses.Field.__set_name__
+    fired = []
+
+    def signal_in_set_name(self, owner, name):
+        if not fired and owner.__module__ == os.environ["SIGNAL_IN"]:
+            fired.append(owner)
+            os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+        return set_name(self, owner, name)
+
+    dataclasses.Field.__set_name__ = signal_in_set_name
+''')
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_inside_a_class_definition_ends_the_command_with_one_line(tmp_path, name):
+    env = _hooked(tmp_path, _SIGNAL_IN_SET_NAME, SIGNAL_IN="dql_pass.verification.report", SIGNAL=name)
+    run = subprocess.run([sys.executable, "-m", "dql_pass", "expand", str(MLP), "-o", str(tmp_path / "o.onnx"),
+                          "--verify", "-q"], capture_output=True, text=True, env=env, timeout=120,
+                         preexec_fn=signals_as_by_default)
+    assert (run.returncode, run.stderr) == (128 + getattr(signal, name), "dql-pass: interrupted\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "o.onnx"]  # written whole before verify began
+    onnx.checker.check_model(tmp_path / "o.onnx", full_check=True)
+
+
+
 def _cli_running(main_body: str, **options) -> subprocess.CompletedProcess:
     """``cli.run()`` in a fresh process, its command replaced by ``main_body`` (returning the exit code)."""
     code = ("import socket, sys\nfrom dql_pass.cli import process\ndef main(argv=None):\n"

@@ -141,13 +141,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, MissingDependency) as error:
         print(f"dql-pass: error: {error}", file=sys.stderr)
         return 2
-    except OSError as error:
-        if error.errno not in _UNNAMEABLE or error.filename is None:
+    except KeyboardInterrupt as interrupt:  # the temporary files are gone by now: every write undoes itself
+        return interrupts.report(interrupt)
+    except Exception as error:
+        interrupt = interrupts.cause(error)
+        if interrupt is not None:
+            return interrupts.report(interrupt)
+        if not isinstance(error, OSError) or error.errno not in _UNNAMEABLE or error.filename is None:
             raise  # any other: a bug of ours, or of a runtime, with its traceback
         print(f"dql-pass: error: {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as interrupt:  # the temporary files are gone by now: every write undoes itself
-        return interrupts.report(interrupt)
 
 
 def _open_closed_streams() -> None:
