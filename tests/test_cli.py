@@ -686,12 +686,12 @@ def test_fuse_gen_tests_and_a_failing_run_tests_say_what_to_do_next(tmp_path, ca
 
 def test_the_runtime_timeout_help_gives_the_adapters_own_limits():
     from dql_pass.cli.parser import build
-    from dql_pass.runtimes import litert, mnn, tract, web
+    from dql_pass.runtimes import litert, mnn, served, web
 
     help_text = build().commands["verify"].format_help()
     limits = (f"webgpu and wasm: {web.WebRuntime.load_timeout:g} to load, {web.WebRuntime.run_timeout:g} to run; "
               f"mnn: {mnn.CONVERT_SECONDS:g} to convert, {mnn.RUN_SECONDS:g} to run; "
-              f"tract: {tract.RUN_SECONDS:g} to load or run; "
+              f"tract and openvino: {served.RUN_SECONDS:g} to load or run; "
               f"litert: {litert.LiteRt.conversion_timeout:g} to convert")
     assert limits in " ".join(help_text.split())
 

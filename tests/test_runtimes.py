@@ -420,16 +420,18 @@ def test_a_runtime_said_to_widen_float16_computes_it_in_float32_and_no_other(nam
     assert y.tobytes() == expected.tobytes(), (y, expected)
 
 
-def _tract_sessions(count: int) -> list[runtimes.Session]:
-    expanded = dql_pass.expand(one_node_model(["n"], OPSET), variant="float64", runtime=None)[0]
-    return [runtimes.get("tract").load(expanded) for _ in range(count)]
+def _served_sessions(name: str, count: int) -> list[runtimes.Session]:
+    """``count`` sessions of the one-node model on ``name``, a runtime whose sessions share one worker."""
+    runtime = installed(name)
+    expanded = dql_pass.expand(one_node_model(["n"], OPSET), variant=runtime.variant, runtime=None)[0]
+    return [runtime.load(expanded) for _ in range(count)]
 
 
-def test_sessions_of_the_tract_worker_run_from_several_threads():
+@pytest.mark.parametrize("name", ["tract", "openvino"])
+def test_sessions_of_a_shared_worker_run_from_several_threads(name):
     """One worker serves every session: without a lock, two threads' requests and answers crossed."""
     import threading
 
-    installed("tract")
     wrong = []
 
     def runs(session: runtimes.Session, seed: int) -> None:
@@ -442,7 +444,8 @@ def test_sessions_of_the_tract_worker_run_from_several_threads():
             except Exception as error:  # a crossed answer may also come back as a failure
                 wrong.append(repr(error))
 
-    threads = [threading.Thread(target=runs, args=(session, seed)) for seed, session in enumerate(_tract_sessions(3))]
+    threads = [threading.Thread(target=runs, args=(session, seed))
+               for seed, session in enumerate(_served_sessions(name, 3))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -455,8 +458,7 @@ def test_an_interrupt_while_the_tract_worker_computes_leaves_no_answer_for_the_n
     """Ctrl-C in a notebook reaches the kernel only: the worker's answer stayed in the pipe, the next run's."""
     from dql_pass.runtimes import worker
 
-    installed("tract")
-    (session,) = _tract_sessions(1)
+    (session,) = _served_sessions("tract", 1)
     answer = worker._answer
 
     def interrupted(process, seconds):
@@ -469,19 +471,19 @@ def test_an_interrupt_while_the_tract_worker_computes_leaves_no_answer_for_the_n
     _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
 
 
-def test_a_tract_worker_killed_between_runs_is_replaced_and_its_folder_removed():
+@pytest.mark.parametrize("name", ["tract", "openvino"])
+def test_a_shared_worker_killed_between_runs_is_replaced_and_its_folder_removed(name):
     """The system's OOM killer, say: the next run starts a new worker, and the dead one's pipes and folder go."""
     import gc
     import signal
 
-    installed("tract")
-    (session,) = _tract_sessions(1)
-    dead = runtimes.get("tract").worker()
+    (session,) = _served_sessions(name, 1)
+    dead = runtimes.get(name).worker()
     folder = Path(os.readlink(f"/proc/{dead._process.pid}/cwd"))
     os.kill(dead._process.pid, signal.SIGKILL)
     dead._process.wait()
     _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
-    assert runtimes.get("tract").worker() is not dead and not dead.alive()
+    assert runtimes.get(name).worker() is not dead and not dead.alive()
     assert dead._process.stdout.closed  # stopped when replaced, not when collected
     del dead
     gc.collect()
@@ -492,8 +494,7 @@ def test_an_exception_of_ours_in_the_tract_worker_is_a_bug_with_its_traceback_no
     """tract's own errors are its refusals (RuntimeFailure); any other was reported as "tract cannot run"."""
     from dql_pass.runtimes.worker import WorkerBug
 
-    installed("tract")
-    _tract_sessions(1)
+    _served_sessions("tract", 1)
     with pytest.raises(WorkerBug, match=r"(?s)Traceback.*KeyError: -1"):
         runtimes.get("tract").worker().ask("run", -1, [np.ones(3, _F)], seconds=60, doing="on this input")
 

@@ -46,9 +46,9 @@ class _ListTargets(argparse.Action):
 def runtime_timeout(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--runtime-timeout", type=seconds, metavar="SECONDS",
                         help="seconds the runtime may take to load or run a model once, where its adapter limits them "
-                             "(webgpu and wasm: 120 to load, 300 to run; mnn: 600 to convert, 600 to run; tract: 600 "
-                             "to load or run; litert: 600 to convert); past it, what it kept unchecked is reported as "
-                             "such")
+                             "(webgpu and wasm: 120 to load, 300 to run; mnn: 600 to convert, 600 to run; tract and "
+                             "openvino: 600 to load or run; litert: 600 to convert); past it, what it kept unchecked "
+                             "is reported as such")
     return parser
 
 

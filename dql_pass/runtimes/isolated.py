@@ -2,7 +2,7 @@
 home and scratch folder, so that whatever it writes (caches, logs, a telemetry id) lands there.
 
 Used by every adapter that runs another package's code in a process of its own (the LiteRT and
-MNN converters, the MNN and tract workers).
+MNN converters, the MNN, tract and OpenVINO workers).
 """
 
 from __future__ import annotations

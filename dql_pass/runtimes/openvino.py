@@ -1,7 +1,9 @@
-"""OpenVINO's CPU plugin, always at float32 inference precision.
+"""OpenVINO's CPU plugin, always at float32 inference precision, in a worker process
+(:mod:`dql_pass.runtimes.openvino_worker`, through :mod:`dql_pass.runtimes.served`): the plugin dies
+(SIGSEGV) compiling some models, which is then that run's failure, and the next run starts a new worker.
 
 On a CPU with AMX-bf16 the plugin runs float32 models in bf16 unless told otherwise, which no
-DQL output survives. A session compiles once per input shape: the plugin refuses inputs of
+DQL output survives. A model compiles once per input shape: the plugin refuses inputs of
 unknown rank. ``threads`` > 0 sets INFERENCE_NUM_THREADS; ``optimize`` is ignored: the plugin
 has no switch for its graph transformations.
 """
@@ -10,28 +12,12 @@ from __future__ import annotations
 
 __all__ = ["OpenVino"]
 
-import sys
-
-import numpy as np
-
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes.base import KnownDifference, Runtime, RuntimeFailure, Session, failures_of
-from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, output_types
+from dql_pass.runtimes.base import KnownDifference
+from dql_pass.runtimes.served import ServedRuntime
 
 
-def _import_openvino():
-    """The openvino module, imported without its telemetry."""
-    # `import openvino` starts openvino-telemetry, which writes a client id and usage stats under
-    # $HOME/intel and sends an "import" event to Google Analytics; where that package does not
-    # import, OpenVINO uses its own no-op stub. Nothing dql_pass runs may reach the network.
-    if "openvino" not in sys.modules:
-        sys.modules.setdefault("openvino_telemetry", None)
-    import openvino
-
-    return openvino
-
-
-class OpenVino(Runtime):
+class OpenVino(ServedRuntime):
     name = "openvino"
     module = "openvino"
     distribution = "openvino"
@@ -73,53 +59,13 @@ class OpenVino(Runtime):
                         "as the lean variant's are for an empty x", outputs=OUTPUTS),
     )
 
-    def _load(self, model, *, threads: int, optimize: str) -> Session:
-        import onnx
+    def _prepared(self, proto) -> None:
+        # The plugin fails to read a model whose input has a fixed dimension of 0 (an IndexError out of
+        # its frontend); symbolic ones read, and each compile fixes them again.
+        for value in proto.graph.input:
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+                if dim.HasField("dim_value"):
+                    dim.dim_param = f"{value.name}_{axis}"
 
-        openvino = _import_openvino()
-        config = {"INFERENCE_PRECISION_HINT": "f32"}
-        if threads > 0:
-            config["INFERENCE_NUM_THREADS"] = threads
-        # A copy of our own, even of a file: its inputs' fixed dimensions are about to go.
-        with as_file(model) as path:
-            proto = onnx.load(path, load_external_data=False)
-            # The plugin fails to read a model whose input has a fixed dimension of 0 (an IndexError
-            # out of its frontend); symbolic ones read, and each compile below fixes them again.
-            for value in proto.graph.input:
-                for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-                    if dim.HasField("dim_value"):
-                        dim.dim_param = f"{value.name}_{axis}"
-            onnx.save(proto, path)
-            with failures_of():
-                core = openvino.Core()
-                read = core.read_model(path)
-
-        def compile(signature):
-            # Compiled per input shape: the CPU plugin refuses an input of unknown rank, and a
-            # fixed shape is what it optimizes best.
-            fixed = read.clone()
-            fixed.reshape({index: list(shape) for index, (shape, _) in enumerate(signature)})
-            _refuse_empty_gathers(fixed)
-            compiled = core.compile_model(fixed, "CPU", config)
-
-            def run(arrays):
-                results = compiled.create_infer_request().infer(dict(enumerate(arrays)))
-                return [np.array(results[port]) for port in compiled.outputs]
-            return run
-
-        # Names from the file, outputs by position: the plugin keeps one of a port's names, not always the graph's.
-        inputs = [value.name for value in fed_inputs(proto)]
-        # The plugin raises plain RuntimeErrors, and only the plugin runs in ``compile``.
-        return ShapeCachedSession(inputs, [value.name for value in proto.graph.output], output_types(proto), compile)
-
-
-def _refuse_empty_gathers(model) -> None:
-    """A refusal, where compiling would kill the process: the CPU plugin dies (SIGFPE) compiling a
-    Gather whose indices are empty (measured on a three-node model, and on the lean variant's for an
-    empty x)."""
-    for node in model.get_ordered_ops():
-        if node.get_type_name() == "Gather":
-            indices = node.input_value(1).get_partial_shape()
-            if indices.is_static and 0 in indices.to_shape():
-                raise RuntimeFailure("OpenVINO's CPU plugin dies (SIGFPE) compiling a Gather with empty indices; "
-                                     "not run")
+    def _load_arguments(self, *, threads: int) -> tuple[object, ...]:
+        return (threads,)
