@@ -309,14 +309,14 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
 
     # The lean variant: portable's guarantees (Div several ulp off, fused products, subnormals
     # flushed but for a subnormal x or y_scale; not comparisons of float bits as int32, since some
-    # Less compare values of either sign) in 55 nodes, 52 of them kernels (a Reshape is none): 15
-    # whole-tensor, 40 on scalars and on vectors of 769 slots built once per site. Per element: a
+    # Less compare values of either sign) in 53 nodes, 50 of them kernels (a Reshape is none): 15
+    # whole-tensor, 38 on scalars and on vectors of 769 slots built once per site. Per element: a
     # rough slot from Div, one Less against the exact threshold of that slot, one Gather of the
     # answer. A Gemm of [1, 1] by [1, n] plus C is a * b + c in one kernel, fused or not: each
     # product it takes is exact or rounded where a Mul would round it. Where the nodes go: 4
     # reductions (Reshape, Concat of a 0: WebGPU refuses an empty reduction); 11 per element (Mul
     # by k, Div, Add, 2 to clamp the slot: NaN, -inf and +inf all occur, Cast, Gather, Less, Cast,
-    # Add, Gather); 20 for the scale (1 the range, 2 the zero range, 6 its exact rounding under a
+    # Add, Gather); 18 for the scale (1 the range, 2 the zero range, 4 its exact rounding under a
     # GPU Div, 9 the powers of two that keep every residual normal and round a subnormal scale
     # once, 1 the cap of an infinite range, 1 a Reshape back to a scalar); 13 for the thresholds (a
     # Veltkamp split 3, the products and their sum 3, the exact residual test 3, the predecessor 3,
@@ -327,7 +327,7 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     # need b * c for 25-bit c to 48 bits (a split, two exact products, an exact residual and a
     # predecessor: one Mul by 1 - 2^-24 is the predecessor of f > 0 only, negative f would need a
     # factor between two floats; a Gemm of K = 2 sums its two products rounded, not exact), the
-    # scale a correctly rounded quotient under a GPU Div (6), float32 without exponent access needs
+    # scale a correctly rounded quotient under a GPU Div (4), float32 without exponent access needs
     # Where over powers of two (two regimes' conditions, four factors, one node each whatever
     # picks them) to stay normal, and x = 0 under the scale 0 must reach a slot whose answer is not
     # the zero point, which only its NaN quotient does (so the clamp must catch NaN).
@@ -337,7 +337,8 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
     tiny_range, subnormal_range = _tensor(2.0**-70), _tensor(255 * 2.0**-126)
     up64, down64, down16, up16 = _tensor(2.0**64), _tensor(2.0**-64), _tensor(2.0**-16), _tensor(2.0**16)
     range_cap, splitter_power = _tensor(2.0**122), _tensor([[2.0**12]])
-    up64_2d, scalar_shape = _tensor([[2.0**64]]), _tensor([], np.int64)
+    qmax_2d, minus_just_past_qmax = _tensor([[255.0]]), _tensor([[-256.0]])
+    reciprocal_qmax_2d, scalar_shape = _tensor([[np.float32(1) / np.float32(255)]]), _tensor([], np.int64)
     top_slot = _tensor(lean_slots - 1.0)
 
     @onnxscript.script(default_opset=op)
@@ -359,15 +360,14 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # RN(a / 255) whatever Div returns within 2^14 ulp: the residual a - 255 q is exact. A
         # converter may make this Div a Mul by 1/255 (within 2 ulp: still exact, unless a compiler
         # then fuses that product into the sums that read q).
-        # Not Gemms, unlike the thresholds: tract's Gemm reads a subnormal operand (q, the residual of a
-        # subnormal scale) as 0, and OpenVINO's CPU plugin crashes compiling these two as Gemms in a
-        # lowered model of three sites.
-        q = op.Div(a, op.Constant(value=qmax))
-        residual = op.Add(op.Sub(a, op.Mul(q, op.Constant(value=just_past_qmax))), q)
-        rounded_scale = op.Add(q, op.Mul(residual, op.Constant(value=reciprocal_qmax)))
-        # b = y_scale * k: 0 for the scale 0 (a range below 2^-142), about 2^114 for an infinite one;
-        # [1, 1] for the Gemms below (the factor's shape), a scalar again for the rest.
-        b_2d = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64_2d), unit))
+        # As Gemms: tract's Gemm reads a subnormal operand (q, the residual of a subnormal scale) as 0, and
+        # OpenVINO's CPU plugin dies compiling the pair in some lowered models; lean is neither's target,
+        # and each says so as a known difference.
+        q = op.Div(a, op.Constant(value=qmax_2d))  # [1, 1]: Gemm reads 2-D operands
+        residual = op.Add(op.Gemm(q, op.Constant(value=minus_just_past_qmax), a), q)
+        rounded_scale = op.Gemm(residual, op.Constant(value=reciprocal_qmax_2d), q)
+        # b = y_scale * k: 0 for the scale 0 (a range below 2^-142), about 2^114 for an infinite one.
+        b_2d = op.Mul(rounded_scale, op.Where(subnormal, op.Constant(value=up64), unit))
         b = op.Reshape(b_2d, op.Constant(value=scalar_shape))
         y_scale = op.Mul(b, k_inverse)
         # The thresholds T[s] = RD(b * c_s) in x * k's units, c_s the real that x / scale must pass

@@ -45,7 +45,7 @@ REGISTRY: tuple[Variant, ...] = (
             "is up to 3 ulp off (WebGPU), products are fused into sums or comparisons read float bits as int32, and "
             "with subnormals flushed but for a subnormal x or scale; no Round, Sign, QuantizeLinear, Equal, Greater or "
             "float64", None, float_y=True),
-    Variant("lean", "portable's guarantees in 55 nodes, 15 of them over the whole tensor: exact thresholds built once "
+    Variant("lean", "portable's guarantees in 53 nodes, 15 of them over the whole tensor: exact thresholds built once "
             "per site on a vector of 769 (Gemm for the exact products), then per element Div, a clamp, Cast to int32, "
             "Gather, Less and Gather", None,
             float_y=True),

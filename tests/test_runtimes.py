@@ -293,6 +293,17 @@ def test_empty_and_rank_0_inputs_run(name):
         _assert_reference_bits(_target_session(name, x.ndim), x)
 
 
+def test_openvino_refuses_to_compile_a_gather_with_empty_indices_and_serves_on():
+    """The CPU plugin dies (SIGFPE) compiling a Gather whose indices are empty, as lean's are for an empty x:
+    refused before it compiles, the worker lives."""
+    session = _loaded("openvino", variant="lean")
+    with pytest.raises(runtimes.RuntimeFailure, match="compiling a Gather with empty indices"):
+        session.run({"x": np.zeros(0, _F)})
+    worker = runtimes.get("openvino").worker()
+    _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
+    assert runtimes.get("openvino").worker() is worker
+
+
 def test_tinygrad_runs_on_its_cpu_device_and_leaves_the_default_alone(monkeypatch):
     monkeypatch.delenv("DEV", raising=False)  # tinygrad writes the device it picks by itself here
     session = _target_session("tinygrad")

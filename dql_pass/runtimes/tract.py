@@ -47,6 +47,10 @@ class Tract(ServedRuntime):
         KnownDifference(("arithmetic",), "reciprocal",
                         "measured: tract computes every float32 Div as a multiplication by the reciprocal",
                         outputs=OUTPUTS),
+        KnownDifference(("lean",), "subnormal",
+                        "measured: tract's Gemm reads a subnormal operand as 0 (a one-node Gemm gives 2e-38 for "
+                        "2e-38 - 256 * 7.8e-41; its Mul keeps it), and lean rounds a subnormal scale in two Gemms: "
+                        "that scale comes out 0", outputs=OUTPUTS),
         KnownDifference(("residual",), "tiny scale",
                         "measured: with a scale near 1.5e-38 the residual variant's remainders fall out of the "
                         "normal float32 range, where tract loses their low bits (1 of 1,256 inputs)",

@@ -140,7 +140,7 @@ class WebGpu(WebRuntime):
     bundle = BUNDLES["webgpu"]
     # lean: every op of it has a WebGPU kernel (its int32 Gathers and Casts included, measured
     # with placement()), it is exact with every Div several ulp off, as WGSL allows real GPUs, and
-    # it costs 55 nodes a site (52 kernels, 15 over the whole tensor) where portable costs 97 (31).
+    # it costs 53 nodes a site (50 kernels, 15 over the whole tensor) where portable costs 97 (31).
     # Of the others residual was the most exact (52 of 56 catalogue inputs; quantizelinear and
     # arithmetic lose the empty inputs too, float64 does not load), but its Round and Sign run on
     # the wasm CPU and SwiftShader's exact Div hides what a GPU's would do.
