@@ -360,9 +360,9 @@ def scripts(zero_range: str) -> dict[str, onnxscript.OnnxFunction]:
         # RN(a / 255) whatever Div returns within 2^14 ulp: the residual a - 255 q is exact. A
         # converter may make this Div a Mul by 1/255 (within 2 ulp: still exact, unless a compiler
         # then fuses that product into the sums that read q).
-        # As Gemms: tract's Gemm reads a subnormal operand (q, the residual of a subnormal scale) as 0, and
-        # OpenVINO's CPU plugin dies compiling the pair in some lowered models; lean is neither's target,
-        # and each says so as a known difference.
+        # As Gemms: tract's Gemm reads a subnormal operand (q, the residual of a subnormal scale) as 0 (its
+        # known difference), and OpenVINO's CPU plugin dies compiling the pair in some lowered models (a
+        # failed run in its worker); lean is neither's target.
         q = op.Div(a, op.Constant(value=qmax_2d))  # [1, 1]: Gemm reads 2-D operands
         residual = op.Add(op.Gemm(q, op.Constant(value=minus_just_past_qmax), a), q)
         rounded_scale = op.Gemm(residual, op.Constant(value=reciprocal_qmax_2d), q)

@@ -247,8 +247,8 @@ def test_a_panic_in_tract_fails_the_run_with_its_message_and_the_next_run_goes_o
 
 
 def test_tract_gemm_reads_a_subnormal_operand_as_zero_where_mul_keeps_it():
-    """Why lean's scale is rounded with Mul, Sub and Add, not Gemm (onnxscript_bodies): c - 256 * q with q
-    subnormal, on tract's Gemm and on its Mul and Sub."""
+    """tract's known difference on lean, whose scale is rounded in two Gemms (onnxscript_bodies): c - 256 * q
+    with q subnormal, on tract's Gemm and on its Mul and Sub."""
     installed("tract")
     tract_worker = worker_main._module("tract")
     q, c = np.array([[7.8e-41]], _F), np.array([[2e-38]], _F)
@@ -291,6 +291,15 @@ def test_openvino_runs_float32_not_bf16():
 def test_empty_and_rank_0_inputs_run(name):
     for x in (np.zeros(0, _F), np.zeros((2, 0), _F), np.array(-1.5, _F)):
         _assert_reference_bits(_target_session(name, x.ndim), x)
+
+
+def test_openvino_starts_without_its_telemetry():
+    """openvino-telemetry, where installed, writes a client id and usage stats under $HOME/intel and sends an
+    "import" event: the worker, whose home is its own folder, must never start it."""
+    (session,) = _served_sessions("openvino", 1)
+    _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
+    home = Path(os.readlink(f"/proc/{runtimes.get('openvino').worker()._process.pid}/cwd"))
+    assert not (home / "intel").exists(), sorted(p.name for p in home.iterdir())
 
 
 def test_openvino_refuses_to_compile_a_gather_with_empty_indices_and_serves_on():
@@ -463,6 +472,18 @@ def test_sessions_of_a_shared_worker_run_from_several_threads(name):
         thread.join(timeout=120)
         assert not thread.is_alive()
     assert wrong == []
+
+
+def test_a_worker_starts_where_its_pipes_cannot_be_widened(monkeypatch):
+    """F_SETPIPE_SZ is Linux's: elsewhere the workers keep the default capacity (it raised, leaving the worker
+    it had started running)."""
+    import fcntl
+
+    installed("tract")
+    runtimes.get("tract").worker().stop()
+    monkeypatch.delattr(fcntl, "F_SETPIPE_SZ")
+    (session,) = _served_sessions("tract", 1)
+    _assert_reference_bits(session, np.linspace(-2, 7, 5, dtype=_F))
 
 
 def test_an_interrupt_while_the_tract_worker_computes_leaves_no_answer_for_the_next_run(monkeypatch):

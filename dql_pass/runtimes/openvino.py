@@ -25,7 +25,8 @@ class OpenVino(ServedRuntime):
     # float32 only, each quotient settled by its exact remainder: the plugin divides through the
     # reciprocal and runs float64 as float32. Portable rather than residual: residual's remainders
     # leave the normal range for scales near 2^-126 (32 of 1,256 inputs lost), portable's do not.
-    # Not lean, exact on every other input: the plugin dies compiling its Gather for an empty x.
+    # Not lean, exact on every other input: the plugin dies compiling its Gather for an empty x, and its
+    # scale's pair of Gemms in some lowered models.
     variant = "portable"
     known_differences = (
         KnownDifference(("native",), "zero range",

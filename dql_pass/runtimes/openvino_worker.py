@@ -36,7 +36,7 @@ def load(key: int, path: str, threads: int) -> None:
 
 
 def _refuse_empty_gathers(model) -> None:
-    """A refusal, where compiling would kill the process: the CPU plugin dies (SIGFPE) compiling a
+    """A refusal, where compiling would kill the worker: the CPU plugin dies (SIGFPE) compiling a
     Gather whose indices are empty (measured on a three-node model, and on the lean variant's for an
     empty x)."""
     for node in model.get_ordered_ops():

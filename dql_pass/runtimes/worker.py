@@ -1,6 +1,6 @@
 """A runtime run in a process of its own, a worker, for a runtime whose failure can end the process it runs in
-(MNN's segfaults, a panic in tract's Rust code, which aborts): a crash or a hang fails the one request with its
-reason, and the next request starts a new worker.
+(MNN's segfaults, OpenVINO's CPU plugin dying as it compiles, a panic in tract's Rust code, which aborts): a
+crash or a hang fails the one request with its reason, and the next request starts a new worker.
 
 The worker is :mod:`dql_pass.runtimes.worker_main` running the module ``RUNTIME_worker.py`` beside it, kept
 apart as every third-party tool is (:mod:`dql_pass.runtimes.isolated`): no network, its folder as its home and
@@ -14,7 +14,6 @@ from __future__ import annotations
 __all__ = ["Worker", "WorkerBug", "command", "crash"]
 
 import contextlib
-import fcntl
 import os
 import pickle
 import selectors
@@ -67,10 +66,9 @@ class Worker:
         environ = {**isolated.worker_environ(folder), PARENT: str(os.getpid())}  # it ends when this process does
         self._process = subprocess.Popen(isolated.command(arguments), cwd=folder, env=environ,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
-        for pipe in (self._process.stdin, self._process.stdout):
-            with contextlib.suppress(OSError):  # a lower limit set by the system: the default capacity
-                fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         self._stop = weakref.finalize(self, _stop, self._process, self._stderr)
+        for pipe in (self._process.stdin, self._process.stdout):
+            _widen(pipe)
         self._dropped: list[object] = []
         self._lock = threading.Lock()  # one request and its answer at a time, whatever thread asks
 
@@ -123,6 +121,16 @@ class Worker:
         self._stderr.seek(0, os.SEEK_END)
         self._stderr.seek(max(0, self._stderr.tell() - _STDERR_TAIL))
         return self._stderr.read().decode(errors="replace")
+
+
+def _widen(pipe: IO[bytes]) -> None:
+    """``pipe`` at :data:`_PIPE_BYTES`, where the system allows it (Linux, within its limit)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # another system, or a lower limit: the default capacity
+        pass
 
 
 def _answer(process: subprocess.Popen, seconds: float) -> tuple[str, object]:
