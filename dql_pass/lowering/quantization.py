@@ -38,6 +38,7 @@ import collections
 import dataclasses
 import logging
 import re
+from collections.abc import Collection
 
 import numpy as np
 import onnx_ir as ir
@@ -157,8 +158,10 @@ class LowerResult(ir.passes.PassResult):
 class LowerQuantizationPass(ir.passes.InPlacePass):
     """Rewrite the quantization ops of ``quantize_dynamic`` into float32 primitives (see the module docstring)."""
 
-    def __init__(self, target: str | None = None, weights: str | None = None, blocks: bool | None = None):
+    def __init__(self, target: str | None = None, weights: str | None = None, blocks: bool | None = None,
+                 op_types: Collection[str] = LOWERED):
         super().__init__()
+        self.op_types = frozenset(op_types)  # verify lowers only the ops a runtime computes otherwise than ONNX
         runtime = None if target is None else runtimes.get(target)
         self.target = None if runtime is None else runtime.name
         self.variant = "arithmetic" if runtime is None else runtime.variant
@@ -180,7 +183,7 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
         for graph, (path, root) in graph_scopes(model).items():
             opset = ai_onnx_opset(root.opset_imports) or 0
             for node in list(graph):
-                if node.domain not in DOMAINS or node.op_type not in LOWERED:
+                if node.domain not in DOMAINS or node.op_type not in self.op_types:
                     continue
                 where = label(node)
                 if opset < _MIN_OPSET:

@@ -8,15 +8,16 @@ loaded, so listing them, reading their limits and picking a target cost no runti
 from __future__ import annotations
 
 __all__ = [
-    "ELSEWHERE", "RUNTIMES", "TIMEOUT_OPTION", "Elsewhere", "InexactProduct", "KnownDifference", "Lack", "Runtime",
-    "RuntimeFailure", "RuntimeTimeout", "Session", "get", "lacking", "refused",
+    "ELSEWHERE", "RUNTIMES", "TIMEOUT_OPTION", "ComputedOtherwise", "Elsewhere", "InexactProduct", "KnownDifference",
+    "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout", "Session", "get", "lacking", "refused",
 ]
 
 from collections.abc import Iterable
 
 from dql_pass.errors import InputError
 from dql_pass.runtimes.base import (
-    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session, refused,
+    TIMEOUT_OPTION, ComputedOtherwise, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout,
+    Session, refused,
 )
 from dql_pass.runtimes.elsewhere import ELSEWHERE, Elsewhere
 from dql_pass.runtimes.iree import Iree

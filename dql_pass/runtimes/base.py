@@ -6,8 +6,10 @@ cannot run (:class:`Lack`, and :attr:`Runtime.unloadable` for a variant that doe
 and where its outputs are known to differ from the contract (:class:`KnownDifference`), each
 with the measured reason, which expansion variant is exact on it (:attr:`Runtime.variant`), and
 which integer products it does not compute exactly in float32 (:class:`InexactProduct`), which
-``lower`` then leaves alone. What adapters share to get there (model conversion, dtype
-conforming, compiling per shape or rank) is :mod:`dql_pass.runtimes.sessions`.
+``lower`` then leaves alone, and which ops of the quantization family it computes otherwise than
+ONNX (:class:`ComputedOtherwise`), which verify lowers in the ORIGINAL it holds REWRITTEN to there.
+What adapters share to get there (model conversion, dtype conforming, compiling per shape or rank)
+is :mod:`dql_pass.runtimes.sessions`.
 
 An adapter imports its runtime only when a model is loaded on it, so the expand path reads the
 limits without loading any runtime. A version of a runtime newer than the one a limit was measured on is
@@ -18,8 +20,8 @@ writing one that does not load costs the user a deployment.
 from __future__ import annotations
 
 __all__ = [
-    "TIMEOUT_OPTION", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure", "RuntimeTimeout",
-    "Session", "failures_of", "refused",
+    "TIMEOUT_OPTION", "ComputedOtherwise", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure",
+    "RuntimeTimeout", "Session", "failures_of", "refused",
 ]
 
 import contextlib
@@ -105,6 +107,21 @@ class InexactProduct:
 
 
 @dataclasses.dataclass(frozen=True)
+class ComputedOtherwise:
+    """An op of the quantization family that the runtime was measured to compute otherwise than ONNX defines it:
+    verify holds REWRITTEN there to ORIGINAL with that op lowered (lower's exact float32 form), not as the
+    runtime's own kernel computes it."""
+
+    runtime: str
+    op_type: str
+    measured: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.runtime} computes {self.op_type} otherwise than ONNX ({self.measured}): {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
 class KnownDifference:
     """Where a runtime's outputs differ from the contract: a form, a class of inputs, a policy, and
     the outputs it changes, the only ones it excuses."""
@@ -173,6 +190,7 @@ class Runtime:
     lacks: tuple[Lack, ...] = ()
     known_differences: tuple[KnownDifference, ...] = ()
     inexact_products: tuple[InexactProduct, ...] = ()
+    computed_otherwise: tuple[ComputedOtherwise, ...] = ()
     unloadable: dict[str, str] = {}  # expansion variants that do not load or run at all: the measured reason
     # Ops that load but run off the runtime's accelerator (op: the input types), measured; expand says so.
     no_kernel: dict[str, str] = {}

@@ -34,6 +34,8 @@ from dql_pass import runtimes
 from dql_pass.compare import SiteDifference, compare_site
 from dql_pass.errors import InputError, one_line
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
+from dql_pass.graph.walk import ops_used
+from dql_pass.lowering.quantization import LowerQuantizationPass
 from dql_pass.lowering.rules import RULES
 from dql_pass.op import DOMAINS
 from dql_pass.reference import dynamic_quantize_linear
@@ -219,10 +221,20 @@ def _run_models(
     return sets, *runs, [f"ORIGINAL does not run {'; nor '.join(failures)}: both models ran with {ran}", *sets.notes]
 
 
+def _computed_otherwise(original: ir.Model, runtime: runtimes.Runtime) -> list[runtimes.ComputedOtherwise]:
+    """The ops of ORIGINAL that ``runtime`` computes otherwise than ONNX defines them."""
+    used = {op_type for domain, op_type in ops_used(original) if domain in DOMAINS}
+    return [op for op in runtime.computed_otherwise if op.op_type in used]
+
+
 def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
-    """ORIGINAL with its DQL expanded by the runtime's target variant, run there; RuntimeFailure if it cannot."""
+    """ORIGINAL with its DQL expanded by the runtime's target variant and the ops it computes otherwise than ONNX
+    lowered (lower's exact float32 forms), run there; RuntimeFailure if it cannot."""
     model = original.clone()
     ExpandDynamicQuantizeLinearPass(variant=runtime.variant, runtime=None)(model)
+    otherwise = _computed_otherwise(original, runtime)
+    if otherwise:
+        LowerQuantizationPass(runtime.name, op_types=[op.op_type for op in otherwise])(model)
     return _run_all(model, sets, runtime)
 
 
@@ -234,8 +246,10 @@ def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_o
     except runtimes.RuntimeFailure as error:
         return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
                         f"expanded ({one_line(error)})")
+    otherwise = "".join(f" and its {op.op_type} lowered ({op.describe()})"
+                        for op in _computed_otherwise(original, runtime))
     return runs, (f"graph outputs compared with ORIGINAL run on {runtime.name}, its DQL expanded by the variant exact "
-                  f"there ({runtime.variant}): {runtime.name} rounds the other ops its own way")
+                  f"there ({runtime.variant}){otherwise}: {runtime.name} rounds the other ops its own way")
 
 
 def not_checked(tallies: Sequence[SiteTally], reason: str) -> ModelCheck:
