@@ -93,29 +93,27 @@ class Lack:
 
 
 @dataclasses.dataclass(frozen=True)
-class InexactProduct:
-    """An integer product (MatMulInteger, ConvInteger) whose float32 lowering the runtime was measured
-    not to compute exactly, though every sum is an integer below 2^24: ``lower`` leaves it alone."""
+class _MeasuredOp:
+    """An op that a runtime was measured (on version ``measured``) to compute as it should not, and why."""
 
     runtime: str
     op_type: str
     measured: str
     reason: str
+
+
+class InexactProduct(_MeasuredOp):
+    """An integer product (MatMulInteger, ConvInteger) whose float32 lowering the runtime was measured
+    not to compute exactly, though every sum is an integer below 2^24: ``lower`` leaves it alone."""
 
     def describe(self) -> str:
         return f"its float32 lowering is not exact on {self.runtime} ({self.measured}): {self.reason}"
 
 
-@dataclasses.dataclass(frozen=True)
-class ComputedOtherwise:
+class ComputedOtherwise(_MeasuredOp):
     """An op of the quantization family that the runtime was measured to compute otherwise than ONNX defines it:
     verify holds REWRITTEN there to ORIGINAL with that op lowered (lower's exact float32 form), not as the
     runtime's own kernel computes it."""
-
-    runtime: str
-    op_type: str
-    measured: str
-    reason: str
 
     def describe(self) -> str:
         return f"{self.runtime} computes {self.op_type} otherwise than ONNX ({self.measured}): {self.reason}"
