@@ -313,6 +313,31 @@ def test_openvino_refuses_to_compile_a_gather_with_empty_indices_and_serves_on()
     assert runtimes.get("openvino").worker() is worker
 
 
+# (scale, zero point): all-MiniLM-L6-v2's quantized word embeddings, and one that OpenVINO folds into an FMA.
+_DEQUANTIZE_CASES = [(np.float32(0.006104800850152969), 83), (np.float32(0.0123), 255)]
+
+
+@pytest.mark.parametrize("name", ["tract", "openvino", "tinygrad", "mnn", "litert", "litert-xnnpack"])
+def test_a_runtime_declares_the_dequantize_linear_it_computes_otherwise(name):
+    """verify lowers, in the ORIGINAL it holds REWRITTEN to on a runtime, the ops that runtime declares it
+    computes otherwise than ONNX: a runtime that does so undeclared makes an exact lowering FAIL there."""
+    runtime = installed(name)
+    x = np.arange(256, dtype=np.uint8).reshape(4, 64)
+    wrong = 0
+    for scale, zero_point in _DEQUANTIZE_CASES:
+        graph = onnx.helper.make_graph(
+            [onnx.helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])], "dequantize",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [4, 64])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 64])],
+            [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(np.uint8(zero_point), "z")])
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)])
+        (y,) = runtime.load(model).run({"x": x})
+        want = (x.astype(np.float32) - np.float32(zero_point)) * scale  # both terms exact: one rounding, ONNX's
+        wrong += int(np.count_nonzero(y.view(np.uint32) != want.view(np.uint32)))
+    declared = "DequantizeLinear" in {op.op_type for op in runtime.computed_otherwise}
+    assert (wrong > 0) == declared, (wrong, declared)
+
+
 def test_tinygrad_runs_on_its_cpu_device_and_leaves_the_default_alone(monkeypatch):
     monkeypatch.delenv("DEV", raising=False)  # tinygrad writes the device it picks by itself here
     session = _target_session("tinygrad")
