@@ -313,28 +313,47 @@ def test_openvino_refuses_to_compile_a_gather_with_empty_indices_and_serves_on()
     assert runtimes.get("openvino").worker() is worker
 
 
-# (scale, zero point): all-MiniLM-L6-v2's quantized word embeddings, and one that OpenVINO folds into an FMA.
-_DEQUANTIZE_CASES = [(np.float32(0.006104800850152969), 83), (np.float32(0.0123), 255)]
+def _family_op(op_type: str, x_type: int, y_type: int, scale: np.float32, zero_point: int) -> onnx.ModelProto:
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node(op_type, ["x", "s", "z"], ["y"])], op_type,
+        [onnx.helper.make_tensor_value_info("x", x_type, [16, 64])],
+        [onnx.helper.make_tensor_value_info("y", y_type, [16, 64])],
+        [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(np.uint8(zero_point), "z")])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)])
 
 
-@pytest.mark.parametrize("name", ["tract", "openvino", "tinygrad", "mnn", "litert", "litert-xnnpack"])
-def test_a_runtime_declares_the_dequantize_linear_it_computes_otherwise(name):
-    """verify lowers, in the ORIGINAL it holds REWRITTEN to on a runtime, the ops that runtime declares it
-    computes otherwise than ONNX: a runtime that does so undeclared makes an exact lowering FAIL there."""
-    runtime = installed(name)
-    x = np.arange(256, dtype=np.uint8).reshape(4, 64)
+def _dequantize_otherwise(runtime: runtimes.Runtime) -> int:
+    """How many of 1,024 DequantizeLinear outputs ``runtime`` computes otherwise than ONNX (0..255 four times, with
+    all-MiniLM-L6-v2's word-embedding scale and zero point, and with one OpenVINO folds into an FMA)."""
+    x = np.tile(np.arange(256, dtype=np.uint8), 4).reshape(16, 64)
     wrong = 0
-    for scale, zero_point in _DEQUANTIZE_CASES:
-        graph = onnx.helper.make_graph(
-            [onnx.helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])], "dequantize",
-            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [4, 64])],
-            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 64])],
-            [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(np.uint8(zero_point), "z")])
-        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)])
-        (y,) = runtime.load(model).run({"x": x})
+    for scale, zero_point in ((np.float32(0.006104800850152969), 83), (np.float32(0.0123), 255)):
+        (y,) = runtime.load(_family_op("DequantizeLinear", onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT,
+                                       scale, zero_point)).run({"x": x})
         want = (x.astype(np.float32) - np.float32(zero_point)) * scale  # both terms exact: one rounding, ONNX's
         wrong += int(np.count_nonzero(y.view(np.uint32) != want.view(np.uint32)))
-    declared = "DequantizeLinear" in {op.op_type for op in runtime.computed_otherwise}
+    return wrong
+
+
+def _quantize_otherwise(runtime: runtimes.Runtime) -> int:
+    """How many of 1,024 QuantizeLinear outputs ``runtime`` computes otherwise than ONNX (base.QUANTIZE_OTHERWISE)."""
+    scale = np.float32(0.0123)
+    ties = (np.arange(-300, 300, dtype=_F) + _F(0.5)) * scale
+    x = np.concatenate([ties, np.random.default_rng(0).standard_normal(424).astype(_F) * 2]).reshape(16, 64)
+    (y,) = runtime.load(_family_op("QuantizeLinear", onnx.TensorProto.FLOAT, onnx.TensorProto.UINT8,
+                                   scale, 128)).run({"x": x})
+    want = np.clip(np.rint(x / scale) + 128, 0, 255).astype(np.uint8)  # float32 quotient, half to even
+    return int(np.count_nonzero(y != want))
+
+
+@pytest.mark.parametrize("op_type", ["DequantizeLinear", "QuantizeLinear"])
+@pytest.mark.parametrize("name", ["tract", "openvino", "tinygrad", "tvm", "iree", "mnn", "litert", "litert-xnnpack"])
+def test_a_runtime_declares_the_quantization_ops_it_computes_otherwise(name, op_type):
+    """verify lowers, in the ORIGINAL it holds REWRITTEN to on a runtime, the ops that runtime declares it computes
+    otherwise than ONNX: one it computes otherwise undeclared made an exact lowering FAIL there."""
+    runtime = installed(name)
+    wrong = (_dequantize_otherwise if op_type == "DequantizeLinear" else _quantize_otherwise)(runtime)
+    declared = op_type in {op.op_type for op in runtime.computed_otherwise}
     assert (wrong > 0) == declared, (wrong, declared)
 
 

@@ -20,8 +20,8 @@ writing one that does not load costs the user a deployment.
 from __future__ import annotations
 
 __all__ = [
-    "TIMEOUT_OPTION", "ComputedOtherwise", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure",
-    "RuntimeTimeout", "Session", "failures_of", "refused",
+    "QUANTIZE_OTHERWISE", "TIMEOUT_OPTION", "ComputedOtherwise", "InexactProduct", "KnownDifference", "Lack",
+    "Runtime", "RuntimeFailure", "RuntimeTimeout", "Session", "failures_of", "refused",
 ]
 
 import contextlib
@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 
-class RuntimeFailure(Exception):
+class RuntimeFailure(
+    Exception,
+):
     """A runtime refused to load or run a model; its own error is the cause.
 
     Callers tell the model's fault (this) from a bug of ours (anything else, which propagates).
@@ -108,6 +110,12 @@ class InexactProduct(_MeasuredOp):
 
     def describe(self) -> str:
         return f"its float32 lowering is not exact on {self.runtime} ({self.measured}): {self.reason}"
+
+
+# The measurement behind each runtime's QuantizeLinear record (tests/test_runtimes.py makes it again).
+QUANTIZE_OTHERWISE = ("measured: not saturate(round_half_even(x / scale) + zero_point) in float32: {} of 1,024 "
+                      "values differ (scale 0.0123, zero point 128; x the 600 ties k + 0.5 times the scale and 424 "
+                      "normal draws)")
 
 
 class ComputedOtherwise(_MeasuredOp):

@@ -15,7 +15,7 @@ __all__ = ["Tract"]
 import re
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes.base import KnownDifference, Lack
+from dql_pass.runtimes.base import QUANTIZE_OTHERWISE, ComputedOtherwise, KnownDifference, Lack
 from dql_pass.runtimes.served import ServedRuntime
 
 _PANIC = re.compile(r"panicked at [^\n]*:\n(.+)")
@@ -31,6 +31,9 @@ class Tract(ServedRuntime):
         Lack("tract", "QuantizeLinear", 10, "0.23.9",
              "tract refuses QuantizeLinear whose scale is not a constant: 'y_scale must be a const'",
              unless_constant=(1, 2)),
+    )
+    computed_otherwise = (
+        ComputedOtherwise("tract", "QuantizeLinear", "0.23.9", QUANTIZE_OTHERWISE.format(74)),
     )
     known_differences = (
         KnownDifference(("native",), "zero range",

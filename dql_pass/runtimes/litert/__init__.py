@@ -46,8 +46,10 @@ import numpy as np
 from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
-from dql_pass.runtimes.base import (TIMEOUT_OPTION, ComputedOtherwise, KnownDifference, Lack, Runtime, RuntimeFailure,
-                                    RuntimeTimeout, Session)
+from dql_pass.runtimes.base import (
+    QUANTIZE_OTHERWISE, TIMEOUT_OPTION, ComputedOtherwise, KnownDifference, Lack, Runtime, RuntimeFailure,
+    RuntimeTimeout, Session,
+)
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, hold, output_types, with_shapes
 
 # onnx is imported where used: listing the adapters needs none of it.
@@ -219,6 +221,7 @@ class LiteRt(Runtime):
                           "measured: not (x - zero_point) * scale in float32: 155 of the 256 uint8 values differ with "
                           "the scale and zero point of all-MiniLM-L6-v2's quantized word embeddings, 88 with scale "
                           "0.0123 and zero point 255 (XNNPACK's: none)"),
+        ComputedOtherwise("litert", "QuantizeLinear", "2.3.0, onnx2tf 2.6.9", QUANTIZE_OTHERWISE.format(74)),
     )
     known_differences = (
         *_CONVERTED,
@@ -301,7 +304,10 @@ class LiteRt(Runtime):
 class LiteRtXnnpack(LiteRt):
     name = "litert-xnnpack"
     xnnpack = True
-    computed_otherwise = ()  # its DequantizeLinear is (x - zero_point) * scale (measured as LiteRT's above)
+    # Its DequantizeLinear is (x - zero_point) * scale (measured as LiteRT's above).
+    computed_otherwise = (
+        ComputedOtherwise("litert-xnnpack", "QuantizeLinear", "2.3.0, onnx2tf 2.6.9", QUANTIZE_OTHERWISE.format(74)),
+    )
     # portable: exact but for subnormals, which XNNPACK flushes; ±inf too is right here. lean loses
     # to the flush the very inputs portable loses (38 of 256), and -inf besides (a Gather index out
     # of bounds: its slot clamp's Where, below).
