@@ -336,7 +336,7 @@ def _dequantize_otherwise(runtime: runtimes.Runtime) -> int:
 
 
 def _quantize_otherwise(runtime: runtimes.Runtime) -> int:
-    """How many of 1,024 QuantizeLinear outputs ``runtime`` computes otherwise than ONNX (base.QUANTIZE_OTHERWISE)."""
+    """How many of 1,024 QuantizeLinear outputs ``runtime`` computes otherwise than ONNX (base.quantizes_otherwise)."""
     scale = np.float32(0.0123)
     ties = (np.arange(-300, 300, dtype=_F) + _F(0.5)) * scale
     x = np.concatenate([ties, np.random.default_rng(0).standard_normal(424).astype(_F) * 2]).reshape(16, 64)

@@ -20,8 +20,8 @@ writing one that does not load costs the user a deployment.
 from __future__ import annotations
 
 __all__ = [
-    "QUANTIZE_OTHERWISE", "TIMEOUT_OPTION", "ComputedOtherwise", "InexactProduct", "KnownDifference", "Lack",
-    "Runtime", "RuntimeFailure", "RuntimeTimeout", "Session", "failures_of", "refused",
+    "TIMEOUT_OPTION", "ComputedOtherwise", "InexactProduct", "KnownDifference", "Lack", "Runtime", "RuntimeFailure",
+    "RuntimeTimeout", "Session", "dequantizes_otherwise", "failures_of", "quantizes_otherwise", "refused",
 ]
 
 import contextlib
@@ -112,12 +112,6 @@ class InexactProduct(_MeasuredOp):
         return f"its float32 lowering is not exact on {self.runtime} ({self.measured}): {self.reason}"
 
 
-# The measurement behind each runtime's QuantizeLinear record (tests/test_runtimes.py makes it again).
-QUANTIZE_OTHERWISE = ("measured: not saturate(round_half_even(x / scale) + zero_point) in float32: {} of 1,024 "
-                      "values differ (scale 0.0123, zero point 128; x the 600 ties k + 0.5 times the scale and 424 "
-                      "normal draws)")
-
-
 class ComputedOtherwise(_MeasuredOp):
     """An op of the quantization family that the runtime was measured to compute otherwise than ONNX defines it:
     verify holds REWRITTEN there to ORIGINAL with that op lowered (lower's exact float32 form), not as the
@@ -125,6 +119,22 @@ class ComputedOtherwise(_MeasuredOp):
 
     def describe(self) -> str:
         return f"{self.runtime} computes {self.op_type} otherwise than ONNX ({self.measured}): {self.reason}"
+
+
+# The measurements behind the records below: tests/test_runtimes.py makes them again on each runtime.
+def dequantizes_otherwise(runtime: str, measured: str, differ: str) -> ComputedOtherwise:
+    """``runtime``'s DequantizeLinear, not (x - zero_point) * scale: ``differ`` of 256 uint8 values otherwise."""
+    return ComputedOtherwise(runtime, "DequantizeLinear", measured,
+                             f"measured: not (x - zero_point) * scale in float32: {differ} of the 256 uint8 values "
+                             "differ with the scale and zero point of all-MiniLM-L6-v2's quantized word embeddings")
+
+
+def quantizes_otherwise(runtime: str, measured: str, differ: int) -> ComputedOtherwise:
+    """``runtime``'s QuantizeLinear, not ONNX's rounding: ``differ`` of 1,024 values otherwise."""
+    return ComputedOtherwise(runtime, "QuantizeLinear", measured,
+                             f"measured: not saturate(round_half_even(x / scale) + zero_point) in float32: {differ} "
+                             "of 1,024 values differ (scale 0.0123, zero point 128; x the 600 ties k + 0.5 times the "
+                             "scale and 424 normal draws)")
 
 
 @dataclasses.dataclass(frozen=True)

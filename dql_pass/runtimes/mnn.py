@@ -42,8 +42,8 @@ import numpy as np
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated, worker
 from dql_pass.runtimes.base import (
-    QUANTIZE_OTHERWISE, TIMEOUT_OPTION, ComputedOtherwise, InexactProduct, KnownDifference, Lack, Runtime,
-    RuntimeFailure, RuntimeTimeout, Session,
+    TIMEOUT_OPTION, InexactProduct, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session,
+    dequantizes_otherwise, quantizes_otherwise,
 )
 from dql_pass.runtimes.sessions import as_file, conform, fed_inputs, hold, output_types
 from dql_pass.runtimes.worker import Worker
@@ -147,11 +147,8 @@ class Mnn(Runtime):
     )
     _ROUNDING = ("arithmetic", "float64", "residual")
     computed_otherwise = (
-        ComputedOtherwise("mnn", "DequantizeLinear", "3.6.1",
-                          "measured: not (x - zero_point) * scale in float32: 192 of the 256 uint8 values differ with "
-                          "the scale and zero point of all-MiniLM-L6-v2's quantized word embeddings, and with scale "
-                          "0.0123 and zero point 255"),
-        ComputedOtherwise("mnn", "QuantizeLinear", "3.6.1", QUANTIZE_OTHERWISE.format(128)),
+        dequantizes_otherwise("mnn", "3.6.1", "192"),
+        quantizes_otherwise("mnn", "3.6.1", 128),
     )
     known_differences = (
         KnownDifference(_ROUNDING, "near tie", "measured: MNN's Round rounds half away from zero (2.5 to 3)",

@@ -13,7 +13,7 @@ from __future__ import annotations
 __all__ = ["OpenVino"]
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes.base import QUANTIZE_OTHERWISE, ComputedOtherwise, KnownDifference
+from dql_pass.runtimes.base import KnownDifference, dequantizes_otherwise, quantizes_otherwise
 from dql_pass.runtimes.served import ServedRuntime
 
 
@@ -61,11 +61,8 @@ class OpenVino(ServedRuntime):
     )
 
     computed_otherwise = (
-        ComputedOtherwise("openvino", "DequantizeLinear", "2026.4.1",
-                          "measured: not (x - zero_point) * scale in float32 (an FMA of its own: with the scale and "
-                          "zero point of all-MiniLM-L6-v2's quantized word embeddings, 161 of the 256 uint8 values "
-                          "differ)"),
-        ComputedOtherwise("openvino", "QuantizeLinear", "2026.4.1", QUANTIZE_OTHERWISE.format(27)),
+        dequantizes_otherwise("openvino", "2026.4.1", "161 (an FMA of its own)"),
+        quantizes_otherwise("openvino", "2026.4.1", 27),
     )
 
     def _prepared(self, proto) -> None:

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes.base import QUANTIZE_OTHERWISE, ComputedOtherwise, KnownDifference, Runtime, Session, failures_of
+from dql_pass.runtimes.base import KnownDifference, Runtime, Session, failures_of, quantizes_otherwise
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, hold, output_types
 
 
@@ -35,7 +35,7 @@ class Tinygrad(Runtime):
     extra = "tinygrad"
     variant = "float64"
     computed_otherwise = (
-        ComputedOtherwise("tinygrad", "QuantizeLinear", "0.14.0", QUANTIZE_OTHERWISE.format(117)),
+        quantizes_otherwise("tinygrad", "0.14.0", 117),
     )
     known_differences = (
         KnownDifference(("native",), "zero range",

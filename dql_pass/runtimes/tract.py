@@ -15,7 +15,7 @@ __all__ = ["Tract"]
 import re
 
 from dql_pass.op import OUTPUTS
-from dql_pass.runtimes.base import QUANTIZE_OTHERWISE, ComputedOtherwise, KnownDifference, Lack
+from dql_pass.runtimes.base import KnownDifference, Lack, quantizes_otherwise
 from dql_pass.runtimes.served import ServedRuntime
 
 _PANIC = re.compile(r"panicked at [^\n]*:\n(.+)")
@@ -33,7 +33,7 @@ class Tract(ServedRuntime):
              unless_constant=(1, 2)),
     )
     computed_otherwise = (
-        ComputedOtherwise("tract", "QuantizeLinear", "0.23.9", QUANTIZE_OTHERWISE.format(74)),
+        quantizes_otherwise("tract", "0.23.9", 74),
     )
     known_differences = (
         KnownDifference(("native",), "zero range",

@@ -47,8 +47,8 @@ from dql_pass.errors import InputError
 from dql_pass.op import OUTPUTS
 from dql_pass.runtimes import isolated
 from dql_pass.runtimes.base import (
-    QUANTIZE_OTHERWISE, TIMEOUT_OPTION, ComputedOtherwise, KnownDifference, Lack, Runtime, RuntimeFailure,
-    RuntimeTimeout, Session,
+    TIMEOUT_OPTION, KnownDifference, Lack, Runtime, RuntimeFailure, RuntimeTimeout, Session, dequantizes_otherwise,
+    quantizes_otherwise,
 )
 from dql_pass.runtimes.sessions import ShapeCachedSession, as_file, fed_inputs, hold, output_types, with_shapes
 
@@ -217,11 +217,8 @@ class LiteRt(Runtime):
     }
     # lean loses to the clamp the very inputs portable loses (6 of 256).
     computed_otherwise = (
-        ComputedOtherwise("litert", "DequantizeLinear", "2.3.0, onnx2tf 2.6.9",
-                          "measured: not (x - zero_point) * scale in float32: 155 of the 256 uint8 values differ with "
-                          "the scale and zero point of all-MiniLM-L6-v2's quantized word embeddings, 88 with scale "
-                          "0.0123 and zero point 255 (XNNPACK's: none)"),
-        ComputedOtherwise("litert", "QuantizeLinear", "2.3.0, onnx2tf 2.6.9", QUANTIZE_OTHERWISE.format(74)),
+        dequantizes_otherwise("litert", _MEASURED, "155 (XNNPACK's: none)"),
+        quantizes_otherwise("litert", _MEASURED, 74),
     )
     known_differences = (
         *_CONVERTED,
@@ -306,7 +303,7 @@ class LiteRtXnnpack(LiteRt):
     xnnpack = True
     # Its DequantizeLinear is (x - zero_point) * scale (measured as LiteRT's above).
     computed_otherwise = (
-        ComputedOtherwise("litert-xnnpack", "QuantizeLinear", "2.3.0, onnx2tf 2.6.9", QUANTIZE_OTHERWISE.format(74)),
+        quantizes_otherwise("litert-xnnpack", _MEASURED, 74),
     )
     # portable: exact but for subnormals, which XNNPACK flushes; ±inf too is right here. lean loses
     # to the flush the very inputs portable loses (38 of 256), and -inf besides (a Gather index out
