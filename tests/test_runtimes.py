@@ -323,7 +323,7 @@ def _family_op(op_type: str, x_type: int, y_type: int, scale: np.float32, zero_p
 
 
 def _dequantize_otherwise(runtime: runtimes.Runtime) -> int:
-    """How many of 1,024 DequantizeLinear outputs ``runtime`` computes otherwise than ONNX (0..255 four times, with
+    """How many of 2,048 DequantizeLinear outputs ``runtime`` computes otherwise than ONNX (0..255 four times, with
     all-MiniLM-L6-v2's word-embedding scale and zero point, and with one OpenVINO folds into an FMA)."""
     x = np.tile(np.arange(256, dtype=np.uint8), 4).reshape(16, 64)
     wrong = 0

@@ -54,10 +54,29 @@ def test_original_on_the_runtime_has_the_ops_it_computes_otherwise_lowered(monke
     lowered = dql_pass.lower(original, target="openvino")[0]
     report = dql_pass.verify(original, lowered, runtime="openvino")
     assert report.verdict == "PASS" and not report.from_ort[0].identical, report.format()
-    assert any("and its DequantizeLinear lowered (openvino computes DequantizeLinear otherwise" in note
+    assert any("and its DequantizeLinear lowered as in REWRITTEN (openvino computes DequantizeLinear otherwise" in note
                for note in report.notes), report.notes
     monkeypatch.setattr(OpenVino, "computed_otherwise", ())
     assert dql_pass.verify(original, lowered, runtime="openvino").verdict == "FAIL"
+
+
+def test_a_rewrite_that_keeps_the_ops_the_runtime_computes_otherwise_is_held_to_them():
+    """expand leaves DequantizeLinear to the runtime: ORIGINAL on OpenVINO keeps OpenVINO's own too (lowered there, it
+    made the exact expansion FAIL)."""
+    installed("openvino")
+    original = _dequantize()
+    original.graph.node.extend([helper.make_node("Exp", ["y"], ["e"]),
+                                helper.make_node("DynamicQuantizeLinear", ["y"], ["q", "q_scale", "q_zero_point"])])
+    del original.graph.output[:]
+    original.graph.output.extend([helper.make_tensor_value_info("e", TensorProto.FLOAT, [4, 8]),
+                                  helper.make_tensor_value_info("q", TensorProto.UINT8, [4, 8]),
+                                  helper.make_tensor_value_info("q_scale", TensorProto.FLOAT, []),
+                                  helper.make_tensor_value_info("q_zero_point", TensorProto.UINT8, [])])
+    expanded = dql_pass.expand(original, target="openvino")[0]
+    assert any(node.op_type == "DequantizeLinear" for node in expanded.graph.node)
+    report = dql_pass.verify(original, expanded, runtime="openvino")
+    assert report.verdict == "PASS", report.format()
+    assert not any("lowered as in REWRITTEN" in note for note in report.notes), report.notes
 
 
 def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():

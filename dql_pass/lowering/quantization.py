@@ -161,7 +161,8 @@ class LowerQuantizationPass(ir.passes.InPlacePass):
     def __init__(self, target: str | None = None, weights: str | None = None, blocks: bool | None = None,
                  op_types: Collection[str] = LOWERED):
         super().__init__()
-        self.op_types = frozenset(op_types)  # verify lowers only the ops a runtime computes otherwise than ONNX
+        # verify lowers only the ops a runtime computes otherwise than ONNX (DQL sites are expanded whatever it says)
+        self.op_types = frozenset(op_types)
         runtime = None if target is None else runtimes.get(target)
         self.target = None if runtime is None else runtime.name
         self.variant = "arithmetic" if runtime is None else runtime.variant

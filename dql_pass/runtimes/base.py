@@ -42,9 +42,7 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 
-class RuntimeFailure(
-    Exception,
-):
+class RuntimeFailure(Exception):
     """A runtime refused to load or run a model; its own error is the cause.
 
     Callers tell the model's fault (this) from a bug of ours (anything else, which propagates).
@@ -121,7 +119,8 @@ class ComputedOtherwise(_MeasuredOp):
         return f"{self.runtime} computes {self.op_type} otherwise than ONNX ({self.measured}): {self.reason}"
 
 
-# The measurements behind the records below: tests/test_runtimes.py makes them again on each runtime.
+# The measurements behind the records below; tests/test_runtimes.py checks on each runtime that it computes the op
+# otherwise exactly where it says so.
 def dequantizes_otherwise(runtime: str, measured: str, differ: str) -> ComputedOtherwise:
     """``runtime``'s DequantizeLinear, not (x - zero_point) * scale: ``differ`` of 256 uint8 values otherwise."""
     return ComputedOtherwise(runtime, "DequantizeLinear", measured,

@@ -221,33 +221,35 @@ def _run_models(
     return sets, *runs, [f"ORIGINAL does not run {'; nor '.join(failures)}: both models ran with {ran}", *sets.notes]
 
 
-def _computed_otherwise(original: ir.Model, runtime: runtimes.Runtime) -> list[runtimes.ComputedOtherwise]:
-    """The ops of ORIGINAL that ``runtime`` computes otherwise than ONNX defines them."""
-    used = {op_type for domain, op_type in ops_used(original) if domain in DOMAINS}
-    return [op for op in runtime.computed_otherwise if op.op_type in used]
-
-
-def _expanded_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime) -> Sets:
-    """ORIGINAL with its DQL expanded by the runtime's target variant and the ops it computes otherwise than ONNX
-    lowered (lower's exact float32 forms), run there; RuntimeFailure if it cannot."""
+def _expanded_on(
+    original: ir.Model, rewritten: ir.Model, sets: Sets, runtime: runtimes.Runtime
+) -> tuple[Sets, list[runtimes.ComputedOtherwise]]:
+    """ORIGINAL with its DQL expanded by the runtime's target variant, run there, and the ops it computes otherwise
+    than ONNX that REWRITTEN no longer has (it lowered them) lowered to lower's exact float32 forms: what was
+    lowered so. RuntimeFailure if it cannot run."""
     model = original.clone()
     ExpandDynamicQuantizeLinearPass(variant=runtime.variant, runtime=None)(model)
-    otherwise = _computed_otherwise(original, runtime)
+    kept = {op_type for domain, op_type in ops_used(rewritten) if domain in DOMAINS}
+    used = {op_type for domain, op_type in ops_used(model) if domain in DOMAINS}
+    otherwise = {op.op_type: op for op in runtime.computed_otherwise if op.op_type in used - kept}
+    lowered: list[runtimes.ComputedOtherwise] = []
     if otherwise:
-        LowerQuantizationPass(runtime.name, op_types=[op.op_type for op in otherwise])(model)
-    return _run_all(model, sets, runtime)
+        report = LowerQuantizationPass(runtime.name, op_types=list(otherwise))(model).report
+        lowered = [otherwise[op_type] for op_type in dict.fromkeys(n.op_type for n in report.lowered)]
+    return _run_all(model, sets, runtime), lowered
 
 
-def _original_on(original: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_ort: Sets) -> tuple[Sets, str]:
-    """The graph outputs REWRITTEN is held to on ``runtime``: ORIGINAL with its DQL expanded by the
-    runtime's target variant, run there; ORIGINAL on ORT (``on_ort``) when the runtime cannot run it."""
+def _original_on(
+    original: ir.Model, rewritten: ir.Model, sets: Sets, runtime: runtimes.Runtime, on_ort: Sets
+) -> tuple[Sets, str]:
+    """The graph outputs REWRITTEN is held to on ``runtime``: ORIGINAL as :func:`_expanded_on` makes it, run there;
+    ORIGINAL on ORT (``on_ort``) when the runtime cannot run it."""
     try:
-        runs = _expanded_on(original, sets, runtime)
+        runs, lowered = _expanded_on(original, rewritten, sets, runtime)
     except runtimes.RuntimeFailure as error:
         return on_ort, (f"graph outputs compared with ORIGINAL on ORT: {runtime.name} cannot run ORIGINAL with its DQL "
                         f"expanded ({one_line(error)})")
-    otherwise = "".join(f" and its {op.op_type} lowered ({op.describe()})"
-                        for op in _computed_otherwise(original, runtime))
+    otherwise = "".join(f" and its {op.op_type} lowered as in REWRITTEN ({op.describe()})" for op in lowered)
     return runs, (f"graph outputs compared with ORIGINAL run on {runtime.name}, its DQL expanded by the variant exact "
                   f"there ({runtime.variant}){otherwise}: {runtime.name} rounds the other ops its own way")
 
@@ -301,7 +303,7 @@ def _refused(
         tally.result.model_level = "not checked in the models: REWRITTEN did not run"
     if runtime is not _ORT:
         try:
-            _expanded_on(original, sets, runtime)
+            _expanded_on(original, rewritten, sets, runtime)
         except runtimes.RuntimeFailure as original_error:
             reason = f"{failure}; nor ORIGINAL, its DQL expanded for {runtime.name}: {one_line(original_error)}"
             return ModelCheck([], sets, notes=notes, not_checked=reason, cannot_run=reason)
@@ -350,7 +352,7 @@ def _final_outputs(
     run that, to ORIGINAL on ORT; an output bit-identical to ORIGINAL on ORT passes either way."""
     if runtime is _ORT:
         return compare_outputs(original, rewritten, expected_runs, actual_runs), []
-    held_to, note = _original_on(original, sets, runtime, expected_runs)
+    held_to, note = _original_on(original, rewritten, sets, runtime, expected_runs)
     notes.append(note)
     from_ort = compare_outputs(original, rewritten, expected_runs, actual_runs)
     if held_to is expected_runs:
