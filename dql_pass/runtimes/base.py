@@ -121,11 +121,12 @@ class ComputedOtherwise(_MeasuredOp):
 
 # The measurements behind the records below; tests/test_runtimes.py checks on each runtime that it computes the op
 # otherwise exactly where it says so.
-def dequantizes_otherwise(runtime: str, measured: str, differ: str) -> ComputedOtherwise:
+def dequantizes_otherwise(runtime: str, measured: str, differ: int, how: str = "") -> ComputedOtherwise:
     """``runtime``'s DequantizeLinear, not (x - zero_point) * scale: ``differ`` of 256 uint8 values otherwise."""
     return ComputedOtherwise(runtime, "DequantizeLinear", measured,
-                             f"measured: not (x - zero_point) * scale in float32: {differ} of the 256 uint8 values "
-                             "differ with the scale and zero point of all-MiniLM-L6-v2's quantized word embeddings")
+                             f"measured: not (x - zero_point) * scale in float32{how}: {differ} of the 256 uint8 "
+                             "values differ with the scale and zero point of all-MiniLM-L6-v2's quantized word "
+                             "embeddings")
 
 
 def quantizes_otherwise(runtime: str, measured: str, differ: int) -> ComputedOtherwise:

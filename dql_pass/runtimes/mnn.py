@@ -147,7 +147,7 @@ class Mnn(Runtime):
     )
     _ROUNDING = ("arithmetic", "float64", "residual")
     computed_otherwise = (
-        dequantizes_otherwise("mnn", "3.6.1", "192"),
+        dequantizes_otherwise("mnn", "3.6.1", 192),
         quantizes_otherwise("mnn", "3.6.1", 128),
     )
     known_differences = (

@@ -61,7 +61,7 @@ class OpenVino(ServedRuntime):
     )
 
     computed_otherwise = (
-        dequantizes_otherwise("openvino", "2026.4.1", "161 (an FMA of its own)"),
+        dequantizes_otherwise("openvino", "2026.4.1", 161),
         quantizes_otherwise("openvino", "2026.4.1", 27),
     )
 

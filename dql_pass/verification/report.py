@@ -21,10 +21,10 @@ from dql_pass.compare import SiteDifference
 from dql_pass.inputs import describe
 
 
-
 def counted(count: int, noun: str) -> str:
     """``count`` and ``noun``, plural unless the count is 1: "1 site", "3 sites"."""
     return f"{count} {noun}{'s' * (count != 1)}"
+
 
 @dataclasses.dataclass
 class SiteResult:
