@@ -45,23 +45,26 @@ def _started(folder: Path) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def command_seconds(tmp_path_factory) -> float:
-    """How long the command runs here, from its start line to its end: the signals below land within it."""
-    process = _started(tmp_path_factory.mktemp("timed"))
-    start = time.monotonic()
-    process.communicate(timeout=120)
-    assert process.returncode == 0
-    return time.monotonic() - start
+    """How long the command runs here, from its start line to its end, the shorter of two runs: the signals
+    below land within it."""
+    runs = []
+    for _ in range(2):
+        process = _started(tmp_path_factory.mktemp("timed"))
+        start = time.monotonic()
+        process.communicate(timeout=120)
+        assert process.returncode == 0
+        runs.append(time.monotonic() - start)
+    return min(runs)
 
 
-# Moments as parts of the command's own run (fixed delays of 1 and 2 s landed after it had ended).
-@pytest.mark.parametrize("part", [0.0, 0.02, 0.1, 0.25, 0.4, 0.55, 0.7, 0.85])
+# Moments as parts of the command's own run, each before its end: the signal must interrupt it.
+@pytest.mark.parametrize("part", [0.0, 0.02, 0.1, 0.25, 0.4, 0.55, 0.7])
 def test_ctrl_c_at_any_moment_prints_no_traceback(tmp_path, command_seconds, part):
     process = _started(tmp_path)
     time.sleep(part * command_seconds)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
-    assert "Traceback" not in err, err
-    assert process.returncode in (0, 130), (process.returncode, err)  # 0: it finished before the signal
+    assert (process.returncode, err.splitlines()[-1:]) == (130, ["dql-pass: interrupted"]), err
     assert not [p for p in tmp_path.iterdir() if p.name != "o.onnx"]  # no debris
 
 

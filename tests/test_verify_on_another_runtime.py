@@ -79,6 +79,25 @@ def test_a_rewrite_that_keeps_the_ops_the_runtime_computes_otherwise_is_held_to_
     assert not any("lowered as in REWRITTEN" in note for note in report.notes), report.notes
 
 
+def test_the_note_names_only_the_ops_the_reference_lowered():
+    """A QuantizeLinear that REWRITTEN lowered (with no target) but lower leaves alone on OpenVINO (portable does
+    not divide as QuantizeLinear must) stays OpenVINO's own in ORIGINAL there, and the note says so by not naming
+    it; the DequantizeLinear is lowered and named."""
+    installed("openvino")
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]), helper.make_node("Exp", ["d"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
+        [numpy_helper.from_array(np.array(0.0123, np.float32), "s"),
+         numpy_helper.from_array(np.array(128, np.uint8), "z")])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    lowered = dql_pass.lower(original)[0]
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {node.op_type for node in lowered.graph.node}
+    (note,) = [n for n in dql_pass.verify(original, lowered, runtime="openvino").notes if "graph outputs" in n]
+    assert "its DequantizeLinear lowered as in REWRITTEN" in note and "QuantizeLinear lowered" not in note, note
+
+
 def test_a_rewrite_that_matches_neither_original_on_the_runtime_nor_ort_fails():
     installed("openvino")
     wrong = dql_pass.lower(_dequantize(scale=0.0124), target="openvino")[0]  # another scale: other values

@@ -8,14 +8,16 @@ medians of many runs.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import time
 
 import numpy as np
+import onnx
 
 from dql_pass import runtimes
-from dql_pass.runtimes import sessions, worker_main
 from dql_pass.op import one_node_model
+from dql_pass.runtimes import sessions
 
 _SIZES = {"1K": (1 << 10, 301), "1M": (1 << 20, 31)}  # floats, runs
 
@@ -27,14 +29,18 @@ def _seconds(run, x: np.ndarray) -> float:
 
 
 def measure(name: str) -> list[str]:
-    """One row a size: the run in process, through the worker, and their ratio."""
+    """One row a size: the run in process, through the worker, and their ratio. Both read the same file, as the
+    adapter prepares it."""
+    runtime = runtimes.get(name)
     model = one_node_model(["n"], 13)
-    module = worker_main._module(name)
-    session = runtimes.get(name).load(model)
-    arguments = (0,) if name == "openvino" else ()  # its load takes the thread count
+    module = importlib.import_module(f"dql_pass.runtimes.{name}_worker")
+    session = runtime.load(model)
     rows = []
     with sessions.as_file(model) as path:
-        module.load(0, str(path), *arguments)
+        proto = onnx.load(path, load_external_data=False)
+        runtime.prepare(proto)
+        onnx.save(proto, path)
+        module.load(0, str(path), *runtime.load_arguments(threads=0))
         for label, (size, repeats) in _SIZES.items():
             x = np.random.default_rng(0).standard_normal(size).astype(np.float32)
             in_process, through = (lambda a: module.run(0, [a])), (lambda a: session.run({"x": a}))
@@ -43,6 +49,8 @@ def measure(name: str) -> list[str]:
             a = statistics.median(p[0] for p in pairs)
             b = statistics.median(p[1] for p in pairs)
             rows.append(f"| {name} | {label} | {a * 1e6:,.1f} µs | {b * 1e6:,.1f} µs | {b / a:.2f}x |")
+        module.drop(0)
+    session.close()
     return rows
 
 

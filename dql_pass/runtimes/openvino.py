@@ -65,7 +65,7 @@ class OpenVino(ServedRuntime):
         quantizes_otherwise("openvino", "2026.4.1", 27),
     )
 
-    def _prepared(self, proto) -> None:
+    def prepare(self, proto) -> None:
         # The plugin fails to read a model whose input has a fixed dimension of 0 (an IndexError out of
         # its frontend); symbolic ones read, and each compile fixes them again.
         for value in proto.graph.input:
@@ -73,5 +73,5 @@ class OpenVino(ServedRuntime):
                 if dim.HasField("dim_value"):
                     dim.dim_param = f"{value.name}_{axis}"
 
-    def _load_arguments(self, *, threads: int) -> tuple[object, ...]:
+    def load_arguments(self, *, threads: int) -> tuple[object, ...]:
         return (threads,)

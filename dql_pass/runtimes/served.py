@@ -84,8 +84,8 @@ class ServedRuntime(Runtime):
             hold(self._worker, folder.cleanup)
         return self._worker
 
-    def _prepared(self, proto) -> None:
-        """Edit ``proto``, the session's own copy, before the worker reads it (nothing by default)."""
+    def prepare(self, proto) -> None:
+        """Edit ``proto``, the model file's copy, before the worker reads it (nothing by default)."""
 
     def _load(self, model, *, threads: int, optimize: str) -> Session:
         import onnx  # here: listing the runtimes needs no graph library
@@ -93,16 +93,16 @@ class ServedRuntime(Runtime):
         with contextlib.ExitStack() as files:
             path = files.enter_context(as_file(model))  # a copy of our own, even of a file: it is edited
             proto = onnx.load(path, load_external_data=False)
-            self._prepared(proto)
+            self.prepare(proto)
             onnx.save(proto, path)
             # Names from the file, outputs by position: a runtime may name a port otherwise than the graph.
-            session = _ServedSession(self, path, self._load_arguments(threads=threads),
+            session = _ServedSession(self, path, self.load_arguments(threads=threads),
                                      [value.name for value in fed_inputs(proto)],
                                      [value.name for value in proto.graph.output], output_types(proto))
             kept = files.pop_all()  # the worker reads the file again for each new input shape, and after a crash
         hold(session, kept.close)
         return session
 
-    def _load_arguments(self, *, threads: int) -> tuple[object, ...]:
+    def load_arguments(self, *, threads: int) -> tuple[object, ...]:
         """What the worker's ``load`` takes after the key and the path (nothing by default)."""
         return ()

@@ -65,7 +65,7 @@ class Tract(ServedRuntime):
         found = _PANIC.search(stderr)
         return found.group(1).strip() if found else None
 
-    def _prepared(self, proto) -> None:
+    def prepare(self, proto) -> None:
         # tract fails to unify the symbolic dims of value_info and graph outputs ("batch") with the
         # input facts set per run (2): without them it infers every shape from the facts.
         del proto.graph.value_info[:]
