@@ -570,13 +570,14 @@ def test_a_shared_worker_killed_between_runs_is_replaced_and_its_folder_removed(
     assert not folder.exists()
 
 
-def test_an_exception_of_ours_in_the_tract_worker_is_a_bug_with_its_traceback_not_a_refusal():
-    """tract's own errors are its refusals (RuntimeFailure); any other was reported as "tract cannot run"."""
+@pytest.mark.parametrize("name", ["tract", "openvino"])
+def test_an_exception_of_ours_in_a_worker_is_a_bug_with_its_traceback_not_a_refusal(name):
+    """The runtime's own errors are its refusals (RuntimeFailure); any other was reported as "NAME cannot run"."""
     from dql_pass.runtimes.worker import WorkerBug
 
-    _served_sessions("tract", 1)
+    _served_sessions(name, 1)
     with pytest.raises(WorkerBug, match=r"(?s)Traceback.*KeyError: -1"):
-        runtimes.get("tract").worker().ask("run", -1, [np.ones(3, _F)], seconds=60, doing="on this input")
+        runtimes.get(name).worker().ask("run", -1, [np.ones(3, _F)], seconds=60, doing="on this input")
 
 
 def test_a_worker_whose_parent_is_gone_ends_without_finishing_its_request(tmp_path):

@@ -4,15 +4,29 @@ its CPU plugin dies (SIGSEGV) compiling some models, ending the process it runs 
 ``load(KEY, PATH, THREADS)`` reads the ONNX file PATH (a model the plugin cannot read fails here, not at its
 first run); ``run(KEY, arrays)`` runs it, compiled once per set of input shapes (the plugin refuses an input
 of unknown rank, and a fixed shape is what it optimizes best); ``drop(KEY)`` forgets it. The plugin raises
-builtin RuntimeErrors: any exception here is its refusal.
+builtin RuntimeErrors: those of its calls are its refusals (OpenVINOError), any other exception a bug of
+this module's.
 """
 
+import contextlib
 import sys
 
 import numpy as np
 
-FAILURES = ()  # any exception: the plugin's refusal
+FAILURES = ("openvino_worker",)  # OpenVINOError, the plugin's refusals: any other exception is a bug of ours
 _models = {}  # key: (core, model read, config, {input shapes: compiled model})
+
+
+class OpenVINOError(Exception):
+    """The plugin's refusal: a RuntimeError of one of its calls, or a compile that would kill it."""
+
+
+@contextlib.contextmanager
+def _plugin():
+    try:
+        yield
+    except RuntimeError as error:
+        raise OpenVINOError(str(error)) from None
 
 
 def _openvino():
@@ -32,7 +46,8 @@ def load(key: int, path: str, threads: int) -> None:
     config = {"INFERENCE_PRECISION_HINT": "f32"}
     if threads > 0:
         config["INFERENCE_NUM_THREADS"] = threads
-    _models[key] = (core, core.read_model(path), config, {})
+    with _plugin():
+        _models[key] = (core, core.read_model(path), config, {})
 
 
 def _refuse_empty_gathers(model) -> None:
@@ -43,20 +58,20 @@ def _refuse_empty_gathers(model) -> None:
         if node.get_type_name() == "Gather":
             indices = node.input_value(1).get_partial_shape()
             if indices.is_static and 0 in indices.to_shape():
-                raise RuntimeError("OpenVINO's CPU plugin dies (SIGFPE) compiling a Gather with empty indices; "
-                                   "not run")
+                raise OpenVINOError("the CPU plugin dies (SIGFPE) compiling a Gather with empty indices; not run")
 
 
 def run(key: int, arrays: list) -> list:
     core, read, config, compiled = _models[key]
     shapes = tuple(a.shape for a in arrays)
-    if shapes not in compiled:
-        fixed = read.clone()
-        fixed.reshape({index: list(shape) for index, shape in enumerate(shapes)})
-        _refuse_empty_gathers(fixed)
-        compiled[shapes] = core.compile_model(fixed, "CPU", config)
-    model = compiled[shapes]
-    results = model.create_infer_request().infer(dict(enumerate(arrays)))
+    with _plugin():
+        if shapes not in compiled:
+            fixed = read.clone()
+            fixed.reshape({index: list(shape) for index, shape in enumerate(shapes)})
+            _refuse_empty_gathers(fixed)
+            compiled[shapes] = core.compile_model(fixed, "CPU", config)
+        model = compiled[shapes]
+        results = model.create_infer_request().infer(dict(enumerate(arrays)))
     return [np.array(results[port]) for port in model.outputs]
 
 
