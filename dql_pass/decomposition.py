@@ -36,11 +36,12 @@ all, Clip takes its bounds as inputs, Round is half to even), so one script serv
 
 from __future__ import annotations
 
-__all__ = ["BODIES", "FUNCTION_DOMAIN", "Variant", "body_path", "build_body", "function_name", "function_proto",
-           "variant"]
+__all__ = ["BODIES", "FUNCTION_DOMAIN", "Variant", "body_path", "build_body", "form_of", "function_name",
+           "function_proto", "variant"]
 
 import dataclasses
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
 import onnx
@@ -127,3 +128,15 @@ def variant(name: str, opset: int = MAX_OPSET) -> Variant:
     return Variant(name, variants.BY_NAME[name].summary, len(nodes), max(depth.values()),
                    frozenset(n.op_type for n in nodes))
 
+
+
+
+def form_of(op_types: Iterable[str]) -> str | None:
+    """The form of a DQL site written with ``op_types`` (its ai.onnx ops): "native" where DynamicQuantizeLinear
+    is one of them, else the variant with the fewest op types whose body has every one of them (a block of
+    lower adds Sub, and Gather to a body that ends in a table); None where no body has them all."""
+    found = set(op_types) - {"Constant"}
+    if NAME in found:
+        return "native"
+    having = [variant(name) for name in variants.NAMES if found <= variant(name).op_types]
+    return min(having, key=lambda v: len(v.op_types)).name if having else None

@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dql_pass
+from dql_pass import runtimes, variants
 from dql_pass.inputs import cases, describe, large_cases
 from dql_pass.graph.walk import graph_scopes
 from dql_pass.compare import bit_difference, same_bits
@@ -1060,6 +1061,31 @@ def test_a_site_model_imports_only_the_domains_it_uses():
         graph, read = Scopes(rewritten).read(site)
         imports[site.graph] = set(extract(rewritten, graph, site, read[0]).opset_imports)  # ai.onnx only
     assert len(imports) == 7 and set(map(frozenset, imports.values())) == {frozenset({""})}
+
+
+_REWRITES = [*((f"expand {variant} {mode}", variant, mode) for variant in variants.NAMES for mode in variants.MODES),
+             *((f"lower {target}", runtimes.get(target).variant, None)
+               for target in ("webgpu", "openvino", "reference", "onnxruntime-cuda")), ("as it was", "native", None)]
+
+
+@pytest.mark.parametrize("rewrite, form, mode", _REWRITES, ids=[r[0] for r in _REWRITES])
+def test_a_sites_form_is_read_off_the_ops_rewritten_computes_it_with(rewrite, form, mode):
+    """Another runtime's differences are those it states for the site's form, not for its own target's."""
+    from dql_pass.verification.extract import Scopes, extract, original_sites
+    from dql_pass.verification.site_level import _form
+
+    original = ir.load(MODELS / "mlp_dynamic.onnx")
+    if rewrite.startswith("expand"):
+        rewritten = dql_pass.expand(original, variant=form, mode=mode, runtime=None)[0]
+    elif rewrite.startswith("lower"):
+        rewritten = dql_pass.lower(original, target=rewrite.split()[1])[0]
+    else:
+        rewritten = original
+    scopes, forms = Scopes(rewritten), []
+    for site in original_sites(ir.load(MODELS / "mlp_dynamic.onnx")):
+        graph, read = scopes.read(site)
+        forms.append(_form(extract(rewritten, graph, site, read[0], scopes.block(site))))
+    assert forms == [form] * 3
 
 
 def _called_twice() -> onnx.ModelProto:

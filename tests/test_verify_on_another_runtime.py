@@ -177,6 +177,32 @@ def test_a_difference_is_known_only_where_the_stated_ones_name_every_output_that
     assert mnn.differences(x, "arithmetic", "onnxruntime", ["y_scale"]) == []
 
 
+@pytest.mark.parametrize("target, form, verdict",
+                         [("portable", "arithmetic", "PASS"), ("arithmetic", "portable", "FAIL")])
+def test_the_differences_excused_are_those_the_runtime_states_for_the_form_rewritten_has(
+        monkeypatch, target, form, verdict):
+    """verify looked up the runtime's target variant's differences whatever the site's form: an arithmetic site on a
+    runtime whose target is portable lost arithmetic's stated difference (a false FAIL), a portable one on a runtime
+    whose target is arithmetic had it (a false PASS)."""
+    corrupting = _Corrupting("y")
+    corrupting.variant = target
+    monkeypatch.setitem(runtimes.RUNTIMES, "corrupting", corrupting)
+    original = helpers.dql_model(21)
+    report = dql_pass.verify(original, dql_pass.expand(original, variant=form, runtime=None)[0], runtime="corrupting")
+    assert report.verdict == verdict, report.format()
+    assert report.sites[0].classes.get("infinite", 0) + sum(report.sites[0].known.values()) > 0
+
+
+def test_a_lowering_for_another_target_has_that_forms_differences_on_the_runtime():
+    """lean (webgpu's) on tract: tract's Gemm reads lean's subnormal scale as 0, a difference tract states for lean;
+    verify held it to float64's (tract's target) and failed."""
+    installed("tract")
+    lowered = dql_pass.lower(helpers.dql_model(21), target="webgpu")[0]
+    report = dql_pass.verify(helpers.dql_model(21), lowered, runtime="tract")
+    assert report.verdict == "PASS", report.format()
+    assert any("subnormal operand as 0" in reason for reason in report.sites[0].known), report.sites[0].known
+
+
 @pytest.mark.parametrize("outputs", [(), ("y", "scale")])
 def test_a_known_difference_names_outputs_of_the_op(outputs):
     with pytest.raises(ValueError, match="names outputs of"):

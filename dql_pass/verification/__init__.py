@@ -94,7 +94,8 @@ def verify(
 
     ``runtime`` (a name of :data:`dql_pass.runtimes.RUNTIMES`) runs REWRITTEN: its sites run there
     as well as on ORT, and its model level runs there. Differences that the runtime states for the
-    inputs concerned (:attr:`Runtime.known_differences` of its target variant) are counted apart as
+    inputs concerned (:attr:`Runtime.known_differences` of the form each site has, read off its ops;
+    none for ops of no form of dql_pass's) are counted apart as
     known differences, not as mismatches; the report names them. A site model that the runtime
     cannot load (a piece of a model it may run whole) is checked on ORT only and reported as not
     checked there, with the runtime's reason: INCOMPLETE, not PASS.

@@ -332,8 +332,8 @@ class _Reads:
             for values in tally.read:
                 diff = compare_site([actual[v.name] for v in values], reference, tally.outputs[0])
                 # On another runtime, excused where its differences for x's classes name each output that differs.
-                known = (self.runtime.differences(np.asarray(x), self.runtime.variant, self.zero_range, diff.outputs)
-                         if elsewhere and diff else [])
+                known = (self.runtime.differences(np.asarray(x), tally.form, self.zero_range, diff.outputs)
+                         if elsewhere and diff and tally.form else [])
                 found.append((label, diff, known[0] if known else None))
 
     def tell(self, sets: Sets) -> None:

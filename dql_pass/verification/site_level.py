@@ -27,7 +27,8 @@ from dql_pass.errors import one_line
 from dql_pass.files import external_tensors
 from dql_pass.graph.slice import NotReachable
 from dql_pass.inputs import Case, cases, large_cases
-from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, OUTPUT_TYPES, OUTPUTS
+from dql_pass.decomposition import form_of
+from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import centred, dynamic_quantize_linear
 from dql_pass.verification.extract import LostOutput, Scopes, Site, extract
 from dql_pass.verification.progress import advance
@@ -49,6 +50,9 @@ class SiteTally(Tally):
         # The values that the site's readers read in REWRITTEN, as triples (see Scopes.read).
         self.read: list[tuple[ir.Value, ...]] = []
         self.block = False  # REWRITTEN keeps it in float32: read holds pairs (y - y_zero_point, y_scale)
+        # What REWRITTEN computes it with ("native" or a variant), read off its ops: another runtime's
+        # differences are those it states for that form; None (ops of no form of ours): none is excused.
+        self.form: str | None = None
 
     @property
     def outputs(self) -> tuple[tuple[str, ...], tuple[ir.DataType, ...]]:
@@ -87,8 +91,8 @@ class _SiteRunner:
                 diffs, unchecked = self._run(loaded, self.runtime, tally)
                 for i, diff in enumerate(diffs):
                     if results[i][0] is None and diff is not None:
-                        known = self.runtime.differences(self.catalogue[i].x, self.runtime.variant, self.zero_range,
-                                                         diff.outputs)
+                        known = tally.form and self.runtime.differences(self.catalogue[i].x, tally.form,
+                                                                        self.zero_range, diff.outputs)
                         results[i] = (diff, known[0] if known else None)
             self._results[key] = results, unchecked
         return self._results[key]
@@ -127,6 +131,13 @@ class _SiteRunner:
         return diffs, unchecked
 
 
+def _form(model: ir.Model) -> str | None:
+    """The form of the site that ``model`` (extracted) computes, read off its ops."""
+    nodes = [*ir.traversal.RecursiveGraphIterator(model.graph),
+             *(node for function in model.functions.values() for node in function)]
+    return form_of(node.op_type for node in nodes if node.domain in DOMAINS)
+
+
 def check_sites(
     model: ir.Model, sites: Sequence[Site], seed: int, zero_range: str, runtime: runtimes.Runtime = _ORT,
     scopes: Scopes | None = None, unreachable: Mapping[str, str] = types.MappingProxyType({}),
@@ -162,6 +173,8 @@ def check_sites(
         if tally.block:
             tally.result.block = ("lower kept it in float32: y - y_zero_point (float32) and y_scale checked against "
                                   "the reference, the lowered ops that read it checked from y - y_zero_point")
+        forms = {_form(site_model) for site_model in extracted}
+        tally.form = forms.pop() if len(forms) == 1 else None
         for site_model in extracted:
             results, unchecked = runner.run(site_model, tally)
             tally.result.not_checked = tally.result.not_checked or unchecked
