@@ -1159,6 +1159,36 @@ def test_a_dql_no_output_depends_on_may_be_dropped_but_a_live_one_may_not():
     assert verify(onnx.load(MLP), live).verdict == "FAIL"
 
 
+def _unread_y() -> onnx.ModelProto:
+    """A live DQL whose y nothing reads: out = y_scale * y_zero_point."""
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "zp"], name="dql"),
+             helper.make_node("Cast", ["zp"], ["zpf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["s", "zpf"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("scale", [None, 1.0001])
+def test_an_output_of_a_live_dql_that_nothing_reads_may_be_dropped(scale):
+    """Dead code removal after the expansion dropped y, which nothing reads: a lost output, a FAIL. y_scale and the
+    zero point are still checked: a wrong scale fails."""
+    expanded = ir.from_proto(dql_pass.expand(_unread_y())[0])
+    ir.passes.common.RemoveUnusedNodesPass()(expanded)
+    rewritten = ir.to_proto(expanded)
+    assert "q" not in {name for node in rewritten.graph.node for name in node.output}
+    if scale is not None:  # y_scale made 1.0001 times larger
+        (at,) = [k for k, node in enumerate(rewritten.graph.node) if "s" in node.output]
+        producer = rewritten.graph.node[at]
+        producer.output[list(producer.output).index("s")] = "s_before"
+        rewritten.graph.initializer.append(numpy_helper.from_array(np.float32(scale), "k"))
+        rewritten.graph.node.insert(at + 1, helper.make_node("Mul", ["s_before", "k"], ["s"]))
+    report = verify(_unread_y(), rewritten)
+    assert report.verdict == ("PASS" if scale is None else "FAIL"), report.format()
+    assert report.sites[0].unread.startswith("'q' read by nothing in ORIGINAL and dropped by REWRITTEN: not checked")
+    assert report.sites[0].cases > 0 and (scale is None) == (report.sites[0].mismatches == 0)
+
+
 def test_a_call_of_a_site_s_function_renamed_or_named_is_still_that_call():
     """A call is known by its output names: a tool that names (or renames) every node changes nothing."""
     original = _called_twice()

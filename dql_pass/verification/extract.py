@@ -13,8 +13,8 @@ Rules:
   keeps but no longer uses does not stand in for what REWRITTEN computes ("not reachable");
 - a site output whose name REWRITTEN lacks at the same path (or in the one graph that has them all,
   when a rewrite renamed a control-flow node) is a lost output, a mismatch, but for a site no graph
-  output of ORIGINAL depends on (dead code a rewrite may drop); a reader REWRITTEN lacks makes the
-  site not reachable;
+  output of ORIGINAL depends on and for an output nothing reads (dead code a rewrite may drop: the
+  site's other outputs are checked); a reader REWRITTEN lacks makes the site not reachable;
 - the computation of the values read is sliced back to the value named like the DQL's input by
   :mod:`dql_pass.graph.slice`, the one slice lowered ops go through too, taking in constants of
   outer scopes, subgraphs of the nodes on the way and the model-local functions they call; one
@@ -93,8 +93,9 @@ def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
     return values
 
 
-def _canonical(graph: ir.Graph, block: bool) -> None:
-    """Name everything by position, so that identical computations serialize to identical bytes."""
+def _canonical(graph: ir.Graph, names: Sequence[str], types: Sequence[ir.DataType]) -> None:
+    """Name everything by position, so that identical computations serialize to identical bytes, and
+    the outputs ``names``."""
     values = [*graph.initializers.values()]
     values += [v for node in graph for v in node.outputs]
     for i, value in enumerate(values):
@@ -110,7 +111,6 @@ def _canonical(graph: ir.Graph, block: bool) -> None:
         node.metadata_props.clear()
     graph.inputs[0].name = "x"
     graph.inputs[0].type, graph.inputs[0].shape = ir.TensorType(ir.DataType.FLOAT), None
-    names, types = (CENTRED_OUTPUTS, CENTRED_OUTPUT_TYPES) if block else (OUTPUTS, OUTPUT_TYPES)
     for value, name, dtype in zip(graph.outputs, names, types, strict=True):
         value.name = name
         if value.type is None:
@@ -202,10 +202,24 @@ class Scopes:
         """The names of what is checked of the site in REWRITTEN: its outputs, or a block's two."""
         return (centred_name(site.outputs[0]), site.outputs[1]) if self.block(site) else site.outputs
 
+    def unread(self, site: Site) -> tuple[int, ...]:
+        """The positions of the site's outputs that nothing reads in ORIGINAL (no node, no graph
+        output) and that REWRITTEN dropped: what no value of ORIGINAL depends on is not lost."""
+        if self.block(site):
+            return ()
+        unread = [k for k, uses in enumerate(site.uses) if not uses]
+        if len(unread) == len(site.outputs):
+            return ()  # a site nothing reads: checked by its names, or dropped as dead code
+        read = [name for k, name in enumerate(site.outputs) if k not in unread]
+        graph = self.counterpart(site.graph, read, site.live) or self.by_path.get(site.graph)
+        values = self.values.get(graph, {})
+        return tuple(k for k in unread if site.outputs[k] not in values)
+
     def holder(self, site: Site) -> ir.Graph:
         """The graph that holds the site's outputs; when no graph or several do, the one at the
         site's path is kept and reports them lost."""
-        outputs = self.outputs(site)
+        unread = self.unread(site)
+        outputs = [name for k, name in enumerate(self.outputs(site)) if k not in unread]
         graph = self.counterpart(site.graph, outputs, site.live)
         if graph is None and site.live:
             self._dead(site.graph, outputs)
@@ -224,8 +238,9 @@ class Scopes:
         outputs read there, as triples to check: the first readers' values, then each other value
         read, in place of the first.
 
-        An output that nothing reads in ORIGINAL is the value of its name; of a block, the pair
-        its lowered readers read: y - y_zero_point and y_scale.
+        An output that nothing reads in ORIGINAL is the value of its name, and left out where
+        REWRITTEN dropped it (:meth:`unread`); of a block, the pair its lowered readers read:
+        y - y_zero_point and y_scale.
         """
         graph = self.holder(site)
         if self.block(site):
@@ -233,9 +248,10 @@ class Scopes:
             found = [[centred], list(dict.fromkeys(self._read(graph, use, site.outputs[1]) for use in site.uses[1]))
                      or [self.values[graph][site.outputs[1]]]]
         else:
+            unread = self.unread(site)
             found = [
                 list(dict.fromkeys(self._read(graph, use, name) for use in uses)) or [self.values[graph][name]]
-                for name, uses in zip(site.outputs, site.uses, strict=True)
+                for k, (name, uses) in enumerate(zip(site.outputs, site.uses, strict=True)) if k not in unread
             ]
         first = tuple(values[0] for values in found)
         others = [(*first[:k], value, *first[k + 1:]) for k, values in enumerate(found) for value in values[1:]]
@@ -322,9 +338,15 @@ def uncalled(original: ir.Model, rewritten: ir.Model, scopes: Scopes, alive: Set
             if isinstance(root, ir.Function) and root.identifier() in why}
 
 
-def extract(model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value], block: bool = False) -> ir.Model:
+def extract(
+    model: ir.Model, graph: ir.Graph, site: Site, outputs: Sequence[ir.Value], block: bool = False,
+    unread: Sequence[int] = (),
+) -> ir.Model:
     """A model with input ``x`` and outputs ``y, y_scale, y_zero_point`` (a ``block``'s
-    ``y_centred, y_scale``) computing ``outputs``, the values read for the site in ``graph`` of ``model``."""
+    ``y_centred, y_scale``; those at the ``unread`` positions left out) computing ``outputs``, the values
+    read for the site in ``graph`` of ``model``."""
     extracted = site_model(model, graph, outputs, [site.input])  # outputs that ignore x still get compared
-    _canonical(extracted.graph, block)
+    names, types = (CENTRED_OUTPUTS, CENTRED_OUTPUT_TYPES) if block else (OUTPUTS, OUTPUT_TYPES)
+    kept = [k for k in range(len(names)) if k not in unread]
+    _canonical(extracted.graph, [names[k] for k in kept], [types[k] for k in kept])
     return extracted

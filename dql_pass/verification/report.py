@@ -46,6 +46,7 @@ class SiteResult:
     not_checked: str | None = None  # why its cases did not all run on the runtime REWRITTEN runs on
     block: str | None = None  # what was checked of a site lower kept in float32, in place of y and y_zero_point
     dropped: str | None = None  # why a site REWRITTEN drops needs no check: no graph output of ORIGINAL depends on it
+    unread: str | None = None  # the outputs of a live site that nothing reads and REWRITTEN dropped: not checked
 
     @property
     def passed(self) -> bool:
@@ -235,6 +236,8 @@ class VerifyReport:
                 lines.append(f"block: {s.name} in {s.graph}: {s.block}")
             if s.dropped:
                 lines.append(f"dropped: {s.name} in {s.graph}: {s.dropped}")
+            if s.unread:
+                lines.append(f"unread: {s.name} in {s.graph}: {s.unread}")
             if s.not_reachable is None and s.mismatches:
                 ranked = sorted(s.classes.items(), key=lambda item: -item[1])  # stable: ties in the order seen
                 classes = ", ".join(f"{name} {count}" for name, count in ranked)

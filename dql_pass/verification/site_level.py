@@ -50,6 +50,7 @@ class SiteTally(Tally):
         # The values that the site's readers read in REWRITTEN, as triples (see Scopes.read).
         self.read: list[tuple[ir.Value, ...]] = []
         self.block = False  # REWRITTEN keeps it in float32: read holds pairs (y - y_zero_point, y_scale)
+        self.unread: tuple[int, ...] = ()  # the outputs nothing reads in ORIGINAL and REWRITTEN dropped, by position
         # What REWRITTEN computes it with ("native" or a variant), read off its ops: another runtime's
         # differences are those it states for that form; None (ops of no form of ours): none is excused.
         self.form: str | None = None
@@ -57,11 +58,15 @@ class SiteTally(Tally):
     @property
     def outputs(self) -> tuple[tuple[str, ...], tuple[ir.DataType, ...]]:
         """The names and types of what is checked of the site."""
-        return (CENTRED_OUTPUTS, CENTRED_OUTPUT_TYPES) if self.block else (OUTPUTS, OUTPUT_TYPES)
+        names, types = (CENTRED_OUTPUTS, CENTRED_OUTPUT_TYPES) if self.block else (OUTPUTS, OUTPUT_TYPES)
+        return self._kept(names), self._kept(types)
 
     def expected(self, outputs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
         """What the site is held to, from the reference's ``outputs``."""
-        return centred(outputs) if self.block else outputs
+        return self._kept(centred(outputs) if self.block else outputs)
+
+    def _kept(self, values: tuple) -> tuple:
+        return tuple(value for k, value in enumerate(values) if k not in self.unread)
 
 
 class _SiteRunner:
@@ -157,10 +162,10 @@ def check_sites(
             tally.result.not_reachable = unreachable[tally.site.graph]
             continue
         try:
-            tally.block = scopes.block(tally.site)
+            tally.block, tally.unread = scopes.block(tally.site), scopes.unread(tally.site)
             graph, tally.read = scopes.read(tally.site)
             # A computation that cannot be extracted may still be checked in the models: read stays.
-            extracted = [extract(model, graph, tally.site, values, tally.block) for values in tally.read]
+            extracted = [extract(model, graph, tally.site, values, tally.block, tally.unread) for values in tally.read]
         except LostOutput as lost:
             if tally.site.live:
                 tally.add("-", ["lost output"], SiteDifference(WORST, str(lost)), run=False)
@@ -170,6 +175,10 @@ def check_sites(
         except NotReachable as reason:
             tally.result.not_reachable = str(reason)
             continue
+        if tally.unread:
+            names = " and ".join(repr(tally.site.outputs[k]) for k in tally.unread)
+            tally.result.unread = (f"{names} read by nothing in ORIGINAL and dropped by REWRITTEN: not checked, what "
+                                   "is read is")
         if tally.block:
             tally.result.block = ("lower kept it in float32: y - y_zero_point (float32) and y_scale checked against "
                                   "the reference, the lowered ops that read it checked from y - y_zero_point")
