@@ -203,6 +203,14 @@ def test_a_lowering_for_another_target_has_that_forms_differences_on_the_runtime
     assert any("subnormal operand as 0" in reason for reason in report.sites[0].known), report.sites[0].known
 
 
+def test_a_form_that_does_not_run_on_the_runtime_excuses_no_output_it_gave():
+    """A site's form is read off its ops now, so verify may ask for one the runtime cannot run: its reason (why the
+    form does not load) was the first 'known difference' of any output."""
+    webgpu, x = runtimes.get("webgpu"), np.array([1.0, 2.0], np.float32)
+    assert webgpu.differences(x, "float64", "onnxruntime") == [webgpu.unloadable["float64"]]
+    assert webgpu.differences(x, "float64", "onnxruntime", ["y"]) == []
+
+
 @pytest.mark.parametrize("outputs", [(), ("y", "scale")])
 def test_a_known_difference_names_outputs_of_the_op(outputs):
     with pytest.raises(ValueError, match="names outputs of"):

@@ -267,7 +267,8 @@ class Runtime:
         """The reasons this runtime is known to give other outputs for ``x`` in ``form`` under ``policy``.
 
         ``outputs``: those that differ; then only where the differences stated for ``x`` name every
-        one of them (none otherwise), and only the reasons that name one.
+        one of them (none otherwise), and only the reasons that name one: a form that does not run
+        there (:attr:`unloadable`) excuses no output it gave.
         """
         classes = input_classes(x, policy)
         found = [
@@ -279,4 +280,4 @@ class Runtime:
             covers = differing <= {name for d in found for name in d.outputs}
             found = [d for d in found if differing & set(d.outputs)] if covers else []
         reasons = list(dict.fromkeys(d.reason for d in found))  # one reason stated for several classes: once
-        return [self.unloadable[form], *reasons] if form in self.unloadable else reasons
+        return [self.unloadable[form], *reasons] if form in self.unloadable and outputs is None else reasons
