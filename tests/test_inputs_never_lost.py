@@ -373,3 +373,31 @@ def test_a_string_too_long_for_a_location_is_read_past_wherever_its_cut_falls():
         strings, spelt = _Strings(b"\"'", multiline=False), [[], [], []]  # textproto's
         strings.feed(text, spelt)
         assert spelt[0] == [location.strip()[1:-1]], shift  # the location alone: the long string ended where it ends
+
+
+def test_a_linked_model_in_the_folder_keeps_the_data_it_reads_beside_the_link(tmp_path):
+    """v1.onnx -> archive/v1.onnx, a copy of an earlier output: onnx reads its data beside the link, and the sweep
+    read links only for the file they lead to, so it removed that data."""
+    source = quantized_model(tmp_path / "in" / "m.onnx", "m.onnx.data")
+    out = tmp_path / "out"
+    (out / "archive").mkdir(parents=True)
+    assert run_cli("expand", source, "-o", out / "x.onnx").returncode == 0
+    shutil.copy(out / "x.onnx", out / "archive" / "v1.onnx")
+    (out / "v1.onnx").symlink_to("archive/v1.onnx")
+    expected = outputs_of(out / "v1.onnx")
+    assert run_cli("lower", source, "-o", out / "x.onnx").returncode == 0
+    assert [a.tobytes() for a in outputs_of(out / "v1.onnx")] == [a.tobytes() for a in expected]
+
+
+@pytest.mark.parametrize("how", ["cli", "api"])
+def test_the_data_beside_the_file_a_linked_input_leads_to_is_the_inputs_too(tmp_path, how):
+    """a/in.onnx -> ../b/m.onnx: the data read is a/m.onnx.data, but b/m.onnx needs b/m.onnx.data, which an
+    output there overwrote."""
+    quantized_model(tmp_path / "b" / "m.onnx", "m.onnx.data")
+    (tmp_path / "a").mkdir()
+    shutil.copy(tmp_path / "b" / "m.onnx.data", tmp_path / "a")
+    (tmp_path / "a" / "in.onnx").symlink_to("../b/m.onnx")
+    before = files_of(tmp_path / "b")
+    assert_bad_input(write(how, "expand", tmp_path / "a" / "in.onnx", tmp_path / "b" / "m.onnx.data"),
+                     "would overwrite the input or its external data")
+    assert files_of(tmp_path / "b") == before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import textwrap
@@ -219,3 +220,48 @@ def test_a_tensors_metadata_stays_one_entry_per_key_through_expand_fuse_and_lowe
         (v,) = [t for t in onnx.load(written, load_external_data=False).graph.initializer if t.name == "v"]
         assert [(e.key, e.value) for e in v.metadata_props] == [("tag", "kept")], command
         path = written
+
+
+# A signal while a write cleans up or sweeps: held back until that is done.
+
+@pytest.fixture
+def ctrl_c():
+    """SIGINT at Python's default (a KeyboardInterrupt), where pytest runs in the background with it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _second_signal_in(monkeypatch, module, name: str) -> None:
+    """``module.name`` sends this process SIGINT as it starts, then runs."""
+    real = getattr(module, name)
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
+def test_a_second_ctrl_c_while_a_stage_is_removed_leaves_none_of_it(tmp_path, monkeypatch, ctrl_c):
+    """gen-tests' stage holds thousands of files: a second Ctrl-C landed in the first one's rmtree and left it."""
+    _second_signal_in(monkeypatch, safe.shutil, "rmtree")
+    with pytest.raises(KeyboardInterrupt):
+        with safe.staged(tmp_path, "out.onnx") as stage:
+            (stage / "weights").write_bytes(b"x" * 1000)
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_during_the_sweep_after_a_write_still_removes_the_old_data(tmp_path, monkeypatch, ctrl_c):
+    """Once the new model is in place the write stands; the sweep of the old model's data went unfinished."""
+    source = quantized_model(tmp_path / "in" / "m.onnx", "m.onnx.data")
+    (tmp_path / "out").mkdir()
+    dql_pass.expand_file(source, tmp_path / "out" / "x.onnx")
+    (old,) = (tmp_path / "out").glob("x.onnx.*.data")
+    _second_signal_in(monkeypatch, safe, "sweep")
+    with pytest.raises(KeyboardInterrupt):
+        dql_pass.lower_file(source, tmp_path / "out" / "x.onnx")
+    (new,) = (tmp_path / "out").glob("x.onnx.*.data")
+    assert new != old and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.onnx", new.name]
+    onnx.checker.check_model(os.fspath(tmp_path / "out" / "x.onnx"), full_check=True)

@@ -159,6 +159,11 @@ def _input_files(model: ir.Model, source: str | os.PathLike) -> set[Path]:
     loaded_from, files = model.meta.get(_LOADED_FROM, (None, None))
     if loaded_from != resolved:
         files = _data_files(read_model(source))
+    if resolved != directory_entry(Path(source)):
+        # Through a link the data is read beside the link; the file it leads to names data beside
+        # itself too, which that model needs: as much the input's.
+        with contextlib.suppress(Exception):
+            files = {*files, *_data_files(read_model(resolved))}
     return {resolved, directory_entry(Path(source)), *files}  # a link named as the input is the input too
 
 
@@ -329,10 +334,12 @@ def _write(
                     with signals_deferred():  # else Ctrl-C could land between the rename and the assignment
                         os.rename(stage / data_name, data)
                         placed = data
-                with signals_deferred():  # the data is the new model's once it is in place: not ours to undo
+                # The data is the new model's once it is in place: not ours to undo; the sweep of what
+                # it replaced goes with it, or a Ctrl-C there would leave the old data beside it.
+                with signals_deferred():
                     os.replace(staged_model, folder / name)
                     placed = None
-                tidy_up(folder, name, keep | ({folder / data_name} if data_name else set()))
+                    tidy_up(folder, name, keep | ({folder / data_name} if data_name else set()))
         finally:
             if placed is not None:
                 with contextlib.suppress(FileNotFoundError):

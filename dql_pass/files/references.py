@@ -29,10 +29,10 @@ def referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path],
 
     A model names its data file in its bytes, so a file that holds a candidate's name in a form
     onnx reads (binary, or a string of one of its text formats, whatever the file's extension) may
-    be a model that needs it (a copy of an older output, say), and a link that leads to one may be
-    the name a model uses. A file that cannot be read keeps them all. Models in other folders are
-    not looked for: ONNX allows no ``..`` in a location, and a copy of an output made elsewhere
-    looks for its data there, beside it.
+    be a model that needs it (a copy of an older output, say, or a link to one elsewhere, which reads
+    its data beside the link), and a link that leads to one may be the name a model uses. A file
+    that cannot be read keeps them all. Models in other folders are not looked for: ONNX allows no
+    ``..`` in a location, and a copy of an output made elsewhere looks for its data there, beside it.
     """
     found: set[Path] = set()
     names = {os.fsencode(path.name): path for path in candidates}
@@ -46,8 +46,11 @@ def referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path],
                 if target in candidates:
                     found.add(target)
                     names.pop(os.fsencode(target.name), None)
-                continue
-            if not entry.is_file(follow_symlinks=False):
+                    continue
+                if target.parts[1:2] in (("proc",), ("dev",)):  # the system's files, never a model
+                    continue
+            # A linked model reads its data beside the link, here: it is read as a file of the folder.
+            if not entry.is_file():
                 continue
             with open(path, "rb") as file:
                 if _may_be_model(file):

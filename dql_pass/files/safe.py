@@ -179,7 +179,7 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     try:
         yield os.fspath(temporary)
         os.chmod(temporary, default_file_mode())
-        with FolderLock(folder):
+        with FolderLock(folder), signals_deferred():  # once in place, the write stands: its sweep goes with it
             os.replace(temporary, path)
             tidy_up(folder, path.name, set())
     except OSError as error:
@@ -312,10 +312,11 @@ def staged(folder: Path, name: str, *, mode: int | None = None) -> Iterator[Path
                 os.chmod(stage, mode)  # mkdtemp's 0700 would become the output's
         yield stage
     finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-        if stage_lock is not None:
-            stage_lock.release()
+        with signals_deferred():  # a second Ctrl-C while a large stage goes would leave the rest of it
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
+            if stage_lock is not None:
+                stage_lock.release()
 
 
 # renameat2(2): both paths relative to the current folder, and swapped rather than moved.
