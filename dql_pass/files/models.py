@@ -280,7 +280,7 @@ def save_model(
         model_mode, data_mode = _modes(source, inputs)
         _write(model, folder, path.name, data_name, moved + held, model_mode, data_mode, keep=inputs)
     except OSError as error:
-        raise InputError(f"{path}: cannot write the output: {one_line(error)}") from None
+        raise InputError(f"{path}: cannot write the output: {_why_not_written(error)}") from None
     except TooLarge as error:
         raise InputError(f"{path}: cannot write the output: it takes {error.args[0]:,} bytes with every tensor that "
                          f"can be in external data there, past protobuf's limit of {INLINE_LIMIT:,}") from None
@@ -307,6 +307,13 @@ def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[Slot])
     finally:
         for slot, tensor in zip(slots, tensors):
             slot.tensor = tensor
+
+def _why_not_written(error: OSError) -> str:
+    """``error`` on one line; numpy's short write ("4096 requested and 1760 written") says what ran out."""
+    if error.errno is None and re.fullmatch(r"\d+ requested and \d+ written", str(error)):
+        return f"the disk is full, or a limit on the size of files was reached ({error})"
+    return one_line(error)
+
 
 def _write(
     model: ir.Model, folder: Path, name: str, data_name: str | None, slots: list[Slot], model_mode: int,
