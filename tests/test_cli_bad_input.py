@@ -203,3 +203,20 @@ def test_a_data_file_cut_short_says_what_ran_out(tmp_path):
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192)))
     assert_bad_input(run, "the disk is full, or a limit on the size of files was reached (8192 requested and ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+def test_a_negative_external_data_offset_is_named(tmp_path):
+    """onnx_ir wraps its reason in "Error calling _deserialize_graph with: mlp", which named only the graph."""
+    source = tmp_path / "m.onnx"
+    onnx.save_model(onnx.load(MODELS / "mlp_dynamic.onnx"), source, save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0)
+    model = onnx.load(source, load_external_data=False)
+    entries = {entry.key: entry for entry in model.graph.initializer[0].external_data}
+    if "offset" in entries:
+        entries["offset"].value = "-5"
+    else:
+        model.graph.initializer[0].external_data.add(key="offset", value="-5")
+    onnx.save(model, source)
+    run = run_cli("expand", source, "-o", tmp_path / "out.onnx")
+    assert_bad_input(run, "cannot load the model: ")
+    assert "offset" in run.stderr and "-5" in run.stderr and "_deserialize_graph" not in run.stderr

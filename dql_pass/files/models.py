@@ -99,6 +99,8 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     try:
         model = read_model(path)
     except Exception as error:  # a file the checker accepted but onnx_ir cannot read
+        while (error.__cause__ or error.__context__) is not None:  # onnx_ir's own wrapping names only the graph
+            error = error.__cause__ or error.__context__
         raise InputError(f"{path}: cannot load the model: {one_line(error)}") from None
     _check_external_files(model, path)
     # What the file consists of, before a pass drops weights: save_model protects it all.
