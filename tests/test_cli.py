@@ -551,10 +551,12 @@ def test_verify_on_a_runtime_runs_rewritten_there(tmp_path, capsys):
     assert main(["verify", str(MLP), str(quantizelinear)]) == 0
     capsys.readouterr()
     assert main(["verify", str(MLP), str(quantizelinear), "--runtime", "reference"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "known difference of reference, 6 cases at 3 sites: onnx.reference's QuantizeLinear sends" in out
     (summary,) = [line for line in out.splitlines() if line.startswith("PASS: 3 sites")]
     assert summary.endswith("REWRITTEN on reference, 6 known differences of reference")
+    assert ("next: the known differences are reference's for quantizelinear, the form REWRITTEN has, not for its "
+            f"target; `dql-pass expand {MLP} -o OUT --target reference --verify`") in err
 
 
 def test_run_tests_on_a_runtime_and_its_old_name(small_suite, capsys):

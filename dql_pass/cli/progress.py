@@ -63,12 +63,24 @@ def verify_with_progress(args: argparse.Namespace, original: Any, rewritten: Any
             progress.close()
 
 
+def _other_forms(report: VerifyReport) -> list[str]:
+    """The forms of the sites that had known differences where they are not the runtime's target variant."""
+    from dql_pass import runtimes
+
+    target = runtimes.get(report.runtime).variant
+    return sorted({s.form for s in report.sites if s.known and s.form not in (None, target)})
+
+
 def show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
     """Print verify's report; its exit code and its --json shape."""
     say(args, report.format())
     if report.verdict == "PASS" and report.runtime == "onnxruntime" and not args.quiet:
         note("next: checked on onnxruntime; --runtime NAME checks it on the runtime it will run on "
              "(dql-pass expand --list-targets lists them)")
+    elif report.verdict == "PASS" and _other_forms(report) and args.command == "verify" and not args.quiet:
+        note(f"next: the known differences are {report.runtime}'s for {' and '.join(_other_forms(report))}, the form "
+             f"REWRITTEN has, not for its target; `dql-pass expand {shlex.quote(report.original)} -o OUT --target "
+             f"{report.runtime} --verify` (lower, for the integer ops too) writes the one exact there")
     elif report.verdict == "FAIL" and args.command == "verify" and not args.quiet:  # someone else's rewrite
         target = "" if report.runtime == "onnxruntime" else f" --target {report.runtime}"
         note(f"next: REWRITTEN does not compute what ORIGINAL does (the lines above say where); `dql-pass expand "

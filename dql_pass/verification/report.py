@@ -47,6 +47,7 @@ class SiteResult:
     block: str | None = None  # what was checked of a site lower kept in float32, in place of y and y_zero_point
     dropped: str | None = None  # why a site REWRITTEN drops needs no check: no graph output of ORIGINAL depends on it
     unread: str | None = None  # the outputs of a live site that nothing reads and REWRITTEN dropped: not checked
+    form: str | None = None  # what REWRITTEN computes a DQL site with, read off its ops: "native" or a variant
 
     @property
     def passed(self) -> bool:

@@ -183,7 +183,7 @@ def check_sites(
             tally.result.block = ("lower kept it in float32: y - y_zero_point (float32) and y_scale checked against "
                                   "the reference, the lowered ops that read it checked from y - y_zero_point")
         forms = {_form(site_model) for site_model in extracted}
-        tally.form = forms.pop() if len(forms) == 1 else None
+        tally.form = tally.result.form = forms.pop() if len(forms) == 1 else None
         for site_model in extracted:
             results, unchecked = runner.run(site_model, tally)
             tally.result.not_checked = tally.result.not_checked or unchecked
