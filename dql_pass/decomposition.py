@@ -133,10 +133,12 @@ def variant(name: str, opset: int = MAX_OPSET) -> Variant:
 
 def form_of(op_types: Iterable[str]) -> str | None:
     """The form of a DQL site written with ``op_types`` (its ai.onnx ops): "native" where DynamicQuantizeLinear
-    is one of them, else the variant with the fewest op types whose body has every one of them (a block of
-    lower adds Sub, and Gather to a body that ends in a table); None where no body has them all."""
+    is one of them, else the one variant whose body has every one of them, or of several, the one whose body
+    has just those (a block of lower adds Sub, and Gather to a body that ends in a table, which they have);
+    None where no body has them all, or several do and none just those (part of a site: its y dropped)."""
     found = set(op_types) - {"Constant"}
     if NAME in found:
         return "native"
     having = [variant(name) for name in variants.NAMES if found <= variant(name).op_types]
-    return min(having, key=lambda v: len(v.op_types)).name if having else None
+    exact = [v for v in having if v.op_types == found]
+    return having[0].name if len(having) == 1 else exact[0].name if len(exact) == 1 else None

@@ -265,3 +265,27 @@ def test_ctrl_c_during_the_sweep_after_a_write_still_removes_the_old_data(tmp_pa
     (new,) = (tmp_path / "out").glob("x.onnx.*.data")
     assert new != old and sorted(p.name for p in (tmp_path / "out").iterdir()) == ["x.onnx", new.name]
     onnx.checker.check_model(os.fspath(tmp_path / "out" / "x.onnx"), full_check=True)
+
+
+def test_ctrl_c_while_the_folder_is_read_for_references_undoes_the_write(tmp_path, monkeypatch, ctrl_c):
+    """Reading every file of the folder removes nothing and may take minutes (a large linked file): it comes before
+    the new output is in place, with the signals not held back, so an interrupt there leaves the old output."""
+    source = quantized_model(tmp_path / "in" / "m.onnx", "m.onnx.data")
+    (tmp_path / "out").mkdir()
+    dql_pass.expand_file(source, tmp_path / "out" / "x.onnx")
+    before = files_of(tmp_path / "out")
+    _second_signal_in(monkeypatch, safe, "referred_to")
+    with pytest.raises(KeyboardInterrupt):
+        dql_pass.lower_file(source, tmp_path / "out" / "x.onnx")
+    assert files_of(tmp_path / "out") == before
+
+
+def test_a_link_loop_in_the_folder_stops_no_sweep(tmp_path):
+    """A link that leads nowhere is no model: a loop read as 'cannot read, keep every data file'."""
+    source = quantized_model(tmp_path / "in" / "m.onnx", "m.onnx.data")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "loop_a").symlink_to("loop_b")
+    (tmp_path / "out" / "loop_b").symlink_to("loop_a")
+    for _ in range(2):
+        dql_pass.expand_file(source, tmp_path / "out" / "x.onnx")
+    assert len(list((tmp_path / "out").glob("x.onnx.*.data"))) == 1

@@ -16,8 +16,8 @@ from dql_pass.lazy import exports
 
 _SAFE = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
-    "directory_entry", "entries_of", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep",
-    "tidy_up",
+    "directory_entry", "entries_of", "fsync", "is_data_file", "put_folder", "signals_deferred", "stale_data", "staged",
+    "sweep", "tidy_up",
 ]
 _MODELS = ["as_ir_model", "load_model", "model_form", "read_model", "save_model"]
 _TENSORS = ["ExternalData", "external_tensors", "in_memory"]
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     )
     from dql_pass.files.safe import (  # noqa: F401
         FolderLock, atomic_path, check_not_system, check_output_path, data_file_name, default_file_mode,
-        directory_entry, entries_of, fsync, is_data_file, put_folder, signals_deferred, staged, sweep, tidy_up,
+        directory_entry, entries_of, fsync, is_data_file, put_folder, signals_deferred, stale_data, staged, sweep,
+        tidy_up,
     )
     from dql_pass.files.tensors import ExternalData, external_tensors, in_memory  # noqa: F401
 

@@ -28,7 +28,7 @@ from dql_pass.errors import InputError, one_line
 from dql_pass.files.protobuf import AROUND_DATA, TooLarge, check_size, save_streamed, serialized
 from dql_pass.files.safe import (
     FolderLock, check_output_path, data_file_name, default_file_mode, directory_entry, entries_of, fsync, is_data_file,
-    signals_deferred, staged, tidy_up,
+    signals_deferred, stale_data, staged, tidy_up,
 )
 from dql_pass.files.tensors import ExternalData, Slot, external_tensors, in_memory, slots, stand_ins
 
@@ -245,7 +245,7 @@ def save_model(
     longer use them (lower and fuse drop weights). The new data file's name must be free. A
     successful write removes the data files and stage folders that earlier writes of ``path``
     left, unless the input, the new model or another file of the folder refers to them (see
-    :func:`~dql_pass.files.safe.sweep`).
+    :func:`~dql_pass.files.safe.stale_data` and :func:`~dql_pass.files.safe.sweep`).
     """
     path = check_output_path(path)
     entry = directory_entry(path)
@@ -343,12 +343,14 @@ def _write(
                     with signals_deferred():  # else Ctrl-C could land between the rename and the assignment
                         os.rename(stage / data_name, data)
                         placed = data
-                # The data is the new model's once it is in place: not ours to undo; the sweep of what
+                kept = keep | ({folder / data_name} if data_name else set())
+                stale = stale_data(folder, name, kept)
+                # The data is the new model's once it is in place: not ours to undo; the removal of what
                 # it replaced goes with it, or a Ctrl-C there would leave the old data beside it.
                 with signals_deferred():
                     os.replace(staged_model, folder / name)
                     placed = None
-                    tidy_up(folder, name, keep | ({folder / data_name} if data_name else set()))
+                    tidy_up(folder, name, kept, stale)
         finally:
             if placed is not None:
                 with contextlib.suppress(FileNotFoundError):

@@ -50,7 +50,11 @@ def referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path],
                 if target.parts[1:2] in (("proc",), ("dev",)):  # the system's files, never a model
                     continue
             # A linked model reads its data beside the link, here: it is read as a file of the folder.
-            if not entry.is_file():
+            # A link that leads nowhere (dangling, a loop) is no model.
+            try:
+                if not entry.is_file():
+                    continue
+            except OSError:
                 continue
             with open(path, "rb") as file:
                 if _may_be_model(file):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 __all__ = [
     "FolderLock", "atomic_path", "check_not_system", "check_output_path", "data_file_name", "default_file_mode",
-    "directory_entry", "entries_of", "fsync", "is_data_file", "put_folder", "signals_deferred", "staged", "sweep",
-    "tidy_up",
+    "directory_entry", "entries_of", "fsync", "is_data_file", "put_folder", "signals_deferred", "stale_data", "staged",
+    "sweep", "tidy_up",
 ]
 
 import contextlib
@@ -179,9 +179,11 @@ def atomic_path(path: str | os.PathLike, what: str = "output") -> Iterator[str]:
     try:
         yield os.fspath(temporary)
         os.chmod(temporary, default_file_mode())
-        with FolderLock(folder), signals_deferred():  # once in place, the write stands: its sweep goes with it
-            os.replace(temporary, path)
-            tidy_up(folder, path.name, set())
+        with FolderLock(folder):
+            stale = stale_data(folder, path.name, set())
+            with signals_deferred():  # once in place, the write stands: its sweep goes with it
+                os.replace(temporary, path)
+                tidy_up(folder, path.name, set(), stale)
     except OSError as error:
         raise InputError(f"{path}: cannot write the {what}: {one_line(error)}") from None
     finally:
@@ -373,35 +375,46 @@ def put_folder(stage: Path, target: Path) -> None:
             os.rename(old, stage)
 
 
-def tidy_up(folder: Path, name: str, keep: set[Path]) -> None:
+def tidy_up(folder: Path, name: str, keep: set[Path], stale: set[Path]) -> None:
     """Once output ``name`` is in place, under the folder lock: flush its rename to the disk, then
     :func:`sweep`. A failure here is logged, not raised: the new output is in place already."""
     try:
         fsync(folder)
-        sweep(folder, name, keep)
+        sweep(folder, name, keep, stale)
     except OSError as error:
         logger.warning("%s: written, but not tidied up: %s", folder / name, one_line(error))
 
 
-def sweep(folder: Path, name: str, keep: set[Path]) -> None:
-    """Remove what earlier writes of ``name`` left: unreferenced data files, stage folders and
-    :func:`atomic_path`'s temporary files.
+def stale_data(folder: Path, name: str, keep: set[Path]) -> set[Path]:
+    """The data files that earlier writes of output ``name`` left in ``folder`` and that no file there may
+    refer to, under the folder lock, before the new output goes in place: reading every file of the
+    folder may take long, removes nothing, and an interrupt there still undoes the write.
 
-    Runs under the folder lock, which every writer holds from moving its data in to renaming its
-    model. A data file is kept if it is in ``keep`` (the input's files and the new model's), or if
-    another file of the folder may refer to it (:func:`~dql_pass.files.references.referred_to`): a
-    model that survives keeps its data, whoever wrote it. A stage folder or temporary file that its writer still
-    holds locked is in flight, and kept. Links are never ours.
+    A data file is kept if it is in ``keep`` (the input's files and the new model's), or if another
+    file of the folder may refer to it (:func:`~dql_pass.files.references.referred_to`): a model that
+    survives keeps its data, whoever wrote it; the model at ``name``, being replaced, does not.
     """
-    data, stage, temporary = _data_pattern(name), _stage_pattern(name), _temporary_pattern(name)
+    data = _data_pattern(name)
     keep = entries_of(folder, keep)
     entries = list(os.scandir(folder))
     unused = {folder / e.name for e in entries if data.fullmatch(e.name) and e.is_file(follow_symlinks=False)} - keep
-    unused -= referred_to(folder, entries, unused, skip=keep | {folder / name})
-    for entry in entries:
+    return unused - referred_to(folder, entries, unused, skip=keep | {folder / name})
+
+
+def sweep(folder: Path, name: str, keep: set[Path], stale: set[Path]) -> None:
+    """Remove what earlier writes of ``name`` left: the ``stale`` data files (:func:`stale_data`),
+    stage folders and :func:`atomic_path`'s temporary files.
+
+    Runs under the folder lock, which every writer holds from moving its data in to renaming its
+    model. A stage folder or temporary file that its writer still holds locked is in flight, and kept.
+    Links are never ours.
+    """
+    stage, temporary = _stage_pattern(name), _temporary_pattern(name)
+    keep = entries_of(folder, keep)
+    for entry in list(os.scandir(folder)):
         path = folder / entry.name
         try:
-            if path in unused:
+            if path in stale:
                 os.unlink(path)
             elif path in keep:
                 continue

@@ -72,7 +72,7 @@ def run(key: int, arrays: list) -> list:
             compiled[shapes] = core.compile_model(fixed, "CPU", config)
         model = compiled[shapes]
         results = model.create_infer_request().infer(dict(enumerate(arrays)))
-    return [np.array(results[port]) for port in model.outputs]
+        return [np.array(results[port]) for port in model.outputs]
 
 
 def drop(key: int) -> None:

@@ -46,7 +46,7 @@ from dql_pass import inputs, reference, runtimes
 from dql_pass.errors import InputError
 from dql_pass.expansion import ExpandDynamicQuantizeLinearPass
 from dql_pass.files import (
-    FolderLock, check_not_system, default_file_mode, put_folder, signals_deferred, staged, tidy_up,
+    FolderLock, check_not_system, default_file_mode, put_folder, signals_deferred, stale_data, staged, tidy_up,
 )
 from dql_pass.op import INPUT, MAX_OPSET, MIN_OPSET, NAME, OUTPUTS, check_choice, one_node_model, version
 from dql_pass.suites import family
@@ -236,10 +236,11 @@ def _install(stage: Path, outdir: Path, force: bool) -> None:
     folder = outdir.parent.resolve()
     with FolderLock(folder):
         _check_replaceable(outdir, force)  # again: the folder may have changed while the suite was written
+        stale = stale_data(folder, outdir.name, set())
         with signals_deferred():  # once in place, the new suite stands: the old one's removal goes with it
             put_folder(stage, outdir)
             shutil.rmtree(stage, ignore_errors=True)  # the old suite, if there was one
-            tidy_up(folder, outdir.name, set())
+            tidy_up(folder, outdir.name, set(), stale)
 
 
 def generate_suite(
