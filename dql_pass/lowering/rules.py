@@ -50,6 +50,9 @@ class Rule:
     # Whether the node's output is a sum without terms, which ONNX defines 0 and ORT 1.32 leaves
     # unwritten (whatever its memory held): verify holds ORIGINAL's to 0.
     without_terms: Callable[[ir.Node], bool] = lambda node: False
+    # Whether the op sums products of whole numbers, so that a float rewrite of it multiplies whole
+    # numbers only: verify leaves one whose product reads a constant that is not whole unchecked.
+    whole_terms: bool = False
 
     def expected(self, arrays: Sequence[np.ndarray | None], attributes: Attributes) -> np.ndarray:
         """The exact result of the op on ``arrays``, one per input (None: absent)."""
@@ -98,11 +101,11 @@ def _dequantize_keywords(attributes: Attributes, arrays: Sequence[np.ndarray | N
 REGISTRY: tuple[Rule, ...] = (
     Rule("MatMulInteger", rewrite=products.MATMUL_INTEGER.rewrite, reference=reference.matmul_integer,
          keywords=_no_keywords, operand_types=_zero_point_types, cases=operands.matmul_integer,
-         centred=((0, 2), (1, 3)),
+         centred=((0, 2), (1, 3)), whole_terms=True,
          without_terms=products.MATMUL_INTEGER.without_terms),
     Rule("ConvInteger", rewrite=products.CONV_INTEGER.rewrite, reference=reference.conv_integer,
          keywords=_conv_keywords, operand_types=_zero_point_types, cases=operands.conv_integer,
-         centred=((0, 2), (1, 3)),
+         centred=((0, 2), (1, 3)), whole_terms=True,
          without_terms=products.CONV_INTEGER.without_terms),
     # x is float, its zero point an integer: each has its own type
     Rule("QuantizeLinear", rewrite=qdq.quantize_linear, reference=reference.quantize_linear,

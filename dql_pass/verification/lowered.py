@@ -276,7 +276,6 @@ def _block(site: LoweredSite, replacement: _Replacement) -> str | None:
         + [f"as {site.cast!r}, the reference cast to float32"] * replacement.cast)
 
 
-_INTEGER_PRODUCTS = ("MatMulInteger", "ConvInteger")
 _FLOAT_PRODUCTS = ("MatMul", "Conv", "Gemm")
 
 
@@ -315,7 +314,7 @@ def _check(
     result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the exact "
                         "reference; the final outputs at the model level")
     result.block = _block(site, replacement)
-    if site.op_type in _INTEGER_PRODUCTS and (fraction := _fractional_operand(replacement)):
+    if RULES[site.op_type].whole_terms and (fraction := _fractional_operand(replacement)):
         result.not_reachable = fraction
         return result
     rule = RULES[site.op_type]
