@@ -129,8 +129,6 @@ def variant(name: str, opset: int = MAX_OPSET) -> Variant:
                    frozenset(n.op_type for n in nodes))
 
 
-
-
 def form_of(op_types: Iterable[str]) -> str | None:
     """The form of a DQL site written with ``op_types`` (its ai.onnx ops): "native" where DynamicQuantizeLinear
     is one of them, else the one variant whose body has every one of them, or of several, the one whose body
@@ -139,6 +137,6 @@ def form_of(op_types: Iterable[str]) -> str | None:
     found = set(op_types) - {"Constant"}
     if NAME in found:
         return "native"
-    having = [variant(name) for name in variants.NAMES if found <= variant(name).op_types]
-    exact = [v for v in having if v.op_types == found]
+    having = [body for body in map(variant, variants.NAMES) if found <= body.op_types]
+    exact = [body for body in having if body.op_types == found]
     return having[0].name if len(having) == 1 else exact[0].name if len(exact) == 1 else None

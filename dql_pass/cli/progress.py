@@ -74,11 +74,12 @@ def _other_forms(report: VerifyReport) -> list[str]:
 def show(args: argparse.Namespace, report: VerifyReport) -> tuple[int, dict]:
     """Print verify's report; its exit code and its --json shape."""
     say(args, report.format())
+    other_forms = _other_forms(report) if report.verdict == "PASS" else []
     if report.verdict == "PASS" and report.runtime == "onnxruntime" and not args.quiet:
         note("next: checked on onnxruntime; --runtime NAME checks it on the runtime it will run on "
              "(dql-pass expand --list-targets lists them)")
-    elif report.verdict == "PASS" and _other_forms(report) and args.command == "verify" and not args.quiet:
-        note(f"next: the known differences are {report.runtime}'s for {' and '.join(_other_forms(report))}, the form "
+    elif other_forms and args.command == "verify" and not args.quiet:
+        note(f"next: the known differences are {report.runtime}'s for {' and '.join(other_forms)}, the form "
              f"REWRITTEN has, not for its target; `dql-pass expand {shlex.quote(report.original)} -o OUT --target "
              f"{report.runtime} --verify` (lower, for the integer ops too) writes the one exact there")
     elif report.verdict == "FAIL" and args.command == "verify" and not args.quiet:  # someone else's rewrite

@@ -164,8 +164,7 @@ def _input_files(model: ir.Model, source: str | os.PathLike) -> set[Path]:
     if resolved != directory_entry(Path(source)):
         # Through a link the data is read beside the link; the file it leads to names data beside
         # itself too, which that model needs: as much the input's.
-        with contextlib.suppress(Exception):
-            files = {*files, *_data_files(read_model(resolved))}
+        files = {*files, *_data_files(read_model(resolved))}
     return {resolved, directory_entry(Path(source)), *files}  # a link named as the input is the input too
 
 
@@ -309,6 +308,7 @@ def _save(model: ir.Model, path: Path, data_name: str | None, slots: list[Slot])
     finally:
         for slot, tensor in zip(slots, tensors):
             slot.tensor = tensor
+
 
 def _why_not_written(error: OSError) -> str:
     """``error`` on one line; numpy's short write ("4096 requested and 1760 written") says what ran out."""

@@ -9,7 +9,7 @@ it" keeps a file and nothing a model needs is removed; a file that cannot be rea
 
 from __future__ import annotations
 
-__all__ = ["referred_to"]
+__all__ = ["referred_to", "system_file"]
 
 import codecs
 import collections
@@ -22,6 +22,20 @@ from pathlib import Path
 from typing import BinaryIO
 
 logger = logging.getLogger(__name__)
+
+# The system's own folders: what is there stands for a device or a process (/dev/stdout,
+# /proc/self/fd/1), whatever it looks like. /dev/shm is a plain tmpfs for files.
+_SYSTEM_FOLDERS = (Path("/proc"), Path("/dev"))
+_FILE_FOLDERS = (Path("/dev/shm"),)
+
+
+def _within(path: Path, folders: tuple[Path, ...]) -> bool:
+    return any(path == folder or folder in path.parents for folder in folders)
+
+
+def system_file(path: Path) -> bool:
+    """Whether ``path`` (absolute) lies in /proc or /dev, outside /dev/shm: never a model, never an output."""
+    return _within(path, _SYSTEM_FOLDERS) and not _within(path, _FILE_FOLDERS)
 
 
 def referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path], skip: set[Path]) -> set[Path]:
@@ -47,7 +61,7 @@ def referred_to(folder: Path, entries: list[os.DirEntry], candidates: set[Path],
                     found.add(target)
                     names.pop(os.fsencode(target.name), None)
                     continue
-                if target.parts[1:2] in (("proc",), ("dev",)):  # the system's files, never a model
+                if system_file(target):
                     continue
             # A linked model reads its data beside the link, here: it is read as a file of the folder.
             # A link that leads nowhere (dangling, a loop) is no model.

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from dql_pass.errors import InputError, one_line
-from dql_pass.files.references import referred_to
+from dql_pass.files.references import referred_to, system_file
 from dql_pass.interrupts import SIGNALS
 
 try:
@@ -43,16 +43,6 @@ except ImportError:  # not on Windows: writes there are atomic but not locked ag
     fcntl = None
 
 logger = logging.getLogger(__name__)
-
-
-# The system's own folders: what is there stands for a device or a process (/dev/stdout,
-# /proc/self/fd/1), whatever it looks like. /dev/shm is a plain tmpfs for files.
-_SYSTEM_FOLDERS = (Path("/proc"), Path("/dev"))
-_FILE_FOLDERS = (Path("/dev/shm"),)
-
-
-def _within(path: Path, folders: tuple[Path, ...]) -> bool:
-    return any(path == folder or folder in path.parents for folder in folders)
 
 
 def check_not_system(path: str | os.PathLike, what: str = "output") -> None:
@@ -64,8 +54,8 @@ def check_not_system(path: str | os.PathLike, what: str = "output") -> None:
     current = Path(os.path.abspath(path))
     for _ in range(40):  # the kernel's limit on links in a row
         place = Path(os.path.realpath(current.parent)) / current.name
-        if _within(place, _SYSTEM_FOLDERS) and not _within(place, _FILE_FOLDERS):
-            where = current if _within(current, _SYSTEM_FOLDERS) else place  # the name as the link spells it
+        if system_file(place):
+            where = current if system_file(current) else place  # the name as the link spells it
             shown = "is" if where == Path(os.path.abspath(path)) else f"leads to {where}, which is"
             raise InputError(f"{path}: {shown} in /dev or /proc, the system's own files; it is never replaced")
         try:

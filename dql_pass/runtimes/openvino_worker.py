@@ -42,11 +42,11 @@ def _openvino():
 
 
 def load(key: int, path: str, threads: int) -> None:
-    core = _openvino().Core()
     config = {"INFERENCE_PRECISION_HINT": "f32"}
     if threads > 0:
         config["INFERENCE_NUM_THREADS"] = threads
     with _plugin():
+        core = _openvino().Core()
         _models[key] = (core, core.read_model(path), config, {})
 
 

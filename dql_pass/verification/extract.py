@@ -215,10 +215,9 @@ class Scopes:
         values = self.values.get(graph, {})
         return tuple(k for k in unread if site.outputs[k] not in values)
 
-    def holder(self, site: Site) -> ir.Graph:
-        """The graph that holds the site's outputs; when no graph or several do, the one at the
-        site's path is kept and reports them lost."""
-        unread = self.unread(site)
+    def holder(self, site: Site, unread: Sequence[int] = ()) -> ir.Graph:
+        """The graph that holds the site's outputs (but those at the ``unread`` positions); when no graph
+        or several do, the one at the site's path is kept and reports them lost."""
         outputs = [name for k, name in enumerate(self.outputs(site)) if k not in unread]
         graph = self.counterpart(site.graph, outputs, site.live)
         if graph is None and site.live:
@@ -242,13 +241,13 @@ class Scopes:
         REWRITTEN dropped it (:meth:`unread`); of a block, the pair its lowered readers read:
         y - y_zero_point and y_scale.
         """
-        graph = self.holder(site)
+        unread = self.unread(site)
+        graph = self.holder(site, unread)
         if self.block(site):
             centred = self.values[graph][centred_name(site.outputs[0])]
             found = [[centred], list(dict.fromkeys(self._read(graph, use, site.outputs[1]) for use in site.uses[1]))
                      or [self.values[graph][site.outputs[1]]]]
         else:
-            unread = self.unread(site)
             found = [
                 list(dict.fromkeys(self._read(graph, use, name) for use in uses)) or [self.values[graph][name]]
                 for k, (name, uses) in enumerate(zip(site.outputs, site.uses, strict=True)) if k not in unread

@@ -283,7 +283,7 @@ def _fractional_operand(replacement: _Replacement) -> str | None:
     """A constant float operand of a product in the replacement of an integer product that holds a value
     that is not a whole number, said; None where there is none. Its terms are then not the op's, and the
     Cast to int32 that ends such a replacement rounds the fraction away on every operand whose sums are not
-    small: no case shows it, so the replacement is not checked (a weight 2^-28 off passed)."""
+    small: no case shows it, so the replacement is not checked."""
     model = replacement.model
     for node in model.graph:
         if node.domain not in DOMAINS or node.op_type not in _FLOAT_PRODUCTS:
@@ -314,10 +314,10 @@ def _check(
     result = SiteResult(site.name, site.graph, model_level="lowered op: its replacement checked against the exact "
                         "reference; the final outputs at the model level")
     result.block = _block(site, replacement)
-    if RULES[site.op_type].whole_terms and (fraction := _fractional_operand(replacement)):
+    rule = RULES[site.op_type]
+    if rule.whole_terms and (fraction := _fractional_operand(replacement)):
         result.not_reachable = fraction
         return result
-    rule = RULES[site.op_type]
     model = replacement.model
     cases, declared = _cases(rule, site, replacement, rng)
     _declare_shapes(model, declared)

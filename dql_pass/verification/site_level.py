@@ -23,11 +23,11 @@ import onnx_ir as ir
 
 from dql_pass import runtimes
 from dql_pass.compare import WORST, SiteDifference, compare_site
+from dql_pass.decomposition import form_of
 from dql_pass.errors import one_line
 from dql_pass.files import external_tensors
 from dql_pass.graph.slice import NotReachable
 from dql_pass.inputs import Case, cases, large_cases
-from dql_pass.decomposition import form_of
 from dql_pass.op import CENTRED_OUTPUT_TYPES, CENTRED_OUTPUTS, DOMAINS, OUTPUT_TYPES, OUTPUTS
 from dql_pass.reference import centred, dynamic_quantize_linear
 from dql_pass.verification.extract import LostOutput, Scopes, Site, extract
@@ -51,9 +51,12 @@ class SiteTally(Tally):
         self.read: list[tuple[ir.Value, ...]] = []
         self.block = False  # REWRITTEN keeps it in float32: read holds pairs (y - y_zero_point, y_scale)
         self.unread: tuple[int, ...] = ()  # the outputs nothing reads in ORIGINAL and REWRITTEN dropped, by position
-        # What REWRITTEN computes it with ("native" or a variant), read off its ops: another runtime's
-        # differences are those it states for that form; None (ops of no form of ours): none is excused.
-        self.form: str | None = None
+
+    @property
+    def form(self) -> str | None:
+        """What REWRITTEN computes the site with (its row's): another runtime's differences are those it states
+        for that form; None (ops of no form of ours): none is excused."""
+        return self.result.form
 
     @property
     def outputs(self) -> tuple[tuple[str, ...], tuple[ir.DataType, ...]]:
@@ -183,7 +186,7 @@ def check_sites(
             tally.result.block = ("lower kept it in float32: y - y_zero_point (float32) and y_scale checked against "
                                   "the reference, the lowered ops that read it checked from y - y_zero_point")
         forms = {_form(site_model) for site_model in extracted}
-        tally.form = tally.result.form = forms.pop() if len(forms) == 1 else None
+        tally.result.form = forms.pop() if len(forms) == 1 else None
         for site_model in extracted:
             results, unchecked = runner.run(site_model, tally)
             tally.result.not_checked = tally.result.not_checked or unchecked
